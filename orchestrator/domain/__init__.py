@@ -1,0 +1,1 @@
+"""Pure models, ids and errors. No I/O here."""

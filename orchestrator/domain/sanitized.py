@@ -1,0 +1,99 @@
+"""The smallest auditable form of a request: what evidence, logs, prompts and errors may see.
+
+No field here may carry a secret value: env is reduced to keys, content to size + sha256.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RiskLevelName = Literal["low", "medium", "high", "critical"]
+
+
+class RiskLevel(IntEnum):
+    LOW = 0
+    MEDIUM = 1
+    HIGH = 2
+    CRITICAL = 3
+
+    @property
+    def label(self) -> RiskLevelName:
+        return self.name.lower()  # type: ignore[return-value]
+
+    @classmethod
+    def parse(cls, name: str) -> RiskLevel:
+        return cls[name.upper()]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Intent(_Frozen):
+    """What a command means, for gating and audit only: what runs is exactly what was asked."""
+
+    argv: list[str] | None = Field(description="The single command's argv when it is simple; else the first one.")
+    is_complex: bool = Field(description="True for pipes, chains, substitutions, wrappers, parse failures.")
+    reason: str = Field(description="Why it is complex, or 'simple command'.")
+
+
+class Risk(_Frozen):
+    risk_level: RiskLevelName = Field(description="low | medium | high | critical")
+    reason: str = Field(description="The findings that set the level, joined by '; '.")
+
+
+class ContentDigest(_Frozen):
+    bytes: int = Field(ge=0, description="Size of the UTF-8 content in bytes.")
+    sha256: str = Field(description="sha256 of the UTF-8 content, hex.")
+
+
+class SanitizedPermissions(_Frozen):
+    network: bool = False
+    writable_root: bool = False
+    extra_mounts: list[str] = Field(default_factory=list, description="source->target:ro|rw")
+
+
+class RequestContext(_Frozen):
+    """Who asked and where from: recorded, but not part of the approval key."""
+
+    tenant: str
+    subject: str
+    call_id: str | None = None
+    session_id: str | None = None
+
+
+class SanitizedRequest(_Frozen):
+    """One shape for every tool; fields that do not apply are None and left out of dumps."""
+
+    tool: str = Field(description="The tool name as asked.")
+    # what is asked (the approval key covers exactly these)
+    argv: list[str] | None = Field(default=None, description="argv tools: the argv as given.")
+    command: str | None = Field(default=None, description="shell-string tools: the command as given.")
+    skill: str | None = None
+    cwd: str | None = None
+    env_keys: list[str] = Field(default_factory=list, description="Names only, sorted; never values.")
+    timeout_ms: int | None = None
+    tty: bool = False
+    profile: str | None = None
+    sandbox_permissions: SanitizedPermissions = Field(default_factory=SanitizedPermissions)
+    target_session_id: str | None = Field(default=None, description="write_stdin: the exec session.")
+    stdin: ContentDigest | None = None
+    path: str | None = Field(default=None, description="file_write: the target path as given.")
+    content: ContentDigest | None = None
+    patch: ContentDigest | None = None
+    patch_paths: list[str] | None = Field(default=None, description="apply_patch: best-effort file paths.")
+    # derived, for gating and audit
+    intent: Intent | None = None
+    risk: Risk
+    context: RequestContext
+
+    def key_material(self) -> dict[str, Any]:
+        """The asked action only: no context (per-call ids) and nothing derived by analyzers,
+        so a key stays stable across calls, processes and analyzer improvements."""
+        return self.model_dump(mode="json", exclude_none=True, exclude={"intent", "risk", "context"})
+
+    def public(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
