@@ -1,0 +1,1 @@
+"""Approval providers: rule-based, terminal, store-backed queue."""

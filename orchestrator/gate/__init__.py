@@ -1,0 +1,1 @@
+"""Gate: decides every request before anything runs. Pure computation, no side effects."""

@@ -1,0 +1,89 @@
+"""Interactive approval at a terminal. Only offered when stdin is a TTY: a pipe never approves."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import os
+
+from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
+from orchestrator.domain.errors import NoApprovalProvider
+
+_ANSWERS = {
+    "y": ApprovalOutcome.APPROVED,
+    "yes": ApprovalOutcome.APPROVED,
+    "s": ApprovalOutcome.APPROVED_FOR_SESSION,
+    "session": ApprovalOutcome.APPROVED_FOR_SESSION,
+    "n": ApprovalOutcome.DENIED,
+    "no": ApprovalOutcome.DENIED,
+    "a": ApprovalOutcome.ABORT,
+    "abort": ApprovalOutcome.ABORT,
+}
+
+
+def render_prompt(request: ApprovalRequest) -> str:
+    s = request.sanitized
+    what = s.command if s.command is not None else " ".join(s.argv) if s.argv is not None else None
+    lines = [f"Approval needed ({request.policy_reason})", f"  tool:    {s.tool}"]
+    if what is not None:
+        lines.append(f"  command: {what}")
+    if s.path is not None:
+        lines.append(f"  path:    {s.path} ({s.content.bytes if s.content else 0} bytes)")
+    if s.patch_paths:
+        lines.append(f"  patch:   {', '.join(s.patch_paths)}")
+    if s.cwd is not None:
+        lines.append(f"  cwd:     {s.cwd}")
+    if s.env_keys:
+        lines.append(f"  env:     {', '.join(s.env_keys)} (values hidden)")
+    lines.append(f"  risk:    {s.risk.risk_level} ({s.risk.reason})")
+    lines.append(f"  key:     {request.approval_key[:16]}  timeout: {request.timeout_s:g}s")
+    lines.append("Approve? [y]es / [s]ession / [n]o / [a]bort: ")
+    return "\n".join(lines)
+
+
+class TerminalApprover:
+    def __init__(self, fd_in: int = 0, fd_out: int = 2, user: str | None = None) -> None:
+        if not os.isatty(fd_in):
+            raise NoApprovalProvider("terminal approvals need a TTY on stdin; none is attached")
+        self._fd_in = fd_in
+        self._fd_out = fd_out
+        self._user = user or _whoami()
+
+    @property
+    def name(self) -> str:
+        return f"terminal:{self._user}"
+
+    async def _read_line(self) -> str:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        buf = bytearray()
+
+        def on_readable() -> None:
+            chunk = os.read(self._fd_in, 1024)
+            buf.extend(chunk if chunk else b"\n")
+            if b"\n" in buf and not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(self._fd_in, on_readable)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(self._fd_in)
+        return buf.split(b"\n", 1)[0].decode("utf-8", "replace").strip().lower()
+
+    async def request_approval(self, request: ApprovalRequest) -> ApprovalResult:
+        prompt = render_prompt(request)
+        while True:
+            os.write(self._fd_out, prompt.encode())
+            answer = await self._read_line()
+            outcome = _ANSWERS.get(answer)
+            if outcome is not None:
+                return ApprovalResult(outcome=outcome, approver=self.name, reason=f"answered {answer!r}")
+            prompt = "Please answer y, s, n or a: "
+
+
+def _whoami() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())

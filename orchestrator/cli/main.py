@@ -1,0 +1,52 @@
+"""sandboxctl: the command-line front. Heavy libraries are imported inside handlers, never here,
+so start-up stays lean for `sandboxctl run`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from orchestrator.cli import check_cmd, evidence_cmd
+from orchestrator.cli.output import fail
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sandboxctl",
+        description="Governed, contained execution: policy gate, approvals, hardened sandboxes, evidence.",
+    )
+    parser.add_argument("--version", action="version", version="sandboxctl 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    check_cmd.register(sub)
+    evidence_cmd.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exit_:
+        # argparse already printed usage and its message; keep its exit status (2 for bad usage)
+        return int(exit_.code or 0)
+    try:
+        return int(args.handler(args))
+    except KeyboardInterrupt:
+        return fail("INTERRUPTED", "interrupted", 130)
+    except Exception as err:  # the last line of defence: never a traceback
+        from orchestrator.domain.errors import OrchestratorError
+
+        if isinstance(err, OrchestratorError):
+            return fail(err.code, err.message, err.exit_code, json_out=getattr(args, "json", False))
+        return fail("INTERNAL", f"unexpected {err.__class__.__name__}: {err}", 125)
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,60 @@
+"""The gate: sanitize → intent → risk → policy → approval key, in one call, without side effects."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.domain.decisions import PolicyDecision
+from orchestrator.domain.ids import ApprovalKey
+from orchestrator.domain.requests import Request
+from orchestrator.domain.sanitized import SanitizedRequest
+from orchestrator.gate.approval_key import approval_key
+from orchestrator.gate.intent import ShellAnalysis
+from orchestrator.gate.policy import PolicySource
+from orchestrator.gate.sanitize import sanitize
+
+DEFAULT_PROFILE = "workspace-write"
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    sanitized: SanitizedRequest
+    analysis: ShellAnalysis | None
+    decision: PolicyDecision
+    approval_key: ApprovalKey
+
+    def to_json(self) -> dict[str, Any]:
+        """The `sandboxctl check --json` shape."""
+        d = self.decision
+        return {
+            "decision": d.decision.value,
+            "reason": d.reason,
+            "matched_rule": d.matched_rule,
+            "risk": d.risk.model_dump(mode="json"),
+            "intent": d.intent.model_dump(mode="json") if d.intent is not None else None,
+            "approval_key": self.approval_key,
+            "policy_version_hash": d.policy_version_hash,
+            "sanitized": self.sanitized.public(),
+        }
+
+
+class Gate:
+    def __init__(
+        self,
+        policy: PolicySource | None = None,
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        default_profile: str = DEFAULT_PROFILE,
+    ) -> None:
+        self.policy = policy if policy is not None else PolicySource()
+        self.workspace = workspace
+        self.default_profile = default_profile
+
+    def evaluate(self, request: Request) -> GateResult:
+        sanitized, analysis = sanitize(request, workspace=self.workspace)
+        decision = self.policy.current().decide(
+            sanitized, analysis, profile=request.profile or self.default_profile
+        )
+        return GateResult(sanitized, analysis, decision, approval_key(sanitized))

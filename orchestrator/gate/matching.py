@@ -1,0 +1,177 @@
+"""Conditions over a sanitized request, shared by policy rules and approval rules."""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.domain.requests import ALL_TOOLS, EXEC_TOOLS
+from orchestrator.domain.sanitized import RiskLevel, RiskLevelName, SanitizedRequest
+from orchestrator.gate.commands import CommandPattern, program_name
+from orchestrator.gate.intent import ShellAnalysis
+
+WILDCARD = "*"
+
+TOOL_GROUPS: dict[str, frozenset[str]] = {
+    "exec": EXEC_TOOLS,
+    "files": frozenset({"file_write", "apply_patch"}),
+    "stdin": frozenset({"write_stdin"}),
+}
+
+
+def expand_tools(names: Sequence[str]) -> frozenset[str]:
+    out: set[str] = set()
+    for name in names:
+        out |= TOOL_GROUPS.get(name, frozenset({name}))
+    return frozenset(out)
+
+
+def check_pattern(text: str) -> str:
+    try:
+        words = shlex.split(text)
+    except ValueError as err:
+        raise ValueError(f"cannot split command pattern: {err}") from None
+    if not words:
+        raise ValueError("command pattern is empty")
+    return text
+
+
+class MatchConditions(BaseModel):
+    """Every condition given must hold; a condition left out means 'any'."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: list[str] | None = Field(
+        default=None, description="Tool names or groups: exec, files, stdin (parity: prefer 'exec')."
+    )
+    argv_prefix: str | None = Field(
+        default=None,
+        description="Command pattern such as 'git push --force': program basename, flags in any spelling,"
+        " then a positional prefix.",
+    )
+    argv_glob: str | None = Field(
+        default=None, description="fnmatch glob over the command's words joined as a shell would quote them."
+    )
+    risk: list[RiskLevelName] | None = Field(default=None, description="Risk levels this applies to.")
+    risk_at_least: RiskLevelName | None = Field(default=None, description="Minimum risk level.")
+    risk_at_most: RiskLevelName | None = Field(default=None, description="Maximum risk level.")
+    paths: list[str] | None = Field(
+        default=None, description="fnmatch globs over the request's paths (file_write, patch files, cwd)."
+    )
+    profile: list[str] | None = Field(default=None, description="Profile names this applies to.")
+    complex: bool | None = Field(default=None, description="Only complex (true) or only simple (false).")
+    tenant: list[str] | None = Field(default=None, description="Tenants this applies to.")
+    subject: list[str] | None = Field(default=None, description="Subjects (fnmatch globs) this applies to.")
+
+    @field_validator("tool")
+    @classmethod
+    def _known_tools(cls, tools: list[str] | None) -> list[str] | None:
+        for name in tools or []:
+            if name not in ALL_TOOLS and name not in TOOL_GROUPS:
+                known = ", ".join([*ALL_TOOLS, *TOOL_GROUPS])
+                raise ValueError(f"unknown tool {name!r} (known: {known})")
+        return tools
+
+    @field_validator("argv_prefix")
+    @classmethod
+    def _pattern(cls, text: str | None) -> str | None:
+        return None if text is None else check_pattern(text)
+
+
+def _glob_program(glob: str) -> str:
+    head = glob.split(" ", 1)
+    if len(head) == 2 and not any(ch in head[0] for ch in "*?[\\'\""):
+        return head[0]
+    return WILDCARD
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    conditions: MatchConditions
+    tools: frozenset[str] | None
+    pattern: CommandPattern | None
+    risk_levels: frozenset[str] | None
+    risk_min: RiskLevel | None
+    risk_max: RiskLevel | None
+    program_key: str  # the one program name it can match, or WILDCARD (for indexing)
+
+    @classmethod
+    def compile(cls, cond: MatchConditions) -> Matcher:
+        pattern = CommandPattern.parse(cond.argv_prefix) if cond.argv_prefix is not None else None
+        key = WILDCARD
+        if pattern is not None:
+            key = pattern.program
+        elif cond.argv_glob is not None:
+            key = _glob_program(cond.argv_glob)
+        if any(ch in key for ch in "*?["):
+            key = WILDCARD
+        return cls(
+            conditions=cond,
+            tools=expand_tools(cond.tool) if cond.tool is not None else None,
+            pattern=pattern,
+            risk_levels=frozenset(cond.risk) if cond.risk is not None else None,
+            risk_min=RiskLevel.parse(cond.risk_at_least) if cond.risk_at_least is not None else None,
+            risk_max=RiskLevel.parse(cond.risk_at_most) if cond.risk_at_most is not None else None,
+            program_key=key,
+        )
+
+    def command_matches(self, words: Sequence[str]) -> bool:
+        if self.pattern is not None and not self.pattern.matches(words):
+            return False
+        if self.conditions.argv_glob is not None:
+            normalized = [program_name(words), *words[1:]]
+            if not fnmatch.fnmatchcase(shlex.join(normalized), self.conditions.argv_glob):
+                return False
+        return True
+
+    def matches(
+        self,
+        sanitized: SanitizedRequest,
+        analysis: ShellAnalysis | None,
+        *,
+        profile: str,
+        every_command: bool,
+    ) -> bool:
+        """``every_command``: all commands of a compound string must match (for grants); otherwise
+        one is enough (for refusals)."""
+        cond = self.conditions
+        if self.tools is not None and sanitized.tool not in self.tools:
+            return False
+        if cond.profile is not None and profile not in cond.profile:
+            return False
+        if cond.tenant is not None and sanitized.context.tenant not in cond.tenant:
+            return False
+        if cond.subject is not None and not any(
+            fnmatch.fnmatchcase(sanitized.context.subject, glob) for glob in cond.subject
+        ):
+            return False
+        if self.risk_levels is not None and sanitized.risk.risk_level not in self.risk_levels:
+            return False
+        if self.risk_min is not None or self.risk_max is not None:
+            level = RiskLevel.parse(sanitized.risk.risk_level)
+            if self.risk_min is not None and level < self.risk_min:
+                return False
+            if self.risk_max is not None and level > self.risk_max:
+                return False
+        if cond.complex is not None and (analysis is None or analysis.is_complex != cond.complex):
+            return False
+        if cond.paths is not None:
+            paths = request_paths(sanitized)
+            if not any(fnmatch.fnmatchcase(p, glob) for p in paths for glob in cond.paths):
+                return False
+        if self.pattern is not None or cond.argv_glob is not None:
+            if analysis is None or not analysis.commands:
+                return False
+            hits = (self.command_matches(words) for words in analysis.commands)
+            return all(hits) if every_command else any(hits)
+        return True
+
+
+def request_paths(sanitized: SanitizedRequest) -> list[str]:
+    paths = [p for p in (sanitized.path, sanitized.cwd) if p is not None]
+    paths.extend(sanitized.patch_paths or ())
+    return paths

@@ -1,0 +1,120 @@
+"""Reduce a request to its smallest auditable form. The only place that reads secret values,
+and it reads them only to size and hash them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from orchestrator.domain.requests import (
+    ApplyPatchRequest,
+    ExecCommandRequest,
+    FileWriteRequest,
+    Request,
+    ShellCommandRequest,
+    ShellExecRequest,
+    ShellRequest,
+    SkillExecRequest,
+    WriteStdinRequest,
+)
+from orchestrator.domain.sanitized import (
+    ContentDigest,
+    RiskLevel,
+    RequestContext,
+    SanitizedPermissions,
+    SanitizedRequest,
+)
+from orchestrator.gate.intent import ShellAnalysis, analyze_argv, analyze_shell
+from orchestrator.gate.patch_paths import patch_paths
+from orchestrator.gate.paths import assess_paths, escapes_workspace
+from orchestrator.gate.risk import Finding, assess_command, combine
+
+
+def digest(text: str) -> ContentDigest:
+    data = text.encode("utf-8", "surrogatepass")
+    return ContentDigest(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+
+
+def analysis_of(request: Request) -> ShellAnalysis | None:
+    """The shell analysis of an exec request; None for tools that run no command."""
+    if isinstance(request, (ShellExecRequest, SkillExecRequest)):
+        return analyze_argv(request.argv)
+    if isinstance(request, ShellRequest):
+        return analyze_argv(request.command)
+    if isinstance(request, ShellCommandRequest):
+        return analyze_shell(request.command)
+    if isinstance(request, ExecCommandRequest):
+        return analyze_shell(request.cmd)
+    return None
+
+
+def sanitize(
+    request: Request, *, workspace: str | os.PathLike[str] | None = None
+) -> tuple[SanitizedRequest, ShellAnalysis | None]:
+    """The sanitized request and, for exec tools, the full shell analysis the policy needs."""
+    analysis = analysis_of(request)
+    findings: list[Finding] = []
+    if analysis is not None:
+        findings.extend(assess_command(analysis))
+
+    fields: dict[str, object] = {}
+    if isinstance(request, (ShellExecRequest, SkillExecRequest)):
+        fields["argv"] = list(request.argv)
+        if isinstance(request, SkillExecRequest):
+            fields["skill"] = request.skill
+    elif isinstance(request, ShellRequest):
+        fields["argv"] = list(request.command)
+    elif isinstance(request, ShellCommandRequest):
+        fields["command"] = request.command
+    elif isinstance(request, ExecCommandRequest):
+        fields["command"] = request.cmd
+    elif isinstance(request, WriteStdinRequest):
+        fields["target_session_id"] = request.session_id
+        fields["stdin"] = digest(request.chars)
+    elif isinstance(request, FileWriteRequest):
+        fields["path"] = request.path
+        fields["content"] = digest(request.content)
+        findings.extend(assess_paths([request.path], workspace=workspace, cwd=request.cwd))
+    elif isinstance(request, ApplyPatchRequest):
+        paths = patch_paths(request.patch)
+        fields["patch"] = digest(request.patch)
+        fields["patch_paths"] = paths
+        findings.extend(assess_paths(paths, workspace=workspace, cwd=request.cwd))
+
+    if request.cwd is not None:
+        leaves = escapes_workspace(request.cwd, workspace=workspace)
+        if leaves is not None:
+            findings.append(Finding(RiskLevel.HIGH, f"cwd {leaves}"))
+    perms = request.sandbox_permissions
+    sanitized = SanitizedRequest(
+        tool=request.tool,
+        cwd=request.cwd,
+        env_keys=sorted(request.env),
+        timeout_ms=request.timeout_ms,
+        tty=request.tty,
+        profile=request.profile,
+        sandbox_permissions=SanitizedPermissions(
+            network=perms.network,
+            writable_root=perms.writable_root,
+            extra_mounts=[f"{m.source}->{m.target}:{'ro' if m.read_only else 'rw'}" for m in perms.extra_mounts],
+        ),
+        intent=analysis.to_intent() if analysis is not None else None,
+        risk=combine(findings),
+        context=RequestContext(
+            tenant=request.tenant,
+            subject=request.subject,
+            call_id=request.call_id,
+            session_id=request.session_id if not isinstance(request, WriteStdinRequest) else None,
+        ),
+        **fields,  # type: ignore[arg-type]
+    )
+    return sanitized, analysis
+
+
+def analysis_of_sanitized(sanitized: SanitizedRequest) -> ShellAnalysis | None:
+    """Recompute the analysis from the sanitized form alone (it keeps argv/command verbatim)."""
+    if sanitized.argv is not None:
+        return analyze_argv(sanitized.argv)
+    if sanitized.command is not None:
+        return analyze_shell(sanitized.command)
+    return None
