@@ -1,0 +1,1 @@
+"""The service layer: wires the parts together."""

@@ -1,0 +1,57 @@
+"""Build an Orchestrator from the config file: the providers it names, the evidence it points to."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from orchestrator.approvals.base import ApprovalProvider
+from orchestrator.approvals.queue import ApprovalStore, QueueApprover
+from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
+from orchestrator.approvals.terminal import TerminalApprover
+from orchestrator.domain.errors import NoApprovalProvider
+from orchestrator.evidence import EvidenceWriter, default_evidence_path
+from orchestrator.gate.policy import PolicySource
+from orchestrator.service.config import OrchestratorConfig, load_config
+from orchestrator.service.orchestrator import Orchestrator
+
+log = logging.getLogger(__name__)
+
+
+def state_dir() -> Path:
+    return default_evidence_path().parent
+
+
+def approval_provider(config: OrchestratorConfig) -> ApprovalProvider | None:
+    section = config.approvals
+    if section.provider == "rules":
+        return RuleApprover(RuleApprovalsConfig(rules=section.rules, default=section.default))
+    if section.provider == "queue":
+        path = Path(section.queue_path) if section.queue_path else state_dir() / "approvals.db"
+        return QueueApprover(ApprovalStore(path))
+    if section.provider == "terminal":
+        try:
+            return TerminalApprover()
+        except NoApprovalProvider:
+            # asks will fail fast with CONFIG.NO_APPROVAL_PROVIDER; allowed requests still run
+            log.info("terminal approvals configured but stdin is not a TTY")
+            return None
+    return None
+
+
+def build_orchestrator(
+    config_path: Path | None,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    evidence_path: Path | None = None,
+    approvals: ApprovalProvider | None = None,
+) -> Orchestrator:
+    config = load_config(config_path)
+    path = evidence_path or (Path(config.evidence.path) if config.evidence.path else default_evidence_path())
+    return Orchestrator(
+        evidence=EvidenceWriter(path),
+        policy=PolicySource(config_path),
+        approvals=approvals if approvals is not None else approval_provider(config),
+        workspace=workspace,
+    )
