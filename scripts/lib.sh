@@ -1,0 +1,167 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # the settings below are used by the scripts that source this file
+# Shared settings and helpers for the engine/image setup scripts.
+# Sourced by setup.sh, build-images.sh, engine-env.sh, stop-engine.sh and verify-engine.sh;
+# not meant to be run on its own.
+#
+# Environment (all optional):
+#   SANDBOX_STATE_DIR   persistent state (engine data root, daemon.json, log, runsc, docker-host file)
+#                       default /var/lib/sandbox-orchestrator
+#   SANDBOX_RUN_DIR     runtime dir (socket, pidfile, exec root); default /run/sandbox-orchestrator,
+#                       or $SANDBOX_STATE_DIR/run when only SANDBOX_STATE_DIR is set
+#   SANDBOX_ENGINE      auto (default) | managed | external
+#   SANDBOX_DEBIAN_MIRROR / SANDBOX_DEBIAN_SECURITY_MIRROR
+#                       override the Debian mirrors otherwise read from the host's apt sources
+#   SANDBOX_RUNSC       use this runsc binary (>= release 20240729) instead of fetching trixie's
+
+export PATH="${PATH:-/usr/bin:/bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+SO_LOG_PREFIX="${SO_LOG_PREFIX:-setup}"
+
+so_say()  { printf '%s: %s\n' "$SO_LOG_PREFIX" "$*" >&2; }
+so_warn() { printf '%s: warning: %s\n' "$SO_LOG_PREFIX" "$*" >&2; }
+so_die()  { printf '%s: error: %s\n' "$SO_LOG_PREFIX" "$*" >&2; exit 1; }
+
+so_abspath() {
+    # Absolute, normalised path without requiring it to exist.
+    case "$1" in
+        /*) realpath -m -- "$1" ;;
+        *)  realpath -m -- "$PWD/$1" ;;
+    esac
+}
+
+SO_STATE_DIR="$(so_abspath "${SANDBOX_STATE_DIR:-/var/lib/sandbox-orchestrator}")"
+if [ -n "${SANDBOX_RUN_DIR:-}" ]; then
+    SO_RUN_DIR="$(so_abspath "$SANDBOX_RUN_DIR")"
+elif [ -n "${SANDBOX_STATE_DIR:-}" ]; then
+    SO_RUN_DIR="$SO_STATE_DIR/run"
+else
+    SO_RUN_DIR=/run/sandbox-orchestrator
+fi
+
+SO_SOCKET="$SO_RUN_DIR/docker.sock"
+SO_DOCKER_HOST="unix://$SO_SOCKET"
+SO_PIDFILE="$SO_RUN_DIR/dockerd.pid"
+SO_EXEC_ROOT="$SO_RUN_DIR/exec"
+SO_DATA_ROOT="$SO_STATE_DIR/docker"
+SO_LOG="$SO_STATE_DIR/dockerd.log"
+SO_DAEMON_JSON="$SO_STATE_DIR/daemon.json"
+SO_HOST_FILE="$SO_STATE_DIR/docker-host"
+SO_RUNSC="${SANDBOX_RUNSC:-$SO_STATE_DIR/bin/runsc}"
+SO_DEFAULT_DOCKER_HOST="unix:///var/run/docker.sock"
+
+SO_IMAGE_PREFIX="sandbox-orchestrator"
+SO_BASE_IMAGE="$SO_IMAGE_PREFIX/base:bookworm"
+SO_LABEL_NS="org.sandbox-orchestrator"
+
+# `docker` against an explicit engine, bounded so a wedged socket cannot hang the script.
+so_docker_at() {
+    local host="$1"; shift
+    DOCKER_HOST="$host" timeout "${SO_DOCKER_TIMEOUT:-20}" docker "$@"
+}
+
+# True when the engine at $1 answers (server part of `docker version` succeeds).
+so_engine_answers() {
+    command -v docker >/dev/null 2>&1 || return 1
+    case "$1" in
+        unix://*) [ -S "${1#unix://}" ] || return 1 ;;
+    esac
+    so_docker_at "$1" version --format '{{.Server.Version}}' >/dev/null 2>&1
+}
+
+# Pid of the project-managed dockerd if the pidfile names a live dockerd, else nothing.
+so_managed_pid() {
+    local pid
+    [ -r "$SO_PIDFILE" ] || return 1
+    pid="$(tr -dc '0-9' <"$SO_PIDFILE")"
+    [ -n "$pid" ] || return 1
+    [ -r "/proc/$pid/cmdline" ] || return 1
+    # Only our dockerd: the binary is dockerd and it was started with our config file.
+    local argv0
+    argv0="$(tr '\0' '\n' <"/proc/$pid/cmdline" | head -n1)"
+    [ "${argv0##*/}" = dockerd ] || return 1
+    if tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "--config-file $SO_DAEMON_JSON"; then
+        printf '%s\n' "$pid"
+        return 0
+    fi
+    return 1
+}
+
+# --- Debian mirrors, read from the host's apt sources (never hard-coded) ---------------------
+#
+# Prints "uri<TAB>suite" for every enabled `deb` entry of the host, one-line and deb822 formats.
+so_apt_entries() {
+    local f
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -r "$f" ] || continue
+        awk '
+            /^[[:space:]]*deb[[:space:]]/ {
+                line = $0; sub(/#.*/, "", line)
+                sub(/^[[:space:]]*deb[[:space:]]+/, "", line)
+                if (line ~ /^\[/) { sub(/^\[[^]]*\][[:space:]]*/, "", line) }
+                n = split(line, w, /[[:space:]]+/)
+                if (n >= 2) print w[1] "\t" w[2]
+            }' "$f"
+    done
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -r "$f" ] || continue
+        awk '
+            function flush(   i, j, nu, ns, u, s) {
+                if (types ~ /(^|[[:space:]])deb([[:space:]]|$)/ && enabled !~ /^[[:space:]]*no/) {
+                    nu = split(uris, u, /[[:space:]]+/); ns = split(suites, s, /[[:space:]]+/)
+                    for (i = 1; i <= nu; i++) for (j = 1; j <= ns; j++)
+                        if (u[i] != "" && s[j] != "") print u[i] "\t" s[j]
+                }
+                types = ""; uris = ""; suites = ""; enabled = ""; key = ""
+            }
+            /^#/ { next }
+            /^[[:space:]]*$/ { flush(); next }
+            /^[A-Za-z-]+:/ {
+                key = tolower($0); sub(/:.*/, "", key)
+                val = $0; sub(/^[^:]*:[[:space:]]*/, "", val)
+                if (key == "types") types = val
+                else if (key == "uris") uris = val
+                else if (key == "suites") suites = val
+                else if (key == "enabled") enabled = tolower(val)
+                next
+            }
+            /^[[:space:]]/ {
+                val = $0; sub(/^[[:space:]]+/, "", val)
+                if (key == "types") types = types " " val
+                else if (key == "uris") uris = uris " " val
+                else if (key == "suites") suites = suites " " val
+                next
+            }
+            END { flush() }' "$f"
+    done
+}
+
+# The Debian archive mirror (serves bookworm and trixie).
+so_debian_mirror() {
+    if [ -n "${SANDBOX_DEBIAN_MIRROR:-}" ]; then printf '%s\n' "${SANDBOX_DEBIAN_MIRROR%/}"; return 0; fi
+    local entries uri
+    entries="$(so_apt_entries)"
+    # Prefer an entry that serves bookworm itself, then any Debian release suite.
+    uri="$(printf '%s\n' "$entries" | awk -F'\t' '$2 == "bookworm" {print $1; exit}')"
+    if [ -z "$uri" ]; then
+        uri="$(printf '%s\n' "$entries" | awk -F'\t' '
+            $2 ~ /^(bookworm|trixie|forky|sid|stable|testing|unstable|oldstable|bullseye)$/ &&
+            $1 !~ /security/ {print $1; exit}')"
+    fi
+    [ -n "$uri" ] || return 1
+    printf '%s\n' "${uri%/}"
+}
+
+# The Debian security mirror (may be empty when the host has none).
+so_debian_security_mirror() {
+    if [ -n "${SANDBOX_DEBIAN_SECURITY_MIRROR:-}" ]; then printf '%s\n' "${SANDBOX_DEBIAN_SECURITY_MIRROR%/}"; return 0; fi
+    so_apt_entries | awk -F'\t' '$2 ~ /-security$/ {u = $1; sub(/\/+$/, "", u); print u; exit}'
+}
+
+# Check that a unix socket path fits in sun_path (108 bytes incl. NUL).
+so_check_socket_len() {
+    local p="$1"
+    if [ "${#p}" -ge 104 ]; then
+        so_die "socket path too long (${#p} bytes, unix limit is 107): $p — set SANDBOX_RUN_DIR to a shorter directory"
+    fi
+}
