@@ -67,7 +67,7 @@ def fixed_gate(policy: Policy) -> Gate:
     source = PolicySource.__new__(PolicySource)
     source.path = None
     source.last_error = None
-    source._policy = policy  # noqa: SLF001 - a fixed policy without a file
+    source._policy = policy
     return Gate(source)
 
 

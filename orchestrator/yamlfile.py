@@ -27,8 +27,11 @@ class _Located:
         if isinstance(node, yaml.MappingNode):
             out: dict[Any, Any] = {}
             for key_node, value_node in node.value:
-                key = yaml.safe_load(yaml.serialize(key_node)) if key_node.tag != "tag:yaml.org,2002:str" \
+                key = (
+                    yaml.safe_load(yaml.serialize(key_node))
+                    if key_node.tag != "tag:yaml.org,2002:str"
                     else key_node.value
+                )
                 if isinstance(key, (str, int)) and key in out:
                     raise _DuplicateKey(str(key), key_node.start_mark.line + 1)
                 child = (*path, key if isinstance(key, (str, int)) else str(key))
@@ -71,6 +74,10 @@ def parse_yaml(text: str, source: str) -> tuple[Any, _Located]:
         mark = getattr(err, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(err, "problem", None) or "invalid YAML"
+        context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
+        if context and context_mark is not None and context_mark.line + 1 != line:
+            # an unclosed bracket or quote fails at the end: say where it was opened
+            problem += f" ({context} at line {context_mark.line + 1})"
         where = f"{source}:{line}" if line else source
         raise ConfigInvalid(f"{where}: invalid YAML: {problem}", details={"file": source, "line": line}) from None
     return data, located

@@ -100,9 +100,7 @@ class ApprovalStore:
                 " FROM approvals WHERE status = 'pending' AND deadline > ? ORDER BY created_at",
                 (time.time(),),
             ).fetchall()
-        return [
-            PendingApproval(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6], r[7]) for r in rows
-        ]
+        return [PendingApproval(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6], r[7]) for r in rows]
 
     def decide(self, approval_id: str, outcome: ApprovalOutcome, approver: str, reason: str = "") -> bool:
         """Decide a pending ask. False when it is unknown, already decided or expired."""

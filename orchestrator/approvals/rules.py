@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
-from orchestrator.gate.matching import Matcher, MatchConditions
+from orchestrator.gate.matching import MatchConditions, Matcher
 from orchestrator.gate.sanitize import analysis_of_sanitized
 from orchestrator.yamlfile import load_model_file
 

@@ -6,12 +6,12 @@ import hashlib
 import json
 from typing import Any
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
 
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, no spaces, UTF-8 (non-ASCII kept as is), NaN refused."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def sha256_hex(data: bytes) -> str:

@@ -19,7 +19,13 @@ _MAX_TIMEOUT_MS = 24 * 3600 * 1000
 ExecTool = Literal["shell_exec", "shell", "shell_command", "exec_command", "skill_exec"]
 EXEC_TOOLS: frozenset[str] = frozenset({"shell_exec", "shell", "shell_command", "exec_command", "skill_exec"})
 ALL_TOOLS: tuple[str, ...] = (
-    "shell_exec", "shell", "shell_command", "exec_command", "write_stdin", "file_write", "apply_patch",
+    "shell_exec",
+    "shell",
+    "shell_command",
+    "exec_command",
+    "write_stdin",
+    "file_write",
+    "apply_patch",
     "skill_exec",
 )
 
@@ -127,7 +133,7 @@ class ExecCommandRequest(_RequestBase):
 
 class WriteStdinRequest(_RequestBase):
     tool: Literal["write_stdin"] = Field(description="Write to a running exec session.")
-    session_id: str = Field(min_length=1, max_length=256, description="The exec session.")  # type: ignore[assignment]
+    session_id: str = Field(min_length=1, max_length=256, description="The exec session.")
     chars: str = Field(default="", max_length=1024 * 1024, description="Characters to write (secret).")
 
 
@@ -165,13 +171,18 @@ Request = Annotated[
 _ADAPTER: TypeAdapter[Request] = TypeAdapter(Request)
 
 
-def describe_validation_error(err: ValidationError, prefix: str = "") -> str:
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    # the discriminated union puts the tool name first: `shell_exec.argv` reads better as `argv`
+    if loc and loc[0] in ALL_TOOLS:
+        loc = loc[1:]
+    return ".".join(str(p) for p in loc) or "(root)"
+
+
+def describe_validation_error(err: ValidationError) -> str:
     """Field paths and messages only: pydantic's own text echoes input values, which may be secrets."""
-    parts = []
-    for item in err.errors(include_input=False, include_url=False):
-        loc = ".".join(str(p) for p in item["loc"]) or "(root)"
-        parts.append(f"{prefix}{loc}: {item['msg']}")
-    return "; ".join(parts)
+    return "; ".join(
+        f"{_field_path(item['loc'])}: {item['msg']}" for item in err.errors(include_input=False, include_url=False)
+    )
 
 
 def parse_request(data: Any) -> Request:
@@ -181,7 +192,7 @@ def parse_request(data: Any) -> Request:
     try:
         return _ADAPTER.validate_python(data)
     except ValidationError as err:
-        fields = [".".join(str(p) for p in e["loc"]) for e in err.errors(include_input=False)]
+        fields = [_field_path(e["loc"]) for e in err.errors(include_input=False)]
         raise InputInvalid(describe_validation_error(err), details={"fields": fields}) from None
 
 

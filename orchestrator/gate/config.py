@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from orchestrator.domain.decisions import Decision, Mode
 from orchestrator.domain.sanitized import RiskLevelName
 from orchestrator.gate.matching import MatchConditions, check_pattern
 from orchestrator.yamlfile import load_model_file, parse_yaml, validate
+
+CommandPatternText = Annotated[str, AfterValidator(check_pattern)]
+
 
 class PolicyRule(MatchConditions):
     """One ordered rule; first match wins."""
@@ -25,24 +28,16 @@ class SafetyConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: Mode = Field(default=Mode.ASK, description="ask | allow | deny")
-    allowlist: list[str] = Field(
+    allowlist: list[CommandPatternText] = Field(
         default_factory=list, description="Command patterns allowed without asking (simple commands only)."
     )
-    denylist: list[str] = Field(default_factory=list, description="Command patterns always denied.")
+    denylist: list[CommandPatternText] = Field(default_factory=list, description="Command patterns always denied.")
     rules: list[PolicyRule] = Field(default_factory=list, description="Ordered rules, first match wins.")
-    default: Literal["ask", "deny"] = Field(
-        default="ask", description="Decision when nothing else decided (mode ask)."
-    )
+    default: Literal["ask", "deny"] = Field(default="ask", description="Decision when nothing else decided (mode ask).")
     approval_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="Approval wait; then deny.")
     allowlist_max_risk: RiskLevelName = Field(
         default="medium", description="An allowlist hit above this risk asks instead."
     )
-
-    @model_validator(mode="after")
-    def _patterns(self) -> SafetyConfig:
-        for entry in (*self.allowlist, *self.denylist):
-            check_pattern(entry)
-        return self
 
 
 def default_config_text() -> str:

@@ -54,7 +54,5 @@ class Gate:
 
     def evaluate(self, request: Request) -> GateResult:
         sanitized, analysis = sanitize(request, workspace=self.workspace)
-        decision = self.policy.current().decide(
-            sanitized, analysis, profile=request.profile or self.default_profile
-        )
+        decision = self.policy.current().decide(sanitized, analysis, profile=request.profile or self.default_profile)
         return GateResult(sanitized, analysis, decision, approval_key(sanitized))

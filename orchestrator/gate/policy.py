@@ -60,6 +60,10 @@ class Policy:
             else:
                 self._by_program.setdefault(compiled.matcher.program_key, []).append(compiled)
         self._merged: dict[frozenset[str], list[_CompiledRule]] = {}
+        self._ordered = rules
+
+    def _rules_in_order(self) -> list[_CompiledRule]:
+        return list(self._ordered)
 
     def _candidates(self, programs: frozenset[str]) -> list[_CompiledRule]:
         merged = self._merged.get(programs)
@@ -84,9 +88,7 @@ class Policy:
             intent=sanitized.intent,
         )
 
-    def decide(
-        self, sanitized: SanitizedRequest, analysis: ShellAnalysis | None, *, profile: str
-    ) -> PolicyDecision:
+    def decide(self, sanitized: SanitizedRequest, analysis: ShellAnalysis | None, *, profile: str) -> PolicyDecision:
         commands = analysis.commands if analysis is not None else ()
 
         for pattern in self._deny:
@@ -126,14 +128,15 @@ class Policy:
                     )
                 if asked:
                     return self._decision(
-                        Decision.ASK, f"{why}; but escalation asked: {', '.join(asked)}", rule.label, sanitized
+                        Decision.ASK,
+                        f"{why}; but escalation asked: {', '.join(asked)}",
+                        rule.label,
+                        sanitized,
                     )
             return self._decision(rule.rule.action, why, rule.label, sanitized)
 
         if asked:
-            return self._decision(
-                Decision.ASK, f"escalation asked: {', '.join(asked)}", "escalation", sanitized
-            )
+            return self._decision(Decision.ASK, f"escalation asked: {', '.join(asked)}", "escalation", sanitized)
 
         if complex_reason is None and len(commands) == 1:
             words = commands[0]
@@ -148,7 +151,10 @@ class Policy:
                             sanitized,
                         )
                     return self._decision(
-                        Decision.ALLOW, f"allowlisted: {pattern.text!r}", f"allowlist:{pattern.text}", sanitized
+                        Decision.ALLOW,
+                        f"allowlisted: {pattern.text!r}",
+                        f"allowlist:{pattern.text}",
+                        sanitized,
                     )
 
         if self.config.mode is Mode.ALLOW:

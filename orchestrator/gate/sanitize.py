@@ -19,8 +19,8 @@ from orchestrator.domain.requests import (
 )
 from orchestrator.domain.sanitized import (
     ContentDigest,
-    RiskLevel,
     RequestContext,
+    RiskLevel,
     SanitizedPermissions,
     SanitizedRequest,
 )
@@ -106,7 +106,7 @@ def sanitize(
             call_id=request.call_id,
             session_id=request.session_id if not isinstance(request, WriteStdinRequest) else None,
         ),
-        **fields,  # type: ignore[arg-type]
+        **fields,
     )
     return sanitized, analysis
 

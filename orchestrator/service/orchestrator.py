@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from orchestrator.approvals.base import ApprovalProvider, decide
@@ -77,7 +76,12 @@ class Orchestrator:
 
     # -- evidence helpers ------------------------------------------------------------------
     async def _record(
-        self, event: EventType, execution_id: str, gate: GateResult | None, *, durable: bool = False,
+        self,
+        event: EventType,
+        execution_id: str,
+        gate: GateResult | None,
+        *,
+        durable: bool = False,
         **fields: Any,
     ) -> None:
         base: dict[str, Any] = {"event": event, "execution_id": execution_id}
@@ -97,7 +101,12 @@ class Orchestrator:
     async def _refuse(self, execution_id: str, gate: GateResult | None, err: OrchestratorError) -> OrchestratorError:
         err.details.setdefault("execution_id", execution_id)
         await self._record(
-            EventType.RUN_FAILED, execution_id, gate, durable=True, status="refused", error_code=err.code,
+            EventType.RUN_FAILED,
+            execution_id,
+            gate,
+            durable=True,
+            status="refused",
+            error_code=err.code,
             reason=err.message,
         )
         return err
@@ -111,8 +120,16 @@ class Orchestrator:
         except InputInvalid as err:
             # nothing of the input is recorded but the names of the bad fields
             await self._record(
-                EventType.RUN_FAILED, execution_id, None, durable=True, tenant="unknown", subject="unknown",
-                status="refused", error_code=err.code, reason=err.message, data={"fields": err.details.get("fields")},
+                EventType.RUN_FAILED,
+                execution_id,
+                None,
+                durable=True,
+                tenant="unknown",
+                subject="unknown",
+                status="refused",
+                error_code=err.code,
+                reason=err.message,
+                data={"fields": err.details.get("fields")},
             )
             err.details["execution_id"] = execution_id
             raise
@@ -120,12 +137,18 @@ class Orchestrator:
         gate = self.gate.evaluate(request)
         decision = gate.decision
         await self._record(
-            EventType.REQUEST_RECEIVED, execution_id, gate,
+            EventType.REQUEST_RECEIVED,
+            execution_id,
+            gate,
             data={"sanitized": gate.sanitized.public(), "approval_key": gate.approval_key},
         )
         await self._record(
-            EventType.DECISION_MADE, execution_id, gate, durable=decision.decision is not Decision.ASK,
-            decision=decision.decision.value, reason=decision.reason,
+            EventType.DECISION_MADE,
+            execution_id,
+            gate,
+            durable=decision.decision is not Decision.ASK,
+            decision=decision.decision.value,
+            reason=decision.reason,
             data={"matched_rule": decision.matched_rule, "risk": decision.risk.model_dump(mode="json")},
         )
         if decision.decision is Decision.DENY:
@@ -137,7 +160,11 @@ class Orchestrator:
         return self._authorized(execution_id, request, gate, approval, approval.approver)
 
     def _authorized(
-        self, execution_id: ExecutionId, request: Request, gate: GateResult, approval: ApprovalResult | None,
+        self,
+        execution_id: ExecutionId,
+        request: Request,
+        gate: GateResult,
+        approval: ApprovalResult | None,
         approved_by: str,
     ) -> Authorization:
         if isinstance(request, ExecCommandRequest):
@@ -154,35 +181,47 @@ class Orchestrator:
             origin = self.grants.exec_session_origin(request.session_id)
             if origin is not None:
                 cached = ApprovalResult(
-                    outcome=ApprovalOutcome.APPROVED, approver=f"exec-session:{origin}",
+                    outcome=ApprovalOutcome.APPROVED,
+                    approver=f"exec-session:{origin}",
                     reason="input to an approved exec session",
                 )
         elif self.grants.has_key(session, key):
             cached = ApprovalResult(
-                outcome=ApprovalOutcome.APPROVED_FOR_SESSION, approver="session-cache",
+                outcome=ApprovalOutcome.APPROVED_FOR_SESSION,
+                approver="session-cache",
                 reason=f"approved earlier in session {session}",
             )
         if cached is not None:
             await self._record(
-                EventType.APPROVAL_DECIDED, execution_id, gate, durable=True, decision=cached.outcome.value,
-                approver=cached.approver, reason=cached.reason, data={"approval_key": key, "cached": True},
+                EventType.APPROVAL_DECIDED,
+                execution_id,
+                gate,
+                durable=True,
+                decision=cached.outcome.value,
+                approver=cached.approver,
+                reason=cached.reason,
+                data={"approval_key": key, "cached": True},
             )
             return cached
 
         if self.approvals is None:
             raise await self._refuse(
-                execution_id, gate,
-                NoApprovalProvider(
-                    f"approval needed ({gate.decision.reason}) but no approval provider is configured"
-                ),
+                execution_id,
+                gate,
+                NoApprovalProvider(f"approval needed ({gate.decision.reason}) but no approval provider is configured"),
             )
         timeout_s = self.gate.policy.current().config.approval_timeout_s
         ask = ApprovalRequest(
-            execution_id=execution_id, approval_key=key, sanitized=gate.sanitized,
-            policy_reason=gate.decision.reason, timeout_s=timeout_s,
+            execution_id=execution_id,
+            approval_key=key,
+            sanitized=gate.sanitized,
+            policy_reason=gate.decision.reason,
+            timeout_s=timeout_s,
         )
         await self._record(
-            EventType.APPROVAL_REQUESTED, execution_id, gate,
+            EventType.APPROVAL_REQUESTED,
+            execution_id,
+            gate,
             data={"approval_key": key, "provider": self.approvals.name, "timeout_s": timeout_s},
         )
         try:
@@ -190,8 +229,14 @@ class Orchestrator:
         except OrchestratorError as err:
             raise await self._refuse(execution_id, gate, err) from None
         await self._record(
-            EventType.APPROVAL_DECIDED, execution_id, gate, durable=True, decision=result.outcome.value,
-            approver=result.approver, reason=result.reason, data={"approval_key": key, "cached": False},
+            EventType.APPROVAL_DECIDED,
+            execution_id,
+            gate,
+            durable=True,
+            decision=result.outcome.value,
+            approver=result.approver,
+            reason=result.reason,
+            data={"approval_key": key, "cached": False},
         )
         if not result.outcome.grants:
             refusal = _REFUSALS[result.outcome]
@@ -202,4 +247,3 @@ class Orchestrator:
 
     async def aclose(self) -> None:
         await self.evidence.close()
-

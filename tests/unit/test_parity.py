@@ -50,7 +50,8 @@ def aliases(argv: list[str]) -> list[dict[str, Any]]:
 
 def outcome(raw: dict[str, Any]) -> tuple[Any, ...]:
     d = GATE.evaluate(parse_request(raw)).decision
-    return (d.decision, d.reason, d.matched_rule, d.risk, d.intent)
+    intent = d.intent.model_dump_json() if d.intent is not None else None
+    return (d.decision, d.reason, d.matched_rule, d.risk.model_dump_json(), intent)
 
 
 programs = st.sampled_from(

@@ -173,7 +173,9 @@ def test_policy_reloads_on_change_and_keeps_last_good_on_error(tmp_path: Path) -
     path.write_text("safety:\n  allowlist: [ls, pwd\n")
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 2_000_000))
     assert gate.evaluate(req).decision.decision == "allow"  # last good policy
-    assert source.last_error is not None and "policy.yaml:2" in source.last_error.message
+    assert source.last_error is not None
+    assert "policy.yaml:3: invalid YAML" in source.last_error.message
+    assert "flow sequence at line 2" in source.last_error.message
 
 
 @pytest.mark.parametrize(
@@ -181,12 +183,12 @@ def test_policy_reloads_on_change_and_keeps_last_good_on_error(tmp_path: Path) -
     [
         ("safety:\n  mode: sometimes\n", ["policy.yaml:2", "safety.mode"]),
         ("safety:\n  rules:\n    - name: a\n      action: allow\n    - name: b\n      action: maybe\n",
-         ["policy.yaml:5", "safety.rules.1.action"]),
+         ["policy.yaml:6", "safety.rules.1.action"]),
         ("safety:\n  rules:\n    - action: deny\n      tool: [shel]\n", ["policy.yaml:4", "safety.rules.0.tool"]),
         ("safety:\n  rules:\n    - action: deny\n      colour: red\n", ["policy.yaml:4", "safety.rules.0.colour"]),
         ("safety:\n  allowlist: ['ls \"unclosed']\n", ["policy.yaml:2", "safety"]),
         ("safety:\n  mode: ask\n  mode: deny\n", ["policy.yaml:3", "duplicate key 'mode'"]),
-        ("safety: [1, 2\n", ["policy.yaml:2", "invalid YAML"]),
+        ("safety: [1, 2\n", ["policy.yaml:2", "invalid YAML", "at line 1"]),
         ("- just\n- a list\n", ["policy.yaml:1", "mapping"]),
         ("safety:\n  approval_timeout_s: -1\n", ["policy.yaml:2", "safety.approval_timeout_s"]),
     ],
@@ -231,7 +233,7 @@ def test_indexed_rules_match_linear_first_match() -> None:
         sanitized, analysis = sanitize(parse_request({"tool": "shell_command", "command": command}))
         got = policy.decide(sanitized, analysis, profile="p")
         expected = None
-        for index, rule in enumerate(policy._rules_in_order(), start=1):  # noqa: SLF001 - reference scan
+        for index, rule in enumerate(policy._rules_in_order(), start=1):
             grants = rule.rule.action == "allow"
             if rule.matcher.matches(sanitized, analysis, profile="p", every_command=grants):
                 expected = f"rule:{index}:{rule.rule.name}"

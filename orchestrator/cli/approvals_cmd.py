@@ -1,0 +1,102 @@
+"""sandboxctl approvals: answer the store-backed approval queue from a shell."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from orchestrator.cli.output import emit_json
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("approvals", help="list and decide pending approvals (provider: queue)")
+    inner = p.add_subparsers(dest="approvals_command", metavar="ACTION")
+    inner.required = True
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--db", metavar="PATH", help="approval store (default: <state dir>/approvals.db)")
+        q.add_argument("--config", metavar="FILE", help="take approvals.queue_path from this config")
+        q.add_argument("--json", action="store_true")
+
+    listing = inner.add_parser("list", help="pending asks, oldest first")
+    common(listing)
+    listing.set_defaults(handler=_list)
+    for action, help_text in (
+        ("approve", "approve one ask"),
+        ("deny", "deny one ask"),
+        ("abort", "abort: deny and tell the agent to stop"),
+    ):
+        q = inner.add_parser(action, help=help_text)
+        common(q)
+        q.add_argument("id", help="the execution id shown by `approvals list`")
+        q.add_argument("--reason", default="", help="recorded with the decision")
+        if action == "approve":
+            q.add_argument("--session", action="store_true", help="approve for the rest of the agent session")
+        q.set_defaults(handler=_decide, action=action)
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from pathlib import Path
+
+    from orchestrator.approvals.queue import ApprovalStore
+    from orchestrator.service.config import load_config
+    from orchestrator.service.factory import state_dir
+
+    if args.db:
+        return ApprovalStore(Path(args.db))
+    config = load_config(Path(args.config) if args.config else None)
+    path = config.approvals.queue_path
+    return ApprovalStore(Path(path) if path else state_dir() / "approvals.db")
+
+
+def _list(args: argparse.Namespace) -> int:
+    import time
+
+    pending = _store(args).pending()
+    if args.json:
+        emit_json([{**p.__dict__, "expires_in_s": round(p.deadline - time.time(), 1)} for p in pending])
+        return 0
+    if not pending:
+        print("no pending approvals")
+    for p in pending:
+        s = p.sanitized
+        what = s.get("command") or " ".join(s.get("argv") or []) or s.get("path") or s.get("tool")
+        risk = s.get("risk", {})
+        print(f"{p.id}  {p.subject}@{p.tenant}  {s.get('tool')}: {what}")
+        print(
+            f"    risk {risk.get('risk_level')} ({risk.get('reason')}); asked because: {p.policy_reason};"
+            f" expires in {p.deadline - time.time():.0f}s"
+        )
+    return 0
+
+
+def _decide(args: argparse.Namespace) -> int:
+    import getpass
+
+    from orchestrator.domain.decisions import ApprovalOutcome
+
+    outcome = {
+        "approve": ApprovalOutcome.APPROVED_FOR_SESSION
+        if getattr(args, "session", False)
+        else ApprovalOutcome.APPROVED,
+        "deny": ApprovalOutcome.DENIED,
+        "abort": ApprovalOutcome.ABORT,
+    }[args.action]
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    if not _store(args).decide(args.id, outcome, f"queue:{user}", args.reason):
+        from orchestrator.cli.output import fail
+
+        return fail(
+            "INPUT.INVALID",
+            f"no pending approval {args.id!r} (unknown, decided or expired)",
+            2,
+            json_out=args.json,
+        )
+    if args.json:
+        emit_json({"id": args.id, "outcome": outcome.value})
+    else:
+        print(f"{args.id}: {outcome.value}")
+    return 0

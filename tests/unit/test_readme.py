@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from orchestrator.domain.errors import all_error_types
+
+README = (Path(__file__).parents[2] / "README.md").read_text()
+
+
+def test_every_error_code_is_in_the_readme_table() -> None:
+    table = set(re.findall(r"^\| `([A-Z_]+(?:\.[A-Z_]+)?)` \|", README, flags=re.M))
+    codes = {cls.code for cls in all_error_types()}
+    assert codes <= table, codes - table
+
+
+def test_codes_are_unique_per_class() -> None:
+    by_code: dict[str, list[str]] = {}
+    for cls in all_error_types():
+        by_code.setdefault(cls.code, []).append(cls.__name__)
+    duplicated = {c: names for c, names in by_code.items() if len(names) > 1 and c != "INTERNAL"}
+    assert not duplicated
