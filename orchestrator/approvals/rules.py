@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
-from orchestrator.gate.matching import MatchConditions, Matcher
+from orchestrator.gate.matching import MatchConditions, Matcher, RequestFacts
 from orchestrator.gate.sanitize import analysis_of_sanitized
 from orchestrator.yamlfile import load_model_file
 
@@ -46,11 +46,10 @@ class RuleApprover:
 
     def evaluate(self, request: ApprovalRequest) -> ApprovalResult:
         sanitized = request.sanitized
-        analysis = analysis_of_sanitized(sanitized)
-        profile = sanitized.profile or self._default_profile
+        facts = RequestFacts(sanitized, analysis_of_sanitized(sanitized), sanitized.profile or self._default_profile)
         for rule, matcher in self._compiled:
             grants = rule.outcome in ("approved", "approved_for_session")
-            if matcher.matches(sanitized, analysis, profile=profile, every_command=grants):
+            if matcher.matches(facts, every_command=grants):
                 return ApprovalResult(
                     outcome=ApprovalOutcome(rule.outcome),
                     approver=f"rule:{rule.name}",

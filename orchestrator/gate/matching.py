@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.domain.requests import ALL_TOOLS, EXEC_TOOLS
 from orchestrator.domain.sanitized import RiskLevel, RiskLevelName, SanitizedRequest
-from orchestrator.gate.commands import CommandPattern, program_name
+from orchestrator.gate.commands import CommandPattern, ParsedCommand, parse_command
 from orchestrator.gate.intent import ShellAnalysis
 
 WILDCARD = "*"
@@ -89,84 +90,103 @@ def _glob_program(glob: str) -> str:
     return WILDCARD
 
 
+class RequestFacts:
+    """What rules look at, computed once per decision (commands parsed once, not once per rule)."""
+
+    __slots__ = ("_joined", "commands", "is_complex", "parsed", "paths", "profile", "risk", "sanitized", "tool")
+
+    def __init__(self, sanitized: SanitizedRequest, analysis: ShellAnalysis | None, profile: str) -> None:
+        self.sanitized = sanitized
+        self.tool = sanitized.tool
+        self.profile = profile
+        self.risk = RiskLevel.parse(sanitized.risk.risk_level)
+        self.is_complex: bool | None = analysis.is_complex if analysis is not None else None
+        self.commands: tuple[tuple[str, ...], ...] = analysis.commands if analysis is not None else ()
+        self.parsed: tuple[ParsedCommand, ...] = tuple(parse_command(words) for words in self.commands)
+        self.paths = request_paths(sanitized)
+        self._joined: tuple[str, ...] | None = None
+
+    def joined(self) -> tuple[str, ...]:
+        """Each command as the shell would quote it, argv[0] as its basename (for argv_glob)."""
+        if self._joined is None:
+            self._joined = tuple(
+                shlex.join([p.program, *words[1:]]) for p, words in zip(self.parsed, self.commands, strict=True)
+            )
+        return self._joined
+
+    def index_keys(self) -> frozenset[tuple[str, str | None]]:
+        """(program, None) and (program, first positional) for every command: the rule index keys."""
+        keys: set[tuple[str, str | None]] = set()
+        for p in self.parsed:
+            keys.add((p.program, None))
+            if p.positionals:
+                keys.add((p.program, p.positionals[0]))
+        return frozenset(keys)
+
+
 @dataclass(frozen=True, slots=True)
 class Matcher:
     conditions: MatchConditions
     tools: frozenset[str] | None
     pattern: CommandPattern | None
+    glob: re.Pattern[str] | None
     risk_levels: frozenset[str] | None
     risk_min: RiskLevel | None
     risk_max: RiskLevel | None
-    program_key: str  # the one program name it can match, or WILDCARD (for indexing)
+    index_key: tuple[str, str | None] | None  # (program, first positional or None); None: any command
 
     @classmethod
     def compile(cls, cond: MatchConditions) -> Matcher:
         pattern = CommandPattern.parse(cond.argv_prefix) if cond.argv_prefix is not None else None
-        key = WILDCARD
-        if pattern is not None:
-            key = pattern.program
-        elif cond.argv_glob is not None:
-            key = _glob_program(cond.argv_glob)
-        if any(ch in key for ch in "*?["):
-            key = WILDCARD
+        key: tuple[str, str | None] | None = None
+        if pattern is not None and pattern.program != WILDCARD:
+            key = (pattern.program, pattern.positionals[0] if pattern.positionals else None)
+        elif pattern is None and cond.argv_glob is not None:
+            program = _glob_program(cond.argv_glob)
+            key = None if program == WILDCARD else (program, None)
         return cls(
             conditions=cond,
             tools=expand_tools(cond.tool) if cond.tool is not None else None,
             pattern=pattern,
+            glob=re.compile(fnmatch.translate(cond.argv_glob)) if cond.argv_glob is not None else None,
             risk_levels=frozenset(cond.risk) if cond.risk is not None else None,
             risk_min=RiskLevel.parse(cond.risk_at_least) if cond.risk_at_least is not None else None,
             risk_max=RiskLevel.parse(cond.risk_at_most) if cond.risk_at_most is not None else None,
-            program_key=key,
+            index_key=key,
         )
 
-    def command_matches(self, words: Sequence[str]) -> bool:
-        if self.pattern is not None and not self.pattern.matches(words):
+    def _command_matches(self, facts: RequestFacts, i: int) -> bool:
+        if self.pattern is not None and not self.pattern.matches_parsed(facts.parsed[i]):
             return False
-        if self.conditions.argv_glob is not None:
-            normalized = [program_name(words), *words[1:]]
-            if not fnmatch.fnmatchcase(shlex.join(normalized), self.conditions.argv_glob):
-                return False
-        return True
+        return self.glob is None or self.glob.match(facts.joined()[i]) is not None
 
-    def matches(
-        self,
-        sanitized: SanitizedRequest,
-        analysis: ShellAnalysis | None,
-        *,
-        profile: str,
-        every_command: bool,
-    ) -> bool:
+    def matches(self, facts: RequestFacts, *, every_command: bool) -> bool:
         """``every_command``: all commands of a compound string must match (for grants); otherwise
         one is enough (for refusals)."""
         cond = self.conditions
-        if self.tools is not None and sanitized.tool not in self.tools:
+        if self.tools is not None and facts.tool not in self.tools:
             return False
-        if cond.profile is not None and profile not in cond.profile:
+        if cond.profile is not None and facts.profile not in cond.profile:
             return False
-        if cond.tenant is not None and sanitized.context.tenant not in cond.tenant:
+        context = facts.sanitized.context
+        if cond.tenant is not None and context.tenant not in cond.tenant:
             return False
-        if cond.subject is not None and not any(
-            fnmatch.fnmatchcase(sanitized.context.subject, glob) for glob in cond.subject
-        ):
+        if cond.subject is not None and not any(fnmatch.fnmatchcase(context.subject, g) for g in cond.subject):
             return False
-        if self.risk_levels is not None and sanitized.risk.risk_level not in self.risk_levels:
+        if self.risk_levels is not None and facts.risk.label not in self.risk_levels:
             return False
-        if self.risk_min is not None or self.risk_max is not None:
-            level = RiskLevel.parse(sanitized.risk.risk_level)
-            if self.risk_min is not None and level < self.risk_min:
+        if self.risk_min is not None and facts.risk < self.risk_min:
+            return False
+        if self.risk_max is not None and facts.risk > self.risk_max:
+            return False
+        if cond.complex is not None and facts.is_complex != cond.complex:
+            return False
+        if cond.paths is not None and not any(fnmatch.fnmatchcase(p, glob) for p in facts.paths for glob in cond.paths):
+            return False
+        if self.pattern is not None or self.glob is not None:
+            if not facts.commands:
                 return False
-            if self.risk_max is not None and level > self.risk_max:
-                return False
-        if cond.complex is not None and (analysis is None or analysis.is_complex != cond.complex):
-            return False
-        if cond.paths is not None:
-            paths = request_paths(sanitized)
-            if not any(fnmatch.fnmatchcase(p, glob) for p in paths for glob in cond.paths):
-                return False
-        if self.pattern is not None or cond.argv_glob is not None:
-            if analysis is None or not analysis.commands:
-                return False
-            hits = (self.command_matches(words) for words in analysis.commands)
+            hits = (self._command_matches(facts, i) for i in range(len(facts.commands)))
             return all(hits) if every_command else any(hits)
         return True
 

@@ -17,10 +17,10 @@ from orchestrator.domain.canonical import canonical_sha256
 from orchestrator.domain.decisions import Decision, Mode, PolicyDecision
 from orchestrator.domain.errors import ConfigInvalid
 from orchestrator.domain.sanitized import RiskLevel, SanitizedRequest
-from orchestrator.gate.commands import CommandPattern, program_name
+from orchestrator.gate.commands import CommandPattern, ParsedCommand
 from orchestrator.gate.config import PolicyRule, SafetyConfig, default_safety_config, load_safety_config
 from orchestrator.gate.intent import ShellAnalysis
-from orchestrator.gate.matching import WILDCARD, Matcher
+from orchestrator.gate.matching import WILDCARD, Matcher, RequestFacts
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +35,28 @@ class _CompiledRule:
     matcher: Matcher
 
 
+class _PatternIndex:
+    """Command patterns by program name (glob programs apart), keeping list order for reporting."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self._by_program: dict[str, list[tuple[int, CommandPattern]]] = {}
+        self._globs: list[tuple[int, CommandPattern]] = []
+        for i, text in enumerate(texts):
+            pattern = CommandPattern.parse(text)
+            if pattern.program == WILDCARD:
+                self._globs.append((i, pattern))
+            else:
+                self._by_program.setdefault(pattern.program, []).append((i, pattern))
+
+    def first_match(self, parsed: ParsedCommand) -> CommandPattern | None:
+        found = [(i, p) for i, p in self._by_program.get(parsed.program, ()) if p.matches_parsed(parsed)]
+        found += [(i, p) for i, p in self._globs if p.matches_parsed(parsed)]
+        return min(found, key=lambda item: item[0])[1] if found else None
+
+
 class Policy:
-    """A compiled SafetyConfig. Rules are indexed by program name so that a request only visits the
-    rules that could match it, in their original order (first match wins is preserved)."""
+    """A compiled SafetyConfig. Rules are indexed by tool, program and first positional so that a
+    request only visits the rules that could match it, in their original order (first match wins)."""
 
     def __init__(self, config: SafetyConfig, source: str = "<built-in default>") -> None:
         self.config = config
@@ -45,35 +64,37 @@ class Policy:
         self.version_hash = canonical_sha256(
             {"engine": POLICY_ENGINE_VERSION, "safety": config.model_dump(mode="json")}
         )
-        self._deny = [CommandPattern.parse(text) for text in config.denylist]
-        self._allow = [CommandPattern.parse(text) for text in config.allowlist]
+        self._deny = _PatternIndex(config.denylist)
+        self._allow = _PatternIndex(config.allowlist)
         self._allow_max = RiskLevel.parse(config.allowlist_max_risk)
-        rules = [
+        self._ordered = [
             _CompiledRule(i, f"rule:{i}" + (f":{rule.name}" if rule.name else ""), rule, Matcher.compile(rule))
             for i, rule in enumerate(config.rules, start=1)
         ]
-        self._by_program: dict[str, list[_CompiledRule]] = {}
-        self._wild: list[_CompiledRule] = []
-        for compiled in rules:
-            if compiled.matcher.program_key == WILDCARD:
-                self._wild.append(compiled)
+        self._keyed: dict[tuple[str, str | None], list[_CompiledRule]] = {}
+        self._any_command: list[_CompiledRule] = []
+        for compiled in self._ordered:
+            key = compiled.matcher.index_key
+            if key is None:
+                self._any_command.append(compiled)
             else:
-                self._by_program.setdefault(compiled.matcher.program_key, []).append(compiled)
-        self._merged: dict[frozenset[str], list[_CompiledRule]] = {}
-        self._ordered = rules
+                self._keyed.setdefault(key, []).append(compiled)
+        self._merged: dict[tuple[str, frozenset[tuple[str, str | None]]], list[_CompiledRule]] = {}
 
     def _rules_in_order(self) -> list[_CompiledRule]:
         return list(self._ordered)
 
-    def _candidates(self, programs: frozenset[str]) -> list[_CompiledRule]:
-        merged = self._merged.get(programs)
+    def _candidates(self, tool: str, keys: frozenset[tuple[str, str | None]]) -> list[_CompiledRule]:
+        cache_key = (tool, keys)
+        merged = self._merged.get(cache_key)
         if merged is None:
-            pool = list(self._wild)
-            for name in programs:
-                pool.extend(self._by_program.get(name, ()))
+            pool = [r for r in self._any_command if r.matcher.tools is None or tool in r.matcher.tools]
+            for key in keys:
+                pool.extend(r for r in self._keyed.get(key, ()) if r.matcher.tools is None or tool in r.matcher.tools)
             merged = sorted(pool, key=lambda r: r.index)
-            if len(self._merged) < 4096:
-                self._merged[programs] = merged
+            if len(self._merged) >= 4096:
+                self._merged.clear()  # bounded: arguments vary without end
+            self._merged[cache_key] = merged
         return merged
 
     def _decision(
@@ -89,17 +110,17 @@ class Policy:
         )
 
     def decide(self, sanitized: SanitizedRequest, analysis: ShellAnalysis | None, *, profile: str) -> PolicyDecision:
-        commands = analysis.commands if analysis is not None else ()
+        facts = RequestFacts(sanitized, analysis, profile)
 
-        for pattern in self._deny:
-            for words in commands:
-                if pattern.matches(words):
-                    return self._decision(
-                        Decision.DENY,
-                        f"denylisted: {pattern.text!r} matches {shlex.join(words)!r}",
-                        f"denylist:{pattern.text}",
-                        sanitized,
-                    )
+        for words, parsed in zip(facts.commands, facts.parsed, strict=True):
+            denied = self._deny.first_match(parsed)
+            if denied is not None:
+                return self._decision(
+                    Decision.DENY,
+                    f"denylisted: {denied.text!r} matches {shlex.join(words)!r}",
+                    f"denylist:{denied.text}",
+                    sanitized,
+                )
 
         if self.config.mode is Mode.DENY:
             return self._decision(Decision.DENY, "policy mode is deny", "mode:deny", sanitized)
@@ -112,10 +133,9 @@ class Policy:
         ]
         complex_reason = analysis.reason if analysis is not None and analysis.is_complex else None
 
-        programs = frozenset(program_name(words) for words in commands)
-        for rule in self._candidates(programs):
+        for rule in self._candidates(facts.tool, facts.index_keys()):
             grants = rule.rule.action is Decision.ALLOW
-            if not rule.matcher.matches(sanitized, analysis, profile=profile, every_command=grants):
+            if not rule.matcher.matches(facts, every_command=grants):
                 continue
             why = rule.rule.reason or f"matched {rule.label}"
             if grants:
@@ -128,34 +148,26 @@ class Policy:
                     )
                 if asked:
                     return self._decision(
-                        Decision.ASK,
-                        f"{why}; but escalation asked: {', '.join(asked)}",
-                        rule.label,
-                        sanitized,
+                        Decision.ASK, f"{why}; but escalation asked: {', '.join(asked)}", rule.label, sanitized
                     )
             return self._decision(rule.rule.action, why, rule.label, sanitized)
 
         if asked:
             return self._decision(Decision.ASK, f"escalation asked: {', '.join(asked)}", "escalation", sanitized)
 
-        if complex_reason is None and len(commands) == 1:
-            words = commands[0]
-            for pattern in self._allow:
-                if pattern.matches(words):
-                    if RiskLevel.parse(sanitized.risk.risk_level) > self._allow_max:
-                        return self._decision(
-                            Decision.ASK,
-                            f"allowlisted {pattern.text!r} but risk is {sanitized.risk.risk_level}: "
-                            f"{sanitized.risk.reason}",
-                            f"allowlist:{pattern.text}",
-                            sanitized,
-                        )
+        if complex_reason is None and len(facts.parsed) == 1:
+            allowed = self._allow.first_match(facts.parsed[0])
+            if allowed is not None:
+                label = f"allowlist:{allowed.text}"
+                if facts.risk > self._allow_max:
                     return self._decision(
-                        Decision.ALLOW,
-                        f"allowlisted: {pattern.text!r}",
-                        f"allowlist:{pattern.text}",
+                        Decision.ASK,
+                        f"allowlisted {allowed.text!r} but risk is {sanitized.risk.risk_level}: "
+                        f"{sanitized.risk.reason}",
+                        label,
                         sanitized,
                     )
+                return self._decision(Decision.ALLOW, f"allowlisted: {allowed.text!r}", label, sanitized)
 
         if self.config.mode is Mode.ALLOW:
             return self._decision(Decision.ALLOW, "policy mode is allow", "mode:allow", sanitized)

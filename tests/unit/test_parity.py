@@ -57,9 +57,7 @@ def outcome(raw: dict[str, Any]) -> tuple[Any, ...]:
 programs = st.sampled_from(
     ["ls", "cat", "git", "rm", "sudo", "pytest", "chmod", "echo", "/bin/ls", "python3", "curl", "bash", "env"]
 )
-words = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=12
-)
+words = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=12)
 flags = st.sampled_from(["-rf", "-fr", "-r", "-f", "--force", "-la", "777", "status", "push", "-c", "--", "x y"])
 
 

@@ -11,6 +11,7 @@ from orchestrator.domain.errors import ConfigInvalid
 from orchestrator.domain.requests import parse_request
 from orchestrator.gate.config import SafetyConfig, default_safety_config, load_safety_config
 from orchestrator.gate.gate import Gate
+from orchestrator.gate.matching import RequestFacts
 from orchestrator.gate.policy import Policy, PolicySource
 from orchestrator.gate.sanitize import sanitize
 
@@ -182,8 +183,10 @@ def test_policy_reloads_on_change_and_keeps_last_good_on_error(tmp_path: Path) -
     ("text", "expect"),
     [
         ("safety:\n  mode: sometimes\n", ["policy.yaml:2", "safety.mode"]),
-        ("safety:\n  rules:\n    - name: a\n      action: allow\n    - name: b\n      action: maybe\n",
-         ["policy.yaml:6", "safety.rules.1.action"]),
+        (
+            "safety:\n  rules:\n    - name: a\n      action: allow\n    - name: b\n      action: maybe\n",
+            ["policy.yaml:6", "safety.rules.1.action"],
+        ),
         ("safety:\n  rules:\n    - action: deny\n      tool: [shel]\n", ["policy.yaml:4", "safety.rules.0.tool"]),
         ("safety:\n  rules:\n    - action: deny\n      colour: red\n", ["policy.yaml:4", "safety.rules.0.colour"]),
         ("safety:\n  allowlist: ['ls \"unclosed']\n", ["policy.yaml:2", "safety"]),
@@ -229,17 +232,27 @@ def test_indexed_rules_match_linear_first_match() -> None:
     policy = Policy(config)
     commands = [f"{p} sub{j} x{k}" for p in programs for j in range(7) for k in range(3)]
     commands += [f"{p} a | {q} b" for p in programs for q in programs]
-    for command in commands:
-        sanitized, analysis = sanitize(parse_request({"tool": "shell_command", "command": command}))
+    raws: list[dict[str, Any]] = [{"tool": "shell_command", "command": c} for c in commands]
+    raws += [{"tool": "file_write", "path": f"src/{n}.env", "content": "x"} for n in range(3)]
+    raws += [{"tool": "shell_exec", "argv": ["cat", "/root/.ssh/id_rsa"]}]
+    matched = 0
+    for raw in raws:
+        sanitized, analysis = sanitize(parse_request(raw))
         got = policy.decide(sanitized, analysis, profile="p")
+        # reference: a plain linear scan over every rule, no index
+        facts = RequestFacts(sanitized, analysis, "p")
         expected = None
         for index, rule in enumerate(policy._rules_in_order(), start=1):
             grants = rule.rule.action == "allow"
-            if rule.matcher.matches(sanitized, analysis, profile="p", every_command=grants):
+            if rule.matcher.matches(facts, every_command=grants):
                 expected = f"rule:{index}:{rule.rule.name}"
                 break
         if expected is not None:
-            assert got.matched_rule == expected, command
+            matched += 1
+            assert got.matched_rule == expected, raw
+        else:
+            assert not (got.matched_rule or "").startswith("rule:"), raw
+    assert matched > len(raws) // 2  # the comparison exercised the index, not just misses
 
 
 def test_default_config_is_documented_and_valid() -> None:
