@@ -69,7 +69,7 @@ from tree_sitter import Language, Node, Parser
 
 from orchestrator.domain.sanitized import Intent
 
-__all__ = ["MAX_WRAPPER_DEPTH", "ShellAnalysis", "analyze_argv", "analyze_shell"]
+__all__ = ["MAX_WRAPPER_DEPTH", "WRAPPER_NAMES", "ShellAnalysis", "analyze_argv", "analyze_shell"]
 
 MAX_WRAPPER_DEPTH = 8
 """How many wrappers deep inner commands are still unwrapped."""
@@ -131,8 +131,10 @@ class _State:
         "pipes",
         "reasons",
         "redirects",
+        "reserved",
         "self_spawning",
         "src",
+        "unmask",
         "wrap_level",
         "wraps",
     )
@@ -143,6 +145,8 @@ class _State:
         self.redirects: list[tuple[str, str]] = []
         self.flows: list[tuple[int, int]] = []
         self.wraps: list[tuple[int, int]] = []
+        self.unmask: dict[str, str] = {}
+        self.reserved = ""
         self.self_spawning: list[str] = []
         self.parse_ok = True
         self.src = b""
@@ -155,6 +159,8 @@ class _State:
         return len(self.commands) - 1
 
     def result(self) -> ShellAnalysis:
+        if self.unmask:
+            self._restore()
         commands = tuple(self.commands)
         reasons = self.reasons
         if not reasons and len(commands) != 1:
@@ -170,6 +176,55 @@ class _State:
             wraps=tuple(self.wraps) if self.wraps else (),
             self_spawning=tuple(dict.fromkeys(self.self_spawning)) if self.self_spawning else (),
         )
+
+    def _restore(self) -> None:
+        """Put back the characters ``_mask`` replaced."""
+        table = str.maketrans(self.unmask)
+        self.commands = [tuple(w.translate(table) for w in words) for words in self.commands]
+        self.redirects = [(op, target.translate(table)) for op, target in self.redirects]
+        self.self_spawning = [name.translate(table) for name in self.self_spawning]
+
+
+# --------------------------------------------------------------------------------------------
+# tree-sitter-bash crash guard
+#
+# tree-sitter-bash 0.25 reads out of bounds (SIGSEGV on Linux) on '{' followed by a 4-byte UTF-8
+# character (tree-sitter/tree-sitter-bash#337, open). Before parsing, every character outside the
+# BMP is replaced by a distinct BMP private-use (then CJK) character absent from the input; the
+# grammar treats both as word characters, and the originals are put back in every word.
+
+_SUPPLEMENTARY = re.compile("[\U00010000-\U0010ffff]")
+_PLACEHOLDERS = (range(0xE000, 0xF900), range(0x4E00, 0xA000))
+
+
+class _Unparseable(Exception):
+    """More distinct non-BMP characters than placeholders."""
+
+
+def _mask(command: str, st: _State) -> str:
+    taken = set(st.unmask)
+    table: dict[int, str] = {}
+    reverse = {original: placeholder for placeholder, original in st.unmask.items()}
+    candidates = (chr(cp) for block in _PLACEHOLDERS for cp in block)
+    for ch in dict.fromkeys(_SUPPLEMENTARY.findall(command)):
+        placeholder = reverse.get(ch)
+        if placeholder is None:
+            for candidate in candidates:
+                if candidate not in taken and candidate not in command and candidate not in st.reserved:
+                    placeholder = candidate
+                    break
+            else:
+                raise _Unparseable
+            taken.add(placeholder)
+            st.unmask[placeholder] = ch
+        table[ord(ch)] = placeholder
+    return command.translate(table)
+
+
+def _position(data: bytes, row: int, col: int) -> str:
+    """1-based line:column (in characters) of a tree-sitter point (column in bytes)."""
+    line = data.split(b"\n")[row] if row else data
+    return f"{row + 1}:{len(line[:col].decode('utf-8', 'replace')) + 1}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -220,6 +275,8 @@ def _ansi_match(m: re.Match[str]) -> str:
         return "\\" + esc
     if head in "xuU":
         code = int(esc[1:], 16)
+        if 0xD800 <= code <= 0xDFFF:
+            return "\ufffd"
         return chr(code) if code <= 0x10FFFF else "\\" + esc
     if head == "c":
         return chr(ord(esc[1]) & 0x1F)
@@ -601,18 +658,21 @@ def _command(node: Node, st: _State, depth: int) -> list[int]:
         return subs.into + subs.out_of
     command = tuple(words)
     st.commands[index] = command
-    st.flows.extend((s, index) for s in subs.into)
-    st.flows.extend((index, s) for s in subs.out_of)
     out = [index]
-    out += _unwrap(index, command, tuple(dynamic), st, depth)
-    return [*out, *subs.into, *subs.out_of]
+    if command[0] in _WRAPPER_BASENAMES or "/" in command[0]:
+        out += _unwrap(index, command, tuple(dynamic), st, depth)
+    if subs.into or subs.out_of:
+        st.flows.extend((s, index) for s in subs.into)
+        st.flows.extend((index, s) for s in subs.out_of)
+        out += subs.into
+        out += subs.out_of
+    return out
 
 
 def _skipped(node: Node, st: _State) -> None:
     """The grammar skipped text before ``node`` without an ERROR node: as unreliable as one."""
     st.parse_ok = False
-    row, col = node.start_point
-    st.reasons[f"parse error at {row + 1}:{col + 1}"] = None
+    st.reasons[f"parse error at {_position(st.src, *node.start_point)}"] = None
 
 
 _DECLARATION_KEYWORDS = frozenset({"export", "declare", "local", "readonly", "typeset", "unset", "unsetenv"})
@@ -643,17 +703,15 @@ _HANDLERS: dict[str, Callable[[Node, _State, int], list[int]]] = {
 # parsing entry points
 
 
-def _error_position(root: Node) -> str:
+def _error_position(root: Node, data: bytes) -> str:
     stack = [root]
     while stack:
         node = stack.pop()
         if node.type == "ERROR" or node.is_missing:
-            row, col = node.start_point
-            return f"{row + 1}:{col + 1}"
+            return _position(data, *node.start_point)
         if node.has_error:
             stack.extend(reversed(node.children))
-    row, col = root.end_point
-    return f"{row + 1}:{col + 1}"
+    return _position(data, *root.end_point)
 
 
 _PLAIN = re.compile(r"""[ \t]*(?:(?:[\w@%+=:,./-]|'[^']*'|"[^"$`\\]*")+(?:[ \t]+|$))*""", re.ASCII)
@@ -684,7 +742,7 @@ def _bad_assignment(root: Node) -> bool:
     for child in root.children:
         if not child.is_named or child.type == "comment":
             continue
-        if child.type == "command" or child.type == "variable_assignments":
+        if child.type in ("command", "variable_assignments"):
             nodes = [c for c in child.children if c.type == "variable_assignment"]
         elif child.type == "variable_assignment":
             nodes = [child]
@@ -699,6 +757,13 @@ def _bad_assignment(root: Node) -> bool:
 
 
 def _parse_into(command: str, st: _State, depth: int, context: str | None) -> list[int]:
+    if _SUPPLEMENTARY.search(command) is not None:
+        try:
+            command = _mask(command, st)
+        except _Unparseable:
+            st.parse_ok = False
+            st.reasons["too many distinct characters outside the BMP: cannot be analyzed"] = None
+            return []
     data = command.encode("utf-8", "surrogatepass")
     tree = _PARSER.parse(data)
     root = tree.root_node
@@ -711,7 +776,7 @@ def _parse_into(command: str, st: _State, depth: int, context: str | None) -> li
             return [index, *_unwrap(index, words, (False,) * len(words), st, depth)]
     if root.has_error or skipped:
         st.parse_ok = False
-        where = _error_position(root) if root.has_error else "1:1"
+        where = _error_position(root, data) if root.has_error else "1:1"
         suffix = f" in the command run by '{context}'" if context else ""
         st.reasons[f"parse error at {where}{suffix}"] = None
     saved = st.src
@@ -724,6 +789,7 @@ def _parse_into(command: str, st: _State, depth: int, context: str | None) -> li
 
 def _analyze_shell(command: str) -> ShellAnalysis:
     st = _State()
+    st.reserved = command
     _parse_into(command, st, 0, None)
     return st.result()
 
@@ -745,6 +811,7 @@ def analyze_argv(argv: Sequence[str]) -> ShellAnalysis:
     st = _State()
     if argv:
         words = tuple(argv)
+        st.reserved = "\x00".join(words)
         index = st.add(words)
         _unwrap(index, words, (False,) * len(words), st, 0)
     return st.result()
@@ -1305,6 +1372,7 @@ _WRAPPERS: dict[str, Callable[[str, tuple[str, ...], tuple[bool, ...]], _Unwrapp
 
 WRAPPER_NAMES: frozenset[str] = frozenset(_WRAPPERS)
 """Basenames of argv[0] that run another command."""
+_WRAPPER_BASENAMES = WRAPPER_NAMES
 
 
 def _basename(word: str) -> str:

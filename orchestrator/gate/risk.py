@@ -59,7 +59,9 @@ def combine(findings: Iterable[Finding]) -> Risk:
 # structure
 
 
-def _structural(reason: str) -> Finding:
+def _structural(reason: str) -> Finding | None:
+    if reason == "no command":
+        return None
     if reason.startswith("parse error"):
         return Finding(HIGH, f"command could not be parsed reliably ({reason})")
     if reason == "expansion in command word":
@@ -218,10 +220,11 @@ def _dd(prog: str, words: Sequence[str], out: list[Finding]) -> None:
     for word in words[1:]:
         if word.startswith("of="):
             target = word[3:]
+            system = _system_path(target)
             if _device(target):
                 out.append(Finding(CRITICAL, f"{prog} writes to device {target}"))
-            elif _system_path(target) is not None:
-                out.append(Finding(HIGH, f"{prog} writes into {_system_path(target)}"))
+            elif system is not None and system != "/dev":
+                out.append(Finding(HIGH, f"{prog} writes into {system}"))
 
 
 def _format(prog: str, words: Sequence[str], out: list[Finding]) -> None:
@@ -568,7 +571,10 @@ def _heredoc_code(analysis: ShellAnalysis, out: list[Finding], depth: int) -> No
 def _assess(analysis: ShellAnalysis, depth: int) -> list[Finding]:
     out: list[Finding] = []
     if analysis.is_complex:
-        out.extend(_structural(reason) for reason in analysis.reasons)
+        for reason in analysis.reasons:
+            finding = _structural(reason)
+            if finding is not None:
+                out.append(finding)
     for name in analysis.self_spawning:
         out.append(Finding(CRITICAL, f"fork bomb (function '{name}' spawns itself)"))
     credentials: dict[str, str] = {}

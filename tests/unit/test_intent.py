@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -373,7 +375,7 @@ def _shell_reads_as_command(program: str) -> bool:
     return program not in _RESERVED and not _ASSIGNMENT.match(program)
 
 
-text = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00", exclude_categories=("Cs",)))
+text = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00", exclude_categories=["Cs"]))
 programs = st.one_of(
     st.sampled_from(["ls", "git", "rm", "/bin/rm", "cat", "echo", "python3", "x-y", "a.b", "%", "[", "{"]),
     text.filter(lambda t: t != ""),
@@ -418,3 +420,34 @@ def test_analysis_is_immutable_and_cached_results_are_equal() -> None:
     assert analyze_shell("git status") == a
     long_command = "echo " + "x" * 10_000
     assert analyze_shell(long_command).commands[0][1] == "x" * 10_000
+
+
+def test_ansi_c_escapes_never_make_lone_surrogates() -> None:
+    assert analyze_shell("echo $'\\ud800\\U0001F600\\x41'").commands == (("echo", "\ufffd\U0001f600A"),)
+
+
+CRASHERS = [
+    "{\U00031860",
+    "{\U0010fffd",
+    "{\U000e0001",
+    "{\U000d48a2",
+    "\U000935e9w{\U000d48a2 -c {𪍒\U00094c21¿É\U0007b332¯ ;",
+    "echo {😀 ${x:-😀} '{😀'",
+]
+
+
+def test_inputs_that_crash_tree_sitter_bash_are_analyzed_safely() -> None:
+    """tree-sitter-bash 0.25 segfaults on '{' then a 4-byte UTF-8 character (upstream #337):
+    run in a child process so a regression fails this test instead of killing the run."""
+    code = (
+        "import sys\n"
+        "from orchestrator.gate.intent import analyze_shell\n"
+        "for s in sys.argv[1:]:\n"
+        "    a = analyze_shell(s)\n"
+        "    print(a.commands)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, *CRASHERS], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert analyze_shell("echo {😀 ${x:-😀} '{😀'").commands == (("echo", "{😀", "${x:-😀}", "{😀"),)
+    argv = ["bash", "-c", "echo {😀 | wc", "😀"]
+    assert analyze_argv(argv) == analyze_shell(shlex.join(argv))

@@ -75,7 +75,8 @@ def test_sanitized_shape_is_stable() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    secret=st.text(min_size=8, max_size=40).filter(lambda t: "\x00" not in t and t.strip() == t and len(set(t)) > 4),
+    # a marker prefix: a random short string could occur in the output by chance (e.g. "shell_co")
+    secret=st.text(min_size=4, max_size=40).filter(lambda t: "\x00" not in t).map(lambda t: "S3CR3T\u2063" + t),
     tool=st.sampled_from(["env", "stdin", "file", "patch"]),
 )
 def test_no_secret_value_ever_leaves_the_sanitizer(secret: str, tool: str) -> None:

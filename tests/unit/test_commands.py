@@ -1,0 +1,187 @@
+"""Command patterns: program basename, flags in any spelling, positional prefix, program globs."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.gate.commands import CommandPattern, parse_command, program_name
+
+
+def matches(pattern: str, command: str) -> bool:
+    return CommandPattern.parse(pattern).matches(shlex.split(command))
+
+
+@pytest.mark.parametrize(
+    ("words", "name"),
+    [
+        (["rm"], "rm"),
+        (["/bin/rm", "-rf"], "rm"),
+        (["\\rm"], "rm"),
+        (["'rm'"], "rm"),
+        (['"/usr/bin/git"'], "git"),
+        (["./script.sh"], "script.sh"),
+        ([], ""),
+    ],
+)
+def test_program_name(words: list[str], name: str) -> None:
+    assert program_name(words) == name
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "rm -rf /",
+        "rm -fr x",
+        "rm -r -f x",
+        "rm --recursive --force x",
+        "/bin/rm -Rf x",
+        "rm -rfv x",
+        "rm -f -r -- x",
+        "rm -R --force x",
+        "rm --force=yes -r x",
+        "rm --recur --forc x",  # GNU abbreviations
+        "rm x -rf",  # GNU permutes options
+        "rm -v -i -f -d -r x",
+    ],
+)
+def test_rm_rf_matches_every_spelling(command: str) -> None:
+    assert matches("rm -rf", command)
+
+
+@pytest.mark.parametrize("command", ["rm -r x", "rm x", "rm -f x", "rm -- -rf", "rmdir -rf x", "echo rm -rf"])
+def test_rm_rf_does_not_match(command: str) -> None:
+    assert not matches("rm -rf", command)
+
+
+def test_chmod_777() -> None:
+    assert matches("chmod 777", "chmod 777 f")
+    assert matches("chmod 777", "chmod -R 777 d")
+    assert matches("chmod 777", "chmod --recursive 777 d")
+    assert not matches("chmod 777", "chmod 755 f")
+    assert matches("chmod -R 777", "chmod -R 777 d")
+    assert matches("chmod -R 777", "chmod 777 --recursive d")
+    assert not matches("chmod -R 777", "chmod 777 d")
+
+
+def test_git_push_force() -> None:
+    for command in (
+        "git push -f origin",
+        "git push origin main --force",
+        "git push --force-with-lease",
+        "git push --force-with-lease=main:abc origin",
+        "git -C /repo push -f",
+        "git -c user.name=x push --force",
+        "git --no-pager push --force",
+        "git push origin +main",
+    ):
+        assert matches("git push --force", command), command
+    for command in ("git push origin main", "git pull --force", "git -C push status -f", "git push --forc"):
+        assert not matches("git push --force", command), command
+
+
+def test_subcommands_and_positional_prefix() -> None:
+    assert matches("git status", "git status -s")
+    assert matches("git status", "git -C repo status")
+    assert not matches("git status", "git stash")
+    assert not matches("git status", "git")
+    assert matches("git log", "git log --oneline -5")
+    assert matches("ls", "ls -la /tmp")
+    assert matches("ls", "/usr/bin/ls")
+    assert not matches("ls", "lsblk")
+    assert matches("docker run", "docker run -it ubuntu")
+    assert matches("python3 --version", "python3 --version")
+    assert not matches("python3 --version", "python3 -c 1")
+    assert matches("git reset --hard", "git reset HEAD~1 --hard")
+    assert matches("git clean -fdx", "git clean -x -d -f")
+    assert matches("git clean -fdx", "git clean --force -dx")
+    assert not matches("git clean -fdx", "git clean -fd")
+    assert matches("git branch -D", "git branch --delete --force x")
+
+
+def test_value_options_are_not_positionals() -> None:
+    parsed = parse_command(["git", "-C", "/repo", "-c", "a=b", "push", "-o", "ci.skip", "origin", "main"])
+    assert parsed.positionals == ("push", "origin", "main")
+    parsed = parse_command(["cp", "-t", "dest", "a", "b"])
+    assert parsed.positionals == ("a", "b")
+    parsed = parse_command(["rm", "-rf", "--", "-x", "y"])
+    assert parsed.flags == frozenset({"--recursive", "--force"})
+    assert parsed.positionals == ("-x", "y")
+
+
+def test_program_globs() -> None:
+    p = CommandPattern.parse("mkfs*")
+    assert p.program == "*"
+    assert p.program_glob == "mkfs*"
+    assert p.matches(["mkfs.ext4", "/dev/sda1"])
+    assert p.matches(["/sbin/mkfs", "-t", "ext4"])
+    assert not p.matches(["ls"])
+    assert CommandPattern.parse("rm* -rf").matches(["rm", "-Rf", "x"])
+    assert CommandPattern.parse("python3.? -c").matches(["python3.1", "-c", "x"])
+
+
+def test_pattern_basics() -> None:
+    p = CommandPattern.parse("/bin/rm -rf")
+    assert p.program == "rm"
+    assert p.text == "/bin/rm -rf"
+    assert p == CommandPattern("/bin/rm -rf")
+    assert p.flags == frozenset({"--recursive", "--force"})
+    assert CommandPattern.parse("sudo").matches(["sudo", "-n", "ls"])
+    assert not CommandPattern.parse("sudo").matches([])
+    for bad in ("", "   ", "'unterminated"):
+        with pytest.raises(ValueError, match="pattern"):
+            CommandPattern.parse(bad)
+
+
+def test_unknown_programs_compare_flags_by_spelling() -> None:
+    assert matches("tar -x", "tar -xzf a.tgz")
+    assert not matches("tar -x", "tar -X f")  # short flags stay case-sensitive
+    assert matches("curl --insecure", "curl --insecure https://x")
+    assert not matches("curl -k", "curl --insecure https://x")  # no table for curl
+
+
+# --------------------------------------------------------------------------------------------
+# property: any spelling of a set of rm flags matches exactly when -r and -f are both there
+
+RM_SPELLINGS = {
+    "r": ["-r", "-R", "--recursive", "--recur"],
+    "f": ["-f", "--force", "--force=1"],
+    "v": ["-v", "--verbose"],
+    "i": ["-i", "--interactive"],
+    "d": ["-d", "--dir"],
+}
+SHORT = {"r": "rR", "f": "f", "v": "v", "i": "i", "d": "d"}
+
+
+@st.composite
+def rm_command(draw: st.DrawFn) -> tuple[list[str], bool]:
+    chosen = draw(st.lists(st.sampled_from(sorted(RM_SPELLINGS)), unique=True))
+    words: list[str] = []
+    bundle = ""
+    for flag in draw(st.permutations(chosen)):
+        if draw(st.booleans()):
+            bundle += draw(st.sampled_from(SHORT[flag]))
+        else:
+            words.append(draw(st.sampled_from(RM_SPELLINGS[flag])))
+    if bundle:
+        words.insert(draw(st.integers(0, len(words))), "-" + bundle)
+    targets = draw(st.lists(st.sampled_from(["x", "/", "dir/", "a b", "*"]), max_size=3))
+    for target in targets:
+        words.insert(draw(st.integers(0, len(words))), target)
+    if draw(st.booleans()):
+        words += ["--", "-rf"]  # after '--' it is a file name, not flags
+    program = draw(st.sampled_from(["rm", "/bin/rm", "/usr/bin/rm"]))
+    return [program, *words], ("r" in chosen and "f" in chosen)
+
+
+@settings(max_examples=500, deadline=None)
+@given(case=rm_command())
+def test_flag_permutations_and_bundling(case: tuple[list[str], bool]) -> None:
+    words, expected = case
+    assert CommandPattern.parse("rm -rf").matches(words) is expected
+    assert CommandPattern.parse("rm -fr").matches(words) is expected
+    assert CommandPattern.parse("rm --recursive --force").matches(words) is expected
+    assert CommandPattern.parse("rm").matches(words)
