@@ -48,6 +48,9 @@ def test_key_is_stable_across_processes() -> None:
     for vector in VECTORS:
         out = subprocess.run(
             [sys.executable, "-c", code, json.dumps(vector["request"])],
-            capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "random"},
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": "random"},
         )
         assert out.stdout.strip() == vector["approval_key"]

@@ -12,20 +12,51 @@ from orchestrator.gate.sanitize import sanitize
 
 ALLOWED = ["ls", "cat x", "echo hi", "git status", "pwd", "wc -l"]
 OTHERS = [
-    "curl http://h", "rm a", "python3 -c 'x'", "git push", "bash", "nc -l 1", "make", "vim f",
-    "dd if=a of=b", "chmod 600 f", "touch f", "tee out", "sh", "node -e 1", "kill 1",
+    "curl http://h",
+    "rm a",
+    "python3 -c 'x'",
+    "git push",
+    "bash",
+    "nc -l 1",
+    "make",
+    "vim f",
+    "dd if=a of=b",
+    "chmod 600 f",
+    "touch f",
+    "tee out",
+    "sh",
+    "node -e 1",
+    "kill 1",
 ]
 SEPARATORS = [" | ", " && ", " || ", "; ", " & ", "\n", " |& "]
-WRAPS = ["{}", "({})", "$({})", "`{}`", "bash -c '{}'", "sh -c \"{}\"", "env {}", "eval '{}'", "timeout 5 {}",
-         "xargs {}", "nice {}", "{} > out", "{} 2>&1", "cat <({})", "{} <<< x"]
+WRAPS = [
+    "{}",
+    "({})",
+    "$({})",
+    "`{}`",
+    "bash -c '{}'",
+    'sh -c "{}"',
+    "env {}",
+    "eval '{}'",
+    "timeout 5 {}",
+    "xargs {}",
+    "nice {}",
+    "{} > out",
+    "{} 2>&1",
+    "cat <({})",
+    "{} <<< x",
+]
 
 POLICIES = [
     Policy(default_safety_config()),
     Policy(SafetyConfig.model_validate({"mode": "ask", "allowlist": ALLOWED})),
     Policy(
         SafetyConfig.model_validate(
-            {"mode": "ask", "allowlist": ALLOWED,
-             "rules": [{"name": f"a{i}", "argv_prefix": a, "action": "allow"} for i, a in enumerate(ALLOWED)]}
+            {
+                "mode": "ask",
+                "allowlist": ALLOWED,
+                "rules": [{"name": f"a{i}", "argv_prefix": a, "action": "allow"} for i, a in enumerate(ALLOWED)],
+            }
         )
     ),
 ]

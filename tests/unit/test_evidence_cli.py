@@ -28,14 +28,10 @@ def path(tmp_path: Path) -> Path:
     p = tmp_path / "evidence.jsonl"
     with EvidenceWriter(p) as writer:
         writer.append_sync(
-            EvidenceEvent(
-                event=EventType.REQUEST_RECEIVED, execution_id="ex-a", tenant="t", tool="shell_exec"
-            )
+            EvidenceEvent(event=EventType.REQUEST_RECEIVED, execution_id="ex-a", tenant="t", tool="shell_exec")
         )
         writer.append_sync(
-            EvidenceEvent(
-                event=EventType.DECISION_MADE, execution_id="ex-a", decision="deny", reason="denylist:sudo"
-            )
+            EvidenceEvent(event=EventType.DECISION_MADE, execution_id="ex-a", decision="deny", reason="denylist:sudo")
         )
         writer.append_sync(EvidenceEvent(event=EventType.REQUEST_RECEIVED, execution_id="ex-b"))
         writer.append_sync(
@@ -151,9 +147,7 @@ def test_tail_rejects_negative_count(path: Path, capsys: pytest.CaptureFixture[s
     assert exit_info.value.code == 2
 
 
-def test_default_path_from_env(
-    path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_default_path_from_env(path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SANDBOX_EVIDENCE_PATH", str(path))
     assert run(["evidence", "tail", "-n", "1"]) == 0
     assert capsys.readouterr().out.split()[0] == "3"

@@ -28,9 +28,7 @@ def make(path: Path, n: int, pad: int = 0) -> None:
             if pad:
                 data["pad"] = "p" * pad
             writer.append_nowait(
-                EvidenceEvent.model_validate(
-                    {"event": KINDS[i % 3], "execution_id": f"ex-{i // 3}", "data": data}
-                )
+                EvidenceEvent.model_validate({"event": KINDS[i % 3], "execution_id": f"ex-{i // 3}", "data": data})
             )
 
 

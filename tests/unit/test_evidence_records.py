@@ -114,9 +114,7 @@ json_values = st.recursive(
     | st.integers(-(2**70), 2**70)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
 )
 
@@ -168,12 +166,8 @@ def test_parse_line_problems() -> None:
 def test_default_evidence_path(tmp_path: Path) -> None:
     home = Path.home()
     assert default_evidence_path({"SANDBOX_EVIDENCE_PATH": "/x/e.jsonl"}) == Path("/x/e.jsonl")
-    assert default_evidence_path({"SANDBOX_EVIDENCE_PATH": "", "SANDBOX_STATE_DIR": "/s"}) == Path(
-        "/s/evidence.jsonl"
-    )
-    assert default_evidence_path({"XDG_STATE_HOME": "/xdg"}) == Path(
-        "/xdg/sandbox-orchestrator/evidence.jsonl"
-    )
+    assert default_evidence_path({"SANDBOX_EVIDENCE_PATH": "", "SANDBOX_STATE_DIR": "/s"}) == Path("/s/evidence.jsonl")
+    assert default_evidence_path({"XDG_STATE_HOME": "/xdg"}) == Path("/xdg/sandbox-orchestrator/evidence.jsonl")
     fallback = home / ".local/state/sandbox-orchestrator/evidence.jsonl"
     assert default_evidence_path({"XDG_STATE_HOME": "relative"}) == fallback
     assert default_evidence_path({}) == fallback

@@ -275,9 +275,7 @@ def _make(path: Path, n: int) -> list[bytes]:
     return lines_of(path)
 
 
-def test_torn_unanchored_line_is_quarantined_and_recorded(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_torn_unanchored_line_is_quarantined_and_recorded(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "evidence.jsonl"
     lines = _make(path, 3)
     torn = b'{"data":{"i":3},"event":"container_sta'  # a crash in the middle of the next append

@@ -94,7 +94,10 @@ async def test_rule_approvals_and_session_cache(evidence_path: Path) -> None:
     first = await orch.authorize(ask)
     assert first.approval is not None and first.approval.outcome == "approved_for_session"
     assert events(evidence_path, first.execution_id) == [
-        "request_received", "decision_made", "approval_requested", "approval_decided",
+        "request_received",
+        "decision_made",
+        "approval_requested",
+        "approval_decided",
     ]
     again = await orch.authorize({**ask, "call_id": "other-call"})
     assert again.approved_by == "session-cache"
@@ -106,7 +109,8 @@ async def test_rule_approvals_and_session_cache(evidence_path: Path) -> None:
     with pytest.raises(ApprovalAborted):
         await orch.authorize({"tool": "shell_exec", "argv": ["kill", "1"]})
     assert [r["error_code"] for r in records(evidence_path) if r["event"] == "run_failed"] == [
-        "APPROVAL.DENIED", "APPROVAL.ABORTED",
+        "APPROVAL.DENIED",
+        "APPROVAL.ABORTED",
     ]
     await orch.aclose()
     assert verify(evidence_path).ok
