@@ -46,7 +46,9 @@ $BIN/sandboxctl evidence verify --path "$evidence"
 
 step "tamper with one record, verify again"
 cp "$evidence" "$work/tampered.jsonl"; cp "$evidence.head" "$work/tampered.jsonl.head" 2>/dev/null || true
-sed -i '2s/request_received/request_receivex/' "$work/tampered.jsonl"
+# turn the first "allow" decision into "deny", as someone covering their tracks might
+sed -i '0,/"decision":"allow"/s//"decision":"deny"/' "$work/tampered.jsonl"
+grep -q '"decision":"deny"' "$work/tampered.jsonl"
 if $BIN/sandboxctl evidence verify --path "$work/tampered.jsonl"; then echo "tampering NOT detected"; exit 1; fi
 echo
 echo "Evidence: $evidence (verify: sandboxctl evidence verify --path $evidence)"

@@ -25,7 +25,7 @@ async def main(config: Path, evidence: Path) -> int:
     for label, raw in REQUESTS:
         try:
             auth = await orch.authorize(raw)
-            print(f"  {label:<36} → authorized by {auth.approved_by:<14} {auth.execution_id}")
+            print(f"  {label:<36} → authorized by {auth.approved_by:<16} {auth.execution_id}")
         except OrchestratorError as err:
             print(f"  {label:<36} → refused {err.code}: {err.message}")
     await orch.aclose()

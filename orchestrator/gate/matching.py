@@ -155,6 +155,10 @@ class Matcher:
             index_key=key,
         )
 
+    @property
+    def uses_risk(self) -> bool:
+        return self.risk_levels is not None or self.risk_min is not None or self.risk_max is not None
+
     def _command_matches(self, facts: RequestFacts, i: int) -> bool:
         if self.pattern is not None and not self.pattern.matches_parsed(facts.parsed[i]):
             return False

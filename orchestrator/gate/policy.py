@@ -138,6 +138,8 @@ class Policy:
             if not rule.matcher.matches(facts, every_command=grants):
                 continue
             why = rule.rule.reason or f"matched {rule.label}"
+            if rule.matcher.uses_risk:
+                why += f" (risk {sanitized.risk.risk_level}: {sanitized.risk.reason})"
             if grants:
                 if complex_reason is not None:
                     return self._decision(
