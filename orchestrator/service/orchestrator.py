@@ -96,7 +96,11 @@ class Orchestrator:
                 policy_version_hash=gate.decision.policy_version_hash,
             )
         base.update(fields)
-        await self.evidence.append(EvidenceEvent(**base), durable=durable)
+        if durable:
+            # waits for this record and everything queued before it to be fsynced
+            await self.evidence.append(EvidenceEvent(**base), durable=True)
+        else:
+            self.evidence.append_nowait(EvidenceEvent(**base))
 
     async def _refuse(self, execution_id: str, gate: GateResult | None, err: OrchestratorError) -> OrchestratorError:
         err.details.setdefault("execution_id", execution_id)

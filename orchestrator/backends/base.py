@@ -1,0 +1,151 @@
+"""The contract every sandbox backend (Docker, Kubernetes) fulfils.
+
+A backend only launches and observes: it never decides. The service drives one execution as
+create → start → (output ‖ wait with deadline) → inspect → destroy, with the engine's own
+lifecycle events streamed beside it. Blocking client libraries run off the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol, runtime_checkable
+
+from orchestrator.profiles import ResolvedProfile
+
+MANAGED_BY = "sandbox-orchestrator"
+LABEL_MANAGED_BY = "org.sandbox-orchestrator.managed-by"
+LABEL_EXECUTION_ID = "org.sandbox-orchestrator.execution-id"
+LABEL_OWNER = "org.sandbox-orchestrator.owner"  # "<hostname>:<pid>:<process start time>" of the controller
+LABEL_DEADLINE = "org.sandbox-orchestrator.deadline"  # unix seconds after which the sandbox is an orphan
+LABEL_PROFILE_HASH = "org.sandbox-orchestrator.profile-hash"
+
+LifecycleKind = Literal["create", "start", "die", "oom", "kill", "destroy"]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """Everything needed to launch one execution. ``argv`` runs exactly as asked."""
+
+    execution_id: str
+    argv: tuple[str, ...]
+    profile: ResolvedProfile
+    workspace_host_path: str
+    workdir: str  # absolute path inside the container, inside the workspace mount
+    env: Mapping[str, str]  # final environment: profile defaults + allowed request values (secret)
+    labels: Mapping[str, str]
+    deadline_unix: float
+    stdin: bytes | None = None
+    tty: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxHandle:
+    execution_id: str
+    sandbox_id: str  # container id / pod uid
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleEvent:
+    """One event as the engine reported it, with the engine's timestamp."""
+
+    kind: LifecycleKind
+    sandbox_id: str
+    execution_id: str | None
+    engine_ts: datetime
+    exit_code: int | None = None
+    signal: str | None = None
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCapture:
+    """One output stream: the first ``limit`` bytes kept, the whole stream counted and hashed."""
+
+    data: bytes
+    total_bytes: int
+    sha256: str  # of the whole stream as produced, including what was not kept
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ExitState:
+    exit_code: int | None  # None when the sandbox never ran to an exit
+    oom_killed: bool  # from the engine's state/events, never guessed from 137
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None = None  # the engine's own error text, if any
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceUsage:
+    """What the engine reports; any field may be unknown."""
+
+    memory_peak_bytes: int | None = None
+    cpu_total_ns: int | None = None
+    pids_peak: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedSandbox:
+    """A sandbox carrying our labels, as listed by the engine (for orphan collection)."""
+
+    sandbox_id: str
+    name: str
+    execution_id: str | None
+    owner: str | None
+    deadline_unix: float | None
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInfo:
+    name: str  # "docker" / "kubernetes"
+    engine_version: str
+    endpoint: str
+    runtimes: frozenset[str]
+    images: frozenset[str]  # locally available image references (repo:tag)
+    details: Mapping[str, str] = field(default_factory=dict)  # cgroup version/driver, seccomp support, ...
+
+
+@runtime_checkable
+class SandboxBackend(Protocol):
+    """Async; every method may raise SandboxUnavailable / SandboxStartFailed (with the engine's payload
+    in ``details``), never a client library's own exception."""
+
+    async def info(self) -> BackendInfo: ...
+
+    def events(self, execution_id: str | None = None) -> AsyncIterator[LifecycleEvent]:
+        """Lifecycle events of sandboxes with our labels (one execution if given), from now on,
+        until the iterator is closed."""
+        ...
+
+    async def create(self, spec: LaunchSpec) -> SandboxHandle: ...
+
+    async def start(self, handle: SandboxHandle) -> None: ...
+
+    async def capture(self, handle: SandboxHandle, stdout_limit: int, stderr_limit: int) -> tuple[
+        StreamCapture, StreamCapture
+    ]:
+        """Stream stdout and stderr until the sandbox closes them; keep up to the limits."""
+        ...
+
+    async def wait(self, handle: SandboxHandle) -> int:
+        """The exit code, once the sandbox exits (the caller enforces the deadline)."""
+        ...
+
+    async def kill(self, handle: SandboxHandle, signal: str = "SIGKILL") -> None: ...
+
+    async def inspect(self, handle: SandboxHandle) -> ExitState: ...
+
+    async def usage(self, handle: SandboxHandle) -> ResourceUsage: ...
+
+    async def destroy(self, handle: SandboxHandle) -> None:
+        """Remove the sandbox and its anonymous volumes; idempotent; safe on every path."""
+        ...
+
+    async def list_managed(self) -> list[ManagedSandbox]: ...
+
+    async def close(self) -> None: ...
