@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from orchestrator.cli import approvals_cmd, check_cmd, evidence_cmd
+from orchestrator.cli import approvals_cmd, check_cmd, evidence_cmd, profiles_cmd
 from orchestrator.cli.output import fail
 
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd.register(sub)
     evidence_cmd.register(sub)
     approvals_cmd.register(sub)
+    profiles_cmd.register(sub)
     return parser
 
 

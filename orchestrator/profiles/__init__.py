@@ -1,0 +1,54 @@
+"""Execution profiles: YAML files with ``extends``, resolution to the narrowest settings, seccomp.
+
+Public API::
+
+    registry = ProfileRegistry()                  # built-ins + $SANDBOX_PROFILES_PATH
+    profile = registry.get("workspace-write")     # PROFILE.NOT_FOUND lists the known names
+    resolved = resolve(profile, request_timeout_s=30, caps=ProfileCaps(max_memory="256m"))
+    resolved.profile_hash, resolved.seccomp_json  # what the backend applies and evidence records
+"""
+
+from orchestrator.profiles.loader import ProfileRegistry
+from orchestrator.profiles.models import (
+    Limits,
+    Profile,
+    ProfileCaps,
+    ResolvedProfile,
+    ResolvedTmpfs,
+    ResolvedWorkspace,
+    Tmpfs,
+    Workspace,
+    format_size,
+    parse_size,
+)
+from orchestrator.profiles.resolve import resolve
+from orchestrator.profiles.schema import profile_json_schema, profile_json_schema_text
+from orchestrator.profiles.seccomp import (
+    SeccompProfile,
+    blocked_syscalls,
+    load_seccomp,
+    parse_seccomp,
+    syscall_action,
+)
+
+__all__ = [
+    "Limits",
+    "Profile",
+    "ProfileCaps",
+    "ProfileRegistry",
+    "ResolvedProfile",
+    "ResolvedTmpfs",
+    "ResolvedWorkspace",
+    "SeccompProfile",
+    "Tmpfs",
+    "Workspace",
+    "blocked_syscalls",
+    "format_size",
+    "load_seccomp",
+    "parse_seccomp",
+    "parse_size",
+    "profile_json_schema",
+    "profile_json_schema_text",
+    "resolve",
+    "syscall_action",
+]

@@ -1,0 +1,263 @@
+"""Loading profiles from YAML: the search path, ``extends`` chains, errors naming file, line and field.
+
+One profile per ``NAME.yaml`` file; ``name:`` may be omitted (it is the file name) and must equal it when
+given. ``extends: PARENT`` deep-merges the parent's settings under the file's own (mappings are merged
+key by key, lists and scalars replaced); ``name``, ``description`` and ``extends`` are never inherited.
+Chains may be of any depth; cycles and unknown parents are refused at the ``extends`` line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.domain.errors import ConfigInvalid, ProfileNotFound
+from orchestrator.profiles.models import NAME_RE, Profile, ProfileCaps, ResolvedProfile
+from orchestrator.profiles.paths import builtin_dir, check_dir, env_dirs, find_in
+from orchestrator.profiles.resolve import resolve
+from orchestrator.profiles.seccomp import SeccompProfile, load_seccomp
+from orchestrator.yamlfile import parse_yaml, validate
+
+Loc = tuple[str | int, ...]
+_NOT_INHERITED = ("name", "description", "extends")
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        current = out.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            out[key] = _deep_merge(current, value)
+        else:
+            out[key] = value
+    return out
+
+
+def _value_at(data: Any, loc: Loc) -> Any:
+    for part in loc:
+        data = data[part]
+    return data
+
+
+def _merge_provenance(
+    parent: dict[Loc, tuple[str, int]], child: dict[Loc, tuple[str, int]], child_data: Any
+) -> dict[Loc, tuple[str, int]]:
+    """Where each merged value comes from: the child's lines, and the parent's where the child is silent."""
+    out = {loc: where for loc, where in parent.items() if not (loc and loc[0] in _NOT_INHERITED)}
+    for loc in child:
+        if loc and not isinstance(_value_at(child_data, loc), dict):  # replaces whatever the parent had
+            for inherited in [p for p in out if len(p) > len(loc) and p[: len(loc)] == loc]:
+                del out[inherited]
+    out.update(child)
+    return out
+
+
+def _locate(provenance: dict[Loc, tuple[str, int]], loc: Loc) -> tuple[str, int]:
+    for cut in range(len(loc), -1, -1):
+        where = provenance.get(loc[:cut])
+        if where is not None:
+            return where
+    return provenance[()]
+
+
+def _validate_merged(data: dict[str, Any], provenance: dict[Loc, tuple[str, int]]) -> Profile:
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as err:
+        problems: list[str] = []
+        fields: list[str] = []
+        first: tuple[str, int] | None = None
+        for item in err.errors(include_input=False, include_url=False):
+            loc = tuple(item["loc"])
+            field = ".".join(str(p) for p in loc) or "(root)"
+            source, line = _locate(provenance, loc)
+            first = first or (source, line)
+            fields.append(field)
+            problems.append(f"{source}:{line}: {field}: {item['msg']}")
+        file, line = first or _locate(provenance, ())
+        raise ConfigInvalid(
+            "; ".join(problems), details={"file": file, "line": line, "fields": fields, "problems": problems}
+        ) from None
+
+
+class ProfileRegistry:
+    """Profiles on a search path: the built-in directory, then extra directories (later wins).
+
+    ``extra_dirs=None`` takes them from ``$SANDBOX_PROFILES_PATH`` (colon-separated). Files are read
+    when first needed and cached for the registry's life; make a new registry to see edits.
+    """
+
+    def __init__(
+        self,
+        extra_dirs: Sequence[str | os.PathLike[str]] | None = None,
+        *,
+        builtin: bool = True,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        dirs: list[Path] = [builtin_dir()] if builtin else []
+        if extra_dirs is None:
+            dirs.extend(env_dirs(environ))
+        else:
+            dirs.extend(check_dir(d, "profiles directory") for d in extra_dirs)
+        self._dirs: tuple[Path, ...] = tuple(dirs)
+        self._parsed: dict[Path, tuple[Any, Any]] = {}
+        self._profiles: dict[str, Profile] = {}
+        self._pinned: dict[str, Path] = {}
+
+    @property
+    def search_path(self) -> tuple[Path, ...]:
+        """The directories searched, in order (a later one wins)."""
+        return self._dirs
+
+    def with_dir(self, directory: str | os.PathLike[str]) -> ProfileRegistry:
+        """A new registry with ``directory`` appended to the search path (so it wins)."""
+        return ProfileRegistry([*self._dirs, directory], builtin=False)
+
+    # -- lookups ---------------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Every profile name on the search path, sorted."""
+        found = set(self._pinned)
+        for directory in self._dirs:
+            for path in directory.glob("*.yaml"):
+                if path.is_file() and NAME_RE.match(path.stem):
+                    found.add(path.stem)
+        return sorted(found)
+
+    def path_of(self, name: str) -> Path:
+        """The file that defines ``name`` (PROFILE.NOT_FOUND, listing the known names, when none does)."""
+        if isinstance(name, str) and name in self._pinned:
+            return self._pinned[name]
+        path = find_in(self._dirs, f"{name}.yaml") if isinstance(name, str) and NAME_RE.match(name) else None
+        if path is None:
+            known = self.names()
+            raise ProfileNotFound(
+                f"unknown profile {str(name)[:128]!r} (known: {', '.join(known) or 'none'})",
+                details={"profile": str(name)[:128], "known": known},
+            )
+        return path
+
+    def get(self, name: str) -> Profile:
+        """The profile ``name``, with its ``extends`` chain merged and validated."""
+        cached = self._profiles.get(name)
+        if cached is None:
+            cached = self._load(name, self.path_of(name))
+            self._profiles[name] = cached
+        return cached
+
+    def profiles(self) -> list[Profile]:
+        """Every profile on the search path (the first invalid one raises CONFIG.INVALID)."""
+        return [self.get(n) for n in self.names()]
+
+    def load_file(self, path: str | os.PathLike[str]) -> Profile:
+        """Load one profile file (its name is the file name without the extension).
+
+        Its ``extends`` parents are looked up on the search path plus the file's own directory.
+        """
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigInvalid(f"{file}: file not found", details={"file": str(file)})
+        name = file.stem
+        if not NAME_RE.match(name):
+            raise ConfigInvalid(
+                f"{file}:1: name: the file name {name!r} is not a profile name (lowercase letters, digits, "
+                "'.', '_', '-'; at most 64 characters)",
+                details={"file": str(file), "line": 1, "fields": ["name"]},
+            )
+        in_path = file.parent.resolve() in {d.resolve() for d in self._dirs}
+        registry = ProfileRegistry(self._dirs if in_path else [*self._dirs, file.parent], builtin=False)
+        registry._pinned[name] = file  # this very file, whatever else the search path holds
+        return registry._load(name, file)
+
+    def load_seccomp(self, name: str) -> SeccompProfile:
+        """The seccomp profile ``name`` from ``seccomp/`` on this search path."""
+        return load_seccomp(name, search_path=self._dirs)
+
+    def resolve(
+        self,
+        profile: str | Profile,
+        *,
+        request_timeout_s: float | None = None,
+        caps: ProfileCaps | None = None,
+        writable_root: bool = False,
+    ) -> ResolvedProfile:
+        """:func:`orchestrator.profiles.resolve` with this registry's profiles and seccomp files."""
+        return resolve(
+            self.get(profile) if isinstance(profile, str) else profile,
+            request_timeout_s=request_timeout_s,
+            caps=caps,
+            writable_root=writable_root,
+            registry=self,
+        )
+
+    # -- loading -------------------------------------------------------------------------------------
+    def _parse(self, path: Path) -> tuple[dict[str, Any], Any]:
+        cached = self._parsed.get(path)
+        if cached is None:
+            source = str(path)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                raise ConfigInvalid(f"{source}: file not found", details={"file": source}) from None
+            except (OSError, UnicodeDecodeError) as err:
+                raise ConfigInvalid(
+                    f"{source}: cannot read: {err.__class__.__name__}", details={"file": source}
+                ) from None
+            data, located = parse_yaml(text, source)
+            if data is None:
+                data = {}
+            if not isinstance(data, dict):
+                raise ConfigInvalid(f"{source}:1: a profile must be a mapping", details={"file": source, "line": 1})
+            cached = (data, located)
+            self._parsed[path] = cached
+        return cached
+
+    def _load(self, name: str, path: Path) -> Profile:
+        data, located = self._parse(path)
+        if "extends" not in data:
+            return validate(Profile, self._named(name, path, data, located), located, str(path))
+        merged, provenance = self._merged(name, path, ())
+        return _validate_merged(merged, provenance)
+
+    def _named(self, name: str, path: Path, data: dict[str, Any], located: Any) -> dict[str, Any]:
+        given = data.get("name", name)
+        if given != name:
+            line = located.lines.get(("name",), 1)
+            raise ConfigInvalid(
+                f"{path}:{line}: name: must equal the file name {name!r} (or be left out)",
+                details={"file": str(path), "line": line, "fields": ["name"]},
+            )
+        return {**data, "name": name}
+
+    def _merged(
+        self, name: str, path: Path, chain: tuple[str, ...]
+    ) -> tuple[dict[str, Any], dict[Loc, tuple[str, int]]]:
+        raw, located = self._parse(path)
+        data = self._named(name, path, raw, located)
+        source = str(path)
+        provenance: dict[Loc, tuple[str, int]] = {loc: (source, line) for loc, line in located.lines.items()}
+        provenance.setdefault((), (source, 1))
+        parent = data.get("extends")
+        if parent is None:
+            return data, provenance
+        line = located.lines.get(("extends",), 1)
+
+        def refuse(message: str) -> ConfigInvalid:
+            return ConfigInvalid(
+                f"{source}:{line}: extends: {message}", details={"file": source, "line": line, "fields": ["extends"]}
+            )
+
+        if not isinstance(parent, str) or not NAME_RE.match(parent):
+            raise refuse("must be the name of another profile")
+        if parent == name or parent in chain:
+            raise refuse(f"cycle: {' -> '.join([*chain, name, parent])}")
+        try:
+            parent_path = self.path_of(parent)
+        except ProfileNotFound:
+            raise refuse(f"unknown profile {parent!r} (known: {', '.join(self.names()) or 'none'})") from None
+        parent_data, parent_provenance = self._merged(parent, parent_path, (*chain, name))
+        inherited = {k: v for k, v in parent_data.items() if k not in _NOT_INHERITED}
+        return _deep_merge(inherited, data), _merge_provenance(parent_provenance, provenance, data)

@@ -1,0 +1,530 @@
+"""Execution profile models: the file form (``Profile``), policy caps and the resolved form.
+
+Units are explicit everywhere: sizes are bytes (the file form also takes ``64m``/``1g``: powers of
+1024), times are seconds. The invariants of the security baseline are part of the model: a profile
+that asks for root, capabilities, a network, a writable root or privilege gain does not validate.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from orchestrator.domain.canonical import canonical_sha256, sha256_hex
+
+Runtime = Literal["runc", "runsc"]
+WorkspaceMode = Literal["ro", "rw"]
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+TIB = 1024 * GIB
+
+#: Under gVisor the pids cgroup also counts the sandbox's own host threads (~27 idle, ~2.5 more per
+#: process) and reaching the limit kills the whole sandbox: a smaller limit leaves no headroom.
+RUNSC_MIN_PIDS = 64
+
+NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$"
+NAME_RE = re.compile(NAME_PATTERN)
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# [registry[:port]/]path[:tag][@sha256:digest], a tag or a digest is required (no implicit :latest)
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_PATTERN = (
+    # a registry host has a dot or a port, or is localhost (as Docker decides)
+    r"^(?:(?:(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|localhost)(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+)/)?"
+    rf"{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64}|:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+    r"@sha256:[0-9a-f]{64})$"
+)
+SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]([iI]?[bB])?|[bB])?\s*$"
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(?:([kmgt])(?:i?b)?|b)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": KIB, "m": MIB, "g": GIB, "t": TIB}
+_MODE_RE = re.compile(r"^0?[0-7]{3,4}$")
+
+# Paths a mount must never cover: the kernel's views and the root itself.
+_FORBIDDEN_MOUNT_ROOTS = ("/proc", "/sys", "/dev")
+
+# Environment names a request may never set, whatever the profile says: each one changes which program
+# or code an allowed command runs (so a policy allowing `git status` would allow anything).
+# fmt: off
+CODE_LOADING_ENV: frozenset[str] = frozenset(
+    {
+        "PATH", "HOME", "XDG_CONFIG_HOME", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4",
+        "PROMPT_COMMAND", "GLOBIGNORE", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE",
+        "PERL5LIB", "PERL5OPT", "PERLLIB", "PERL5DB", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS", "NODE_PATH",
+        "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH", "GCONV_PATH", "NLSPATH",
+        "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "PAGER", "MANPAGER", "EDITOR", "VISUAL", "BROWSER",
+        "LESSOPEN", "LESSCLOSE", "TAR_OPTIONS", "SSH_ASKPASS", "SUDO_ASKPASS", "GIT_SSH",
+        "GIT_SSH_COMMAND", "GIT_ASKPASS", "GIT_EDITOR", "GIT_PAGER", "GIT_EXEC_PATH", "GIT_EXTERNAL_DIFF",
+        "GIT_PROXY_COMMAND", "GIT_TEMPLATE_DIR", "GIT_DIR", "GIT_WORK_TREE", "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_COUNT",
+    }
+)
+# fmt: on
+CODE_LOADING_ENV_PREFIXES: tuple[str, ...] = ("LD_", "DYLD_", "BASH_FUNC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
+
+
+def is_code_loading_env(name: str) -> bool:
+    """True for an environment name that changes which code a command runs (never request-settable)."""
+    return name in CODE_LOADING_ENV or name.startswith(CODE_LOADING_ENV_PREFIXES)
+
+
+# -- value parsers ---------------------------------------------------------------------------------
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from an integer or a human size: ``"64m"``, ``"1g"``, ``"512KiB"``, ``"1.5g"`` (powers of 1024)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number of bytes or a size such as '64m' (not a boolean)")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        match = _SIZE_RE.match(value)
+        if match:
+            try:
+                amount = Decimal(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
+            except InvalidOperation:  # pragma: no cover - the pattern admits only decimal numbers
+                amount = Decimal("NaN")
+            if amount.is_finite() and amount == amount.to_integral_value():
+                return int(amount)
+            raise ValueError("must be a whole number of bytes")
+    raise ValueError("must be a number of bytes or a size such as '64m', '1g' or '512KiB' (k, m, g, t: powers of 1024)")
+
+
+def format_size(n: int) -> str:
+    """The shortest exact binary form: 536870912 → ``512MiB``; 1000 → ``1000B``."""
+    for unit, factor in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor}{unit}"
+    return f"{n}B"
+
+
+def _size_schema(minimum: int, maximum: int) -> dict[str, Any]:
+    return {
+        "anyOf": [
+            {"type": "integer", "minimum": minimum, "maximum": maximum},
+            {"type": "string", "pattern": SIZE_PATTERN},
+        ]
+    }
+
+
+def _abs_path(value: str) -> str:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ValueError("must be an absolute path")
+    if "\x00" in value or any(part in (".", "..") for part in value.split("/")):
+        raise ValueError("must be a normalized absolute path (no '.' or '..')")
+    norm = posixpath.normpath(value)
+    if norm == "/":
+        raise ValueError("must not be '/'")
+    for root in _FORBIDDEN_MOUNT_ROOTS:
+        if norm == root or norm.startswith(root + "/"):
+            raise ValueError(f"must not be {root} or below it")
+    return norm
+
+
+def _covers(a: str, b: str) -> bool:
+    """True when one of the two absolute paths is the other or lies below it."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def _must_be_true(why: str) -> Any:
+    def check(value: Any) -> Any:
+        if value is not True:
+            raise ValueError(f"must be true: {why}")
+        return value
+
+    return check
+
+
+MemorySize = Annotated[
+    int, BeforeValidator(parse_size), Field(ge=6 * MIB, le=TIB), WithJsonSchema(_size_schema(6 * MIB, TIB))
+]
+OutputSize = Annotated[int, BeforeValidator(parse_size), Field(ge=1, le=GIB), WithJsonSchema(_size_schema(1, GIB))]
+FileSize = Annotated[
+    int, BeforeValidator(parse_size), Field(ge=4 * KIB, le=TIB), WithJsonSchema(_size_schema(4 * KIB, TIB))
+]
+TmpfsSize = Annotated[
+    int, BeforeValidator(parse_size), Field(ge=MIB, le=64 * GIB), WithJsonSchema(_size_schema(MIB, 64 * GIB))
+]
+AbsPath = Annotated[
+    str,
+    BeforeValidator(_abs_path),
+    WithJsonSchema({"type": "string", "pattern": "^/", "description": "An absolute path, not /, /proc, /sys, /dev."}),
+]
+ProfileName = Annotated[str, Field(pattern=NAME_PATTERN, description="Lowercase letters, digits, '.', '_', '-'.")]
+EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN, max_length=128)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# -- the file form ---------------------------------------------------------------------------------
+
+
+class Workspace(_Model):
+    """How the workspace directory is mounted."""
+
+    mode: WorkspaceMode = Field(default="rw", description="ro: read-only bind mount; rw: read-write.")
+    container_path: AbsPath = Field(default="/workspace", description="Mount point inside the sandbox (absolute).")
+
+
+class Tmpfs(_Model):
+    """A size-capped tmpfs mount; always nosuid,nodev. Its pages count against the memory limit."""
+
+    path: AbsPath = Field(description="Mount point inside the sandbox (absolute).")
+    size: TmpfsSize = Field(description="Size cap in bytes (or '64m', '1g': powers of 1024).")
+    mode: str = Field(
+        default="1777",
+        pattern=r"^[0-7]{4}$",
+        description='Permissions as a quoted octal string, e.g. "1777" (sticky, world-writable) or "0700".',
+    )
+    noexec: bool = Field(default=False, description="Mount noexec (programs cannot be run from it).")
+    nosuid: Literal[True] = Field(default=True, description="Always true: setuid bits are ignored.")
+    nodev: Literal[True] = Field(default=True, description="Always true: device files cannot be opened.")
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, value: Any) -> Any:
+        if not isinstance(value, str) or not _MODE_RE.match(value):
+            raise ValueError('must be a quoted octal string such as "1777" or "0755"')
+        return value.rjust(4, "0")[-4:] if len(value) <= 4 else value[1:]
+
+    _nosuid = field_validator("nosuid", mode="before")(_must_be_true("tmpfs mounts are always nosuid"))
+    _nodev = field_validator("nodev", mode="before")(_must_be_true("tmpfs mounts are always nodev"))
+
+    def mount_options(self) -> str:
+        """Docker ``--tmpfs`` / ``HostConfig.Tmpfs`` option string (size in bytes, octal mode)."""
+        flags = ["rw", "nosuid", "nodev", *(["noexec"] if self.noexec else [])]
+        return ",".join([*flags, f"size={self.size}", f"mode={self.mode}"])
+
+
+class Limits(_Model):
+    """Resource limits. Memory swap always equals memory (no swap); soft and hard ulimits are equal."""
+
+    cpus: float = Field(default=1.0, gt=0, le=256, description="CPU cores (fractional allowed), e.g. 1 or 0.5.")
+    memory: MemorySize = Field(
+        default=512 * MIB, description="Memory limit in bytes ('512m', '2g'); swap is always equal (none)."
+    )
+    pids: int = Field(default=128, ge=8, le=1_000_000, description="Maximum number of processes and threads.")
+    wall_timeout_s: float = Field(default=300.0, gt=0, le=86_400, description="Wall-clock deadline in seconds.")
+    stdout_max_bytes: OutputSize = Field(default=MIB, description="Captured stdout cap in bytes; more is truncated.")
+    stderr_max_bytes: OutputSize = Field(default=MIB, description="Captured stderr cap in bytes; more is truncated.")
+    nofile: int = Field(default=1024, ge=64, le=1_048_576, description="Open files limit (RLIMIT_NOFILE, soft = hard).")
+    fsize: FileSize = Field(default=256 * MIB, description="Largest file a process may write, in bytes (RLIMIT_FSIZE).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_swap(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in ("swap", "memory_swap", "memswap", "memswap_limit"):
+                if key in data:
+                    raise ValueError(f"there is no {key!r} setting: swap always equals memory (no swap)")
+        return data
+
+    @field_validator("cpus", "wall_timeout_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
+class Profile(_Model):
+    """An execution profile as written in ``profiles/NAME.yaml`` (the file form)."""
+
+    name: ProfileName = Field(description="The profile name; must equal the file name without .yaml.")
+    description: str = Field(min_length=1, max_length=500, description="What the profile is for (not inherited).")
+    extends: ProfileName | None = Field(
+        default=None,
+        description="Parent profile: its settings are deep-merged under these (maps merged, lists replaced).",
+    )
+    image: str = Field(
+        default="sandbox-orchestrator/default:latest",
+        pattern=IMAGE_PATTERN,
+        max_length=512,
+        description="Container image reference with an explicit tag or digest.",
+    )
+    runtime: Runtime = Field(default="runc", description="OCI runtime: runc, or runsc (gVisor) for stronger isolation.")
+    user: str = Field(
+        default="1000:1000",
+        description='Numeric "uid:gid" (quoted); neither may be 0 (root).',
+        json_schema_extra={"pattern": r"^[0-9]+:[0-9]+$"},
+    )
+    read_only_root: Literal[True] = Field(
+        default=True,
+        description="Always true; a writable root is only an approved per-request escalation.",
+    )
+    network: Literal["none"] = Field(
+        default="none", description="Only 'none': network access is a per-request escalation, not a profile setting."
+    )
+    workspace: Workspace = Field(default_factory=Workspace, description="The workspace mount.")
+    tmpfs: tuple[Tmpfs, ...] = Field(
+        default=(Tmpfs(path="/tmp", size=64 * MIB),),  # noqa: S108 - a path inside the sandbox
+        max_length=16,
+        description="Size-capped tmpfs mounts (the only writable places besides an rw workspace).",
+    )
+    limits: Limits = Field(default_factory=Limits, description="Resource limits.")
+    seccomp: ProfileName = Field(
+        default="default", description="Seccomp profile: the name of a file in profiles/seccomp/ (without .json)."
+    )
+    capabilities: tuple[str, ...] = Field(
+        default=(), max_length=0, description="Must be empty: every capability is dropped and none can be added."
+    )
+    no_new_privileges: Literal[True] = Field(default=True, description="Always true (no setuid privilege gain).")
+    env_allowlist: tuple[EnvName, ...] = Field(
+        default=(), max_length=256, description="Environment names a request may set (never code-loading ones)."
+    )
+    env: dict[EnvName, str] = Field(
+        default_factory=dict, description="Fixed, non-secret environment defaults (PATH, HOME, LANG, ...)."
+    )
+
+    @field_validator("user", mode="before")
+    @classmethod
+    def _user(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            raise ValueError('must be a quoted "uid:gid" string, e.g. "1000:1000"')
+        match = re.fullmatch(r"([0-9]{1,10}):([0-9]{1,10})", value)
+        if not match:
+            raise ValueError('must be numeric "uid:gid", e.g. "1000:1000"')
+        uid, gid = int(match.group(1)), int(match.group(2))
+        if uid == 0 or gid == 0:
+            raise ValueError("must not be root: uid 0 and gid 0 are not allowed")
+        if uid > 2**31 - 1 or gid > 2**31 - 1:
+            raise ValueError("uid and gid must be below 2^31")
+        return f"{uid}:{gid}"
+
+    _read_only_root = field_validator("read_only_root", mode="before")(
+        _must_be_true(
+            "a writable root filesystem is only granted per request (sandbox_permissions.writable_root, asked "
+            "and approved), never by a profile",
+        )
+    )
+    _no_new_privileges = field_validator("no_new_privileges", mode="before")(
+        _must_be_true("privilege gain through setuid/setgid files is never allowed")
+    )
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network(cls, value: Any) -> Any:
+        if value != "none":
+            raise ValueError(
+                "only 'none' is supported: network access is asked per request "
+                "(sandbox_permissions.network), not granted by a profile"
+            )
+        return value
+
+    @field_validator("capabilities", mode="before")
+    @classmethod
+    def _capabilities(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)) and value:
+            asked = ", ".join(str(v) for v in value)[:200]
+            raise ValueError(f"every capability is dropped and none may be added (asked for: {asked})")
+        return value
+
+    @field_validator("seccomp", mode="before")
+    @classmethod
+    def _seccomp(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.lower() == "unconfined":
+            raise ValueError("'unconfined' is not allowed: every sandbox runs under a seccomp profile")
+        return value
+
+    @field_validator("tmpfs")
+    @classmethod
+    def _tmpfs(cls, mounts: tuple[Tmpfs, ...], info: ValidationInfo) -> tuple[Tmpfs, ...]:
+        workspace = info.data.get("workspace")
+        for i, mount in enumerate(mounts):
+            if workspace is not None and _covers(mount.path, workspace.container_path):
+                raise ValueError(
+                    f"tmpfs[{i}] ({mount.path}) overlaps workspace.container_path ({workspace.container_path})"
+                )
+            for j in range(i):
+                if _covers(mount.path, mounts[j].path):
+                    raise ValueError(f"tmpfs[{i}] ({mount.path}) overlaps tmpfs[{j}] ({mounts[j].path})")
+        return mounts
+
+    @field_validator("limits")
+    @classmethod
+    def _limits(cls, limits: Limits, info: ValidationInfo) -> Limits:
+        if info.data.get("runtime") == "runsc" and limits.pids < RUNSC_MIN_PIDS:
+            raise ValueError(
+                f"pids must be at least {RUNSC_MIN_PIDS} with runtime runsc: gVisor's own host threads "
+                "(~27 idle, ~2.5 per process) count against it and reaching it kills the whole sandbox"
+            )
+        return limits
+
+    @field_validator("env_allowlist")
+    @classmethod
+    def _env_allowlist(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(names)) != len(names):
+            raise ValueError("names must be unique")
+        bad = [n for n in names if is_code_loading_env(n)]
+        if bad:
+            raise ValueError(
+                f"{', '.join(bad)} cannot be allowed: it changes which code an allowed command runs "
+                "(set a fixed value in env instead)"
+            )
+        return names
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        if len(env) > 256:
+            raise ValueError("at most 256 variables")
+        for key, value in env.items():
+            if "\x00" in value or len(value) > 4096:
+                raise ValueError(f"the value of {key} must be at most 4096 characters without NUL bytes")
+        return env
+
+    @property
+    def uid(self) -> int:
+        return int(self.user.split(":")[0])
+
+    @property
+    def gid(self) -> int:
+        return int(self.user.split(":")[1])
+
+
+# -- policy caps -----------------------------------------------------------------------------------
+
+
+class ProfileCaps(_Model):
+    """Upper bounds a policy puts on every profile. ``None`` means no cap. Caps only ever narrow."""
+
+    max_memory: MemorySize | None = Field(default=None, description="Memory cap in bytes ('1g').")
+    max_cpus: float | None = Field(default=None, gt=0, le=256, description="CPU cores cap.")
+    max_pids: int | None = Field(default=None, ge=8, le=1_000_000, description="Processes/threads cap.")
+    max_wall_timeout_s: float | None = Field(default=None, gt=0, le=86_400, description="Wall-clock cap in seconds.")
+    max_output_bytes: OutputSize | None = Field(
+        default=None, description="Cap for stdout and for stderr, each, in bytes."
+    )
+    allowed_runtimes: tuple[Runtime, ...] | None = Field(
+        default=None, description="Runtimes a profile may use; a profile needing another one is refused."
+    )
+    allowed_images: tuple[str, ...] | None = Field(
+        default=None,
+        description="Image references (shell-style globs, e.g. 'sandbox-orchestrator/*') a profile may use.",
+    )
+
+
+# -- the resolved form -----------------------------------------------------------------------------
+
+
+class ResolvedTmpfs(_Model):
+    """A tmpfs mount of a resolved profile."""
+
+    path: str = Field(description="Absolute mount point inside the sandbox.")
+    size_bytes: int = Field(ge=1, description="Size cap in bytes (Docker tmpfs size=, k8s emptyDir sizeLimit).")
+    mode: str = Field(pattern=r"^[0-7]{4}$", description="Permissions, 4-digit octal string (Docker tmpfs mode=).")
+    noexec: bool = Field(description="Mounted noexec.")
+    nosuid: Literal[True] = Field(default=True, description="Always mounted nosuid.")
+    nodev: Literal[True] = Field(default=True, description="Always mounted nodev.")
+
+    def mount_options(self) -> str:
+        """Docker ``HostConfig.Tmpfs`` option string, e.g. ``rw,nosuid,nodev,size=67108864,mode=1777``."""
+        flags = ["rw", "nosuid", "nodev", *(["noexec"] if self.noexec else [])]
+        return ",".join([*flags, f"size={self.size_bytes}", f"mode={self.mode}"])
+
+
+class ResolvedWorkspace(_Model):
+    """The workspace mount of a resolved profile."""
+
+    mode: WorkspaceMode = Field(description="ro or rw.")
+    container_path: str = Field(description="Absolute mount point inside the sandbox.")
+
+
+_HASH_EXCLUDED = frozenset({"profile_hash", "seccomp_json"})
+
+
+class ResolvedProfile(_Model):
+    """The effective settings of one execution: fully explicit, nothing inherited or implied.
+
+    ``profile_hash`` is the sha256 of the canonical JSON of every field except ``profile_hash`` and
+    ``seccomp_json`` (the seccomp profile enters through ``seccomp_sha256``). Both hashes are
+    computed when omitted and checked when given, so a dumped resolved profile validates back only
+    unchanged.
+    """
+
+    name: str = Field(description="The profile this was resolved from.")
+    image: str = Field(description="Image reference (explicit tag or digest).")
+    runtime: Runtime = Field(description="OCI runtime (Docker runtime= / k8s RuntimeClass): runc or runsc.")
+    uid: int = Field(ge=1, description="Numeric user id the command runs as (never 0).")
+    gid: int = Field(ge=1, description="Numeric primary group id (never 0).")
+    read_only_root: bool = Field(description="Root filesystem read-only; false only for an approved escalation.")
+    network: Literal["none"] = Field(description="Network mode: always 'none'.")
+    workspace: ResolvedWorkspace = Field(description="The workspace mount.")
+    tmpfs: tuple[ResolvedTmpfs, ...] = Field(description="tmpfs mounts (nosuid,nodev).")
+    cpus: float = Field(gt=0, description="CPU cores (Docker NanoCpus = cpus * 1e9; k8s cpu limit = request).")
+    memory_bytes: int = Field(ge=1, description="Memory limit in bytes (Docker mem_limit; k8s memory limit = request).")
+    memory_swap_bytes: int = Field(
+        ge=1, description="Memory + swap in bytes (Docker memswap_limit); always equal to memory_bytes: no swap."
+    )
+    pids_limit: int = Field(ge=1, description="Maximum processes and threads (Docker pids_limit).")
+    wall_timeout_s: float = Field(gt=0, description="Wall-clock deadline in seconds, after which it is killed.")
+    stdout_max_bytes: int = Field(ge=1, description="Captured stdout cap in bytes.")
+    stderr_max_bytes: int = Field(ge=1, description="Captured stderr cap in bytes.")
+    nofile: int = Field(ge=1, description="RLIMIT_NOFILE, soft = hard.")
+    fsize_bytes: int = Field(ge=1, description="RLIMIT_FSIZE in bytes, soft = hard.")
+    seccomp: str = Field(description="Seccomp profile name.")
+    seccomp_sha256: str = Field(
+        default="",
+        pattern=r"^([0-9a-f]{64})?$",
+        description="sha256 hex of seccomp_json's UTF-8 bytes (computed when omitted, checked when given).",
+    )
+    seccomp_json: str = Field(
+        repr=False, description="The seccomp profile as compact canonical OCI JSON (inline for security_opt)."
+    )
+    cap_add: tuple[()] = Field(default=(), description="Always empty: no capability is added.")
+    cap_drop: tuple[Literal["ALL"]] = Field(default=("ALL",), description="Always ('ALL',): every capability dropped.")
+    no_new_privileges: Literal[True] = Field(default=True, description="Always true (no-new-privileges).")
+    env: dict[str, str] = Field(description="Fixed environment defaults (a request's allowed names override them).")
+    env_allowlist: tuple[str, ...] = Field(description="Environment names a request may set (sorted).")
+    profile_hash: str = Field(
+        default="",
+        pattern=r"^([0-9a-f]{64})?$",
+        description="sha256 of this resolved profile (see above; computed when omitted, checked when given).",
+    )
+
+    @model_validator(mode="after")
+    def _invariants_and_hashes(self) -> ResolvedProfile:
+        if self.memory_swap_bytes != self.memory_bytes:
+            raise ValueError("memory_swap_bytes must equal memory_bytes (no swap)")
+        seccomp_sha256 = sha256_hex(self.seccomp_json.encode("utf-8"))
+        if not self.seccomp_sha256:
+            object.__setattr__(self, "seccomp_sha256", seccomp_sha256)  # computed once, at construction
+        elif self.seccomp_sha256 != seccomp_sha256:
+            raise ValueError("seccomp_sha256 does not match seccomp_json")
+        profile_hash = self.compute_hash()
+        if not self.profile_hash:
+            object.__setattr__(self, "profile_hash", profile_hash)
+        elif self.profile_hash != profile_hash:
+            raise ValueError("profile_hash does not match the resolved profile")
+        return self
+
+    def compute_hash(self) -> str:
+        """sha256 of the canonical JSON of every field but ``profile_hash`` and ``seccomp_json``."""
+        return canonical_sha256(self.model_dump(mode="json", exclude=set(_HASH_EXCLUDED)))
+
+    @property
+    def user(self) -> str:
+        """``"uid:gid"`` as Docker's ``user=`` wants it."""
+        return f"{self.uid}:{self.gid}"
+
+    @property
+    def nano_cpus(self) -> int:
+        """Docker ``NanoCpus``."""
+        return round(self.cpus * 1_000_000_000)
