@@ -27,21 +27,22 @@ class _Located:
         if isinstance(node, yaml.MappingNode):
             out: dict[Any, Any] = {}
             for key_node, value_node in node.value:
-                key = (
-                    yaml.safe_load(yaml.serialize(key_node))
-                    if key_node.tag != "tag:yaml.org,2002:str"
-                    else key_node.value
-                )
+                key = self._scalar(key_node)
                 if isinstance(key, (str, int)) and key in out:
                     raise _DuplicateKey(str(key), key_node.start_mark.line + 1)
                 child = (*path, key if isinstance(key, (str, int)) else str(key))
-                self.lines[child] = key_node.start_mark.line + 1
                 out[key] = self.build(value_node, child)
+                # a field's line is its key's line (a value may start on the next one)
                 self.lines[child] = key_node.start_mark.line + 1
             return out
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        return yaml.safe_load(yaml.serialize(node))
+        return self._scalar(node)
+
+    @staticmethod
+    def _scalar(node: yaml.Node) -> Any:
+        # PyYAML's safe constructor: the same types safe_load gives (an empty value is None)
+        return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
 
     def line_for(self, loc: tuple[str | int, ...]) -> int | None:
         # the deepest known ancestor of the failing field
@@ -103,8 +104,8 @@ def validate(model: type[M], data: Any, located: _Located | None, source: str, r
         ) from None
 
 
-def load_model_file(model: type[M], path: Path, key: str | None = None) -> M:
-    """Read ``path``, take top-level ``key`` (or the whole document), validate into ``model``."""
+def load_yaml_mapping(path: Path) -> tuple[dict[str, Any], _Located]:
+    """Read ``path`` as one YAML mapping (an empty file is an empty mapping). Raises CONFIG.INVALID."""
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -117,7 +118,13 @@ def load_model_file(model: type[M], path: Path, key: str | None = None) -> M:
         data = {}
     if not isinstance(data, dict):
         raise ConfigInvalid(f"{source}:1: the document must be a mapping", details={"file": source, "line": 1})
+    return data, located
+
+
+def load_model_file(model: type[M], path: Path, key: str | None = None) -> M:
+    """Read ``path``, take top-level ``key`` (or the whole document), validate into ``model``."""
+    data, located = load_yaml_mapping(path)
     if key is not None:
         section = data.get(key, {})
-        return validate(model, section if section is not None else {}, located, source, (key,))
-    return validate(model, data, located, source)
+        return validate(model, section if section is not None else {}, located, str(path), (key,))
+    return validate(model, data, located, str(path))

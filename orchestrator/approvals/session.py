@@ -1,38 +1,60 @@
-"""What a session has already been granted: approval keys (approved_for_session) and exec sessions."""
+"""What has already been granted: approval keys (approved_for_session) and exec sessions.
+
+Grants are scoped to (tenant, subject, session): a session id is chosen by the client, so another
+tenant reusing the same id must not inherit anything. A key grant also names the policy version it
+was given under: when the policy changes, earlier grants stop counting and the ask comes again.
+"""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    tenant: str
+    subject: str
+    session: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExecSessionOrigin:
+    execution_id: str
+    tenant: str
+    subject: str
 
 
 class SessionGrants:
-    """In-memory, bounded (oldest sessions forgotten first: forgetting only means asking again)."""
+    """In-memory and bounded (least recently used first out: forgetting only means asking again)."""
 
-    def __init__(self, max_sessions: int = 10_000) -> None:
-        self._keys: OrderedDict[str, set[str]] = OrderedDict()
-        self._exec_sessions: OrderedDict[str, str] = OrderedDict()
-        self._max = max_sessions
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self._keys: OrderedDict[tuple[Scope, str], str] = OrderedDict()  # (scope, key) -> policy hash
+        self._exec: OrderedDict[str, ExecSessionOrigin] = OrderedDict()
+        self._max = max_entries
 
-    def _touch(self, table: OrderedDict[str, object], session: str) -> None:
-        table.move_to_end(session)
-        while len(table) > self._max:
-            table.popitem(last=False)
+    def grant_key(self, scope: Scope, key: str, policy_version_hash: str) -> None:
+        self._keys[(scope, key)] = policy_version_hash
+        self._keys.move_to_end((scope, key))
+        while len(self._keys) > self._max:
+            self._keys.popitem(last=False)
 
-    def grant_key(self, session: str, key: str) -> None:
-        self._keys.setdefault(session, set()).add(key)
-        self._touch(self._keys, session)  # type: ignore[arg-type]
+    def has_key(self, scope: Scope | None, key: str, policy_version_hash: str) -> bool:
+        return scope is not None and self._keys.get((scope, key)) == policy_version_hash
 
-    def has_key(self, session: str | None, key: str) -> bool:
-        return session is not None and key in self._keys.get(session, ())
+    def approve_exec_session(self, exec_session: str, origin: ExecSessionOrigin) -> None:
+        """An authorized exec_command opened ``exec_session``: its owner's write_stdin needs no new ask."""
+        self._exec[exec_session] = origin
+        self._exec.move_to_end(exec_session)
+        while len(self._exec) > self._max:
+            self._exec.popitem(last=False)
 
-    def approve_exec_session(self, exec_session: str, execution_id: str) -> None:
-        """An approved exec_command opened ``exec_session``: write_stdin to it needs no new ask."""
-        self._exec_sessions[exec_session] = execution_id
-        self._touch(self._exec_sessions, exec_session)  # type: ignore[arg-type]
+    def exec_session_origin(self, exec_session: str) -> ExecSessionOrigin | None:
+        return self._exec.get(exec_session)
 
-    def exec_session_origin(self, exec_session: str) -> str | None:
-        return self._exec_sessions.get(exec_session)
+    def end_exec_session(self, exec_session: str) -> None:
+        self._exec.pop(exec_session, None)
 
-    def end_session(self, session: str) -> None:
-        self._keys.pop(session, None)
-        self._exec_sessions.pop(session, None)
+    def end_session(self, scope: Scope) -> None:
+        for entry in [e for e in self._keys if e[0] == scope]:
+            del self._keys[entry]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import getpass
 import os
+import shlex
 
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
 from orchestrator.domain.errors import NoApprovalProvider
+from orchestrator.domain.text import printable
 
 _ANSWERS = {
     "y": ApprovalOutcome.APPROVED,
@@ -22,20 +24,23 @@ _ANSWERS = {
 
 
 def render_prompt(request: ApprovalRequest) -> str:
+    """Every value shown is escaped (see domain.text.printable): what the approver reads is all there is."""
     s = request.sanitized
-    what = s.command if s.command is not None else " ".join(s.argv) if s.argv is not None else None
-    lines = [f"Approval needed ({request.policy_reason})", f"  tool:    {s.tool}"]
+    p = printable
+    what = s.command if s.command is not None else shlex.join(s.argv) if s.argv is not None else None
+    lines = [f"Approval needed ({p(request.policy_reason)})", f"  tool:    {s.tool}"]
     if what is not None:
-        lines.append(f"  command: {what}")
+        lines.append(f"  command: {p(what)}")
     if s.path is not None:
-        lines.append(f"  path:    {s.path} ({s.content.bytes if s.content else 0} bytes)")
+        lines.append(f"  path:    {p(s.path)} ({s.content.bytes if s.content else 0} bytes)")
     if s.patch_paths:
-        lines.append(f"  patch:   {', '.join(s.patch_paths)}")
+        lines.append(f"  patch:   {p(', '.join(s.patch_paths))}")
     if s.cwd is not None:
-        lines.append(f"  cwd:     {s.cwd}")
+        lines.append(f"  cwd:     {p(s.cwd)}")
     if s.env_keys:
         lines.append(f"  env:     {', '.join(s.env_keys)} (values hidden)")
-    lines.append(f"  risk:    {s.risk.risk_level} ({s.risk.reason})")
+    lines.append(f"  risk:    {s.risk.risk_level} ({p(s.risk.reason)})")
+    lines.append(f"  who:     {p(s.context.subject)}@{p(s.context.tenant)}")
     lines.append(f"  key:     {request.approval_key[:16]}  timeout: {request.timeout_s:g}s")
     lines.append("Approve? [y]es / [s]ession / [n]o / [a]bort: ")
     return "\n".join(lines)

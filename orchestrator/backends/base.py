@@ -45,6 +45,7 @@ class SandboxHandle:
     execution_id: str
     sandbox_id: str  # container id / pod uid
     name: str
+    image_id: str | None = None  # the image the engine actually used (content id), for evidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +127,9 @@ class SandboxBackend(Protocol):
 
     async def start(self, handle: SandboxHandle) -> None: ...
 
-    async def capture(self, handle: SandboxHandle, stdout_limit: int, stderr_limit: int) -> tuple[
-        StreamCapture, StreamCapture
-    ]:
+    async def capture(
+        self, handle: SandboxHandle, stdout_limit: int, stderr_limit: int
+    ) -> tuple[StreamCapture, StreamCapture]:
         """Stream stdout and stderr until the sandbox closes them; keep up to the limits."""
         ...
 

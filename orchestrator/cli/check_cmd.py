@@ -63,10 +63,11 @@ def request_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.shell is None and tool not in ARGV_TOOLS:
         raise InputInvalid(f"--tool {tool} takes --shell STRING, not ARGV")
     env: dict[str, str] = {}
-    for item in args.env:
+    for number, item in enumerate(args.env, start=1):
         key, sep, value = item.partition("=")
         if not sep:
-            raise InputInvalid(f"--env expects K=V, got a value without '=' for {key[:40]!r}")
+            # never echo the argument: it may be a secret typed with ':' instead of '='
+            raise InputInvalid(f"--env #{number} is not of the form K=V")
         env[key] = value
     try:
         subject = args.subject or getpass.getuser()
@@ -98,13 +99,20 @@ def handle(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
+    import shlex
+
     from orchestrator.domain.requests import parse_request
+    from orchestrator.domain.text import printable
     from orchestrator.gate.gate import Gate
     from orchestrator.gate.policy import PolicySource
+    from orchestrator.service.config import load_config
 
+    config = Path(args.config) if args.config else None
+    if config is not None:
+        load_config(config)  # the whole file must be valid, not only its safety section
     request = parse_request(request_from_args(args))
     gate = Gate(
-        PolicySource(Path(args.config) if args.config else None),
+        PolicySource(config),
         workspace=args.workspace or os.getcwd(),
     )
     result = gate.evaluate(request)
@@ -112,14 +120,15 @@ def handle(args: argparse.Namespace) -> int:
         emit_json(result.to_json())
         return 0
     d = result.decision
+    p = printable
     lines = [
         f"decision:     {d.decision.value}",
-        f"reason:       {d.reason}",
-        f"matched_rule: {d.matched_rule}",
-        f"risk:         {d.risk.risk_level} ({d.risk.reason})",
+        f"reason:       {p(d.reason)}",
+        f"matched_rule: {p(str(d.matched_rule))}",
+        f"risk:         {d.risk.risk_level} ({p(d.risk.reason)})",
     ]
     if d.intent is not None:
-        argv = " ".join(d.intent.argv) if d.intent.argv is not None else "-"
+        argv = p(shlex.join(d.intent.argv)) if d.intent.argv is not None else "-"
         lines.append(f"intent:       {argv}  [{'complex' if d.intent.is_complex else 'simple'}: {d.intent.reason}]")
     lines.append(f"approval_key: {result.approval_key}")
     lines.append(f"policy:       {d.policy_version_hash[:16]}")

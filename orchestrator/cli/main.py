@@ -6,13 +6,26 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from orchestrator.cli import approvals_cmd, check_cmd, evidence_cmd, profiles_cmd
 from orchestrator.cli.output import fail
 
 
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors like every other refusal (and as JSON with --json)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sandboxctl",
         description="Governed, contained execution: policy gate, approvals, hardened sandboxes, evidence.",
     )
@@ -31,8 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(args_list)
-    except SystemExit as exit_:
-        # argparse already printed usage and its message; keep its exit status (2 for bad usage)
+    except UsageError as err:
+        return fail("INPUT.INVALID", str(err), 2, json_out="--json" in args_list)
+    except SystemExit as exit_:  # --help and --version
         return int(exit_.code or 0)
     try:
         return int(args.handler(args))

@@ -87,6 +87,11 @@ class SandboxOutputLimit(OrchestratorError):
     code = "SANDBOX.OUTPUT_LIMIT"
 
 
+class ExecutionCancelled(OrchestratorError):
+    code = "EXECUTION.CANCELLED"
+    exit_code = 130
+
+
 class EvidenceCorrupt(OrchestratorError):
     code = "EVIDENCE.CORRUPT"
     exit_code = 1

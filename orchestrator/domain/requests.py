@@ -86,10 +86,10 @@ class _RequestBase(_Frozen):
     @field_validator("env")
     @classmethod
     def _env_keys(cls, env: dict[str, str]) -> dict[str, str]:
-        for key, value in env.items():
+        for number, (key, value) in enumerate(env.items(), start=1):
             if not _ENV_KEY.match(key):
-                # the key is not secret; the value is, so it is never echoed
-                raise ValueError(f"env key {key!r} is not a valid variable name")
+                # a malformed key may be a whole 'NAME=secret': name its position, never its text
+                raise ValueError(f"env key #{number} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
             _no_nul(value, f"env value of {key}")
         return env
 

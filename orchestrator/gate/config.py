@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from orchestrator.domain.decisions import Decision, Mode
 from orchestrator.domain.sanitized import RiskLevelName
 from orchestrator.gate.matching import MatchConditions, check_pattern
-from orchestrator.yamlfile import load_model_file, parse_yaml, validate
+from orchestrator.yamlfile import load_yaml_mapping, parse_yaml, validate
 
 CommandPatternText = Annotated[str, AfterValidator(check_pattern)]
 
@@ -35,8 +35,15 @@ class SafetyConfig(BaseModel):
     rules: list[PolicyRule] = Field(default_factory=list, description="Ordered rules, first match wins.")
     default: Literal["ask", "deny"] = Field(default="ask", description="Decision when nothing else decided (mode ask).")
     approval_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="Approval wait; then deny.")
-    allowlist_max_risk: RiskLevelName = Field(
-        default="medium", description="An allowlist hit above this risk asks instead."
+    allow_max_risk: RiskLevelName = Field(
+        default="medium",
+        description="An allowlist hit, or an allow rule without its own risk condition, asks instead when"
+        " the risk is higher than this.",
+    )
+    trusted_program_dirs: list[str] = Field(
+        default_factory=lambda: ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"],
+        description="An allow only covers a program named bare (found on PATH) or by a path in these"
+        " directories: ./ls or /tmp/x/ls is someone else's binary.",
     )
 
 
@@ -44,10 +51,27 @@ def default_config_text() -> str:
     return resources.files("orchestrator.gate").joinpath("default_config.yaml").read_text(encoding="utf-8")
 
 
+def _default_section() -> dict[str, Any]:
+    data, _ = parse_yaml(default_config_text(), "<built-in default>")
+    section: dict[str, Any] = data["safety"]
+    return section
+
+
 def default_safety_config() -> SafetyConfig:
-    data, located = parse_yaml(default_config_text(), "<built-in default>")
-    return validate(SafetyConfig, data["safety"], located, "<built-in default>", ("safety",))
+    return SafetyConfig.model_validate(_default_section())
+
+
+def with_defaults(section: Any) -> Any:
+    """A file's ``safety:`` over the built-in one, key by key: what the file leaves out keeps its
+    default (a partial config never silently drops the default denylist); an explicit
+    ``denylist: []`` still clears it."""
+    if section is None:
+        return _default_section()
+    if not isinstance(section, dict):
+        return section  # validation reports the wrong type with its line
+    return {**_default_section(), **section}
 
 
 def load_safety_config(path: Path) -> SafetyConfig:
-    return load_model_file(SafetyConfig, path, key="safety")
+    data, located = load_yaml_mapping(path)
+    return validate(SafetyConfig, with_defaults(data.get("safety")), located, str(path), ("safety",))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
+import posixpath
 import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.domain.requests import ALL_TOOLS, EXEC_TOOLS
 from orchestrator.domain.sanitized import RiskLevel, RiskLevelName, SanitizedRequest
@@ -82,6 +83,17 @@ class MatchConditions(BaseModel):
     def _pattern(cls, text: str | None) -> str | None:
         return None if text is None else check_pattern(text)
 
+    @model_validator(mode="after")
+    def _risk_bounds_agree(self) -> MatchConditions:
+        levels = [RiskLevel.parse(x) for x in self.risk or ()]
+        low = RiskLevel.parse(self.risk_at_least) if self.risk_at_least else RiskLevel.LOW
+        high = RiskLevel.parse(self.risk_at_most) if self.risk_at_most else RiskLevel.CRITICAL
+        if low > high:
+            raise ValueError("risk_at_least is above risk_at_most: the rule could never match")
+        if self.risk is not None and not any(low <= level <= high for level in levels):
+            raise ValueError("no level in risk lies between risk_at_least and risk_at_most: the rule could never match")
+        return self
+
 
 def _glob_program(glob: str) -> str:
     head = glob.split(" ", 1)
@@ -103,7 +115,8 @@ class RequestFacts:
         self.is_complex: bool | None = analysis.is_complex if analysis is not None else None
         self.commands: tuple[tuple[str, ...], ...] = analysis.commands if analysis is not None else ()
         self.parsed: tuple[ParsedCommand, ...] = tuple(parse_command(words) for words in self.commands)
-        self.paths = request_paths(sanitized)
+        # '..' resolved, so 'src/../../etc/passwd' is matched as '../etc/passwd', never as 'src/*'
+        self.paths = [posixpath.normpath(p) for p in request_paths(sanitized)]
         self._joined: tuple[str, ...] | None = None
 
     def joined(self) -> tuple[str, ...]:

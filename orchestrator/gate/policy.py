@@ -1,14 +1,17 @@
 """The deterministic policy: the same sanitized request and config always give the same decision.
 
 Order: denylist → mode deny → ordered rules (first match wins) → asked escalation → allowlist
-(simple single command, risk at most allowlist_max_risk) → mode allow → default.
-An allow from a rule never lets a complex shell string or an escalation through: those ask.
+(simple single command) → mode allow → default.
+An allow — from the allowlist or a rule — never lets through a complex shell string, an escalation,
+a risk above allow_max_risk (unless the rule states its own risk condition) or a program that is
+not named bare or from a trusted directory: those ask.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +69,8 @@ class Policy:
         )
         self._deny = _PatternIndex(config.denylist)
         self._allow = _PatternIndex(config.allowlist)
-        self._allow_max = RiskLevel.parse(config.allowlist_max_risk)
+        self._allow_max = RiskLevel.parse(config.allow_max_risk)
+        self._trusted_dirs = frozenset(posixpath.normpath(d) for d in config.trusted_program_dirs)
         self._ordered = [
             _CompiledRule(i, f"rule:{i}" + (f":{rule.name}" if rule.name else ""), rule, Matcher.compile(rule))
             for i, rule in enumerate(config.rules, start=1)
@@ -109,6 +113,28 @@ class Policy:
             intent=sanitized.intent,
         )
 
+    def _hold_allow(
+        self, facts: RequestFacts, complex_reason: str | None, asked: list[str], *, check_risk: bool
+    ) -> str | None:
+        """Why an allow must become an ask, or None."""
+        if complex_reason is not None:
+            return f"an allow does not cover a complex command ({complex_reason})"
+        if asked:
+            return f"escalation asked: {', '.join(asked)}"
+        if check_risk and facts.risk > self._allow_max:
+            return f"risk is {facts.risk.label}: {facts.sanitized.risk.reason}"
+        for words in facts.commands:
+            untrusted = self._untrusted_program(words[0])
+            if untrusted is not None:
+                return f"program {untrusted!r} is not in a trusted directory"
+        return None
+
+    def _untrusted_program(self, word: str) -> str | None:
+        path = word.replace("\\", "").replace("'", "").replace('"', "")
+        if "/" not in path:
+            return None  # a bare name, found on the sandbox's PATH
+        return None if posixpath.dirname(posixpath.normpath(path)) in self._trusted_dirs else path
+
     def decide(self, sanitized: SanitizedRequest, analysis: ShellAnalysis | None, *, profile: str) -> PolicyDecision:
         facts = RequestFacts(sanitized, analysis, profile)
 
@@ -141,17 +167,9 @@ class Policy:
             if rule.matcher.uses_risk:
                 why += f" (risk {sanitized.risk.risk_level}: {sanitized.risk.reason})"
             if grants:
-                if complex_reason is not None:
-                    return self._decision(
-                        Decision.ASK,
-                        f"{why}; but an allow rule does not cover a complex command ({complex_reason})",
-                        rule.label,
-                        sanitized,
-                    )
-                if asked:
-                    return self._decision(
-                        Decision.ASK, f"{why}; but escalation asked: {', '.join(asked)}", rule.label, sanitized
-                    )
+                held = self._hold_allow(facts, complex_reason, asked, check_risk=not rule.matcher.uses_risk)
+                if held is not None:
+                    return self._decision(Decision.ASK, f"{why}; but {held}", rule.label, sanitized)
             return self._decision(rule.rule.action, why, rule.label, sanitized)
 
         if asked:
@@ -161,14 +179,9 @@ class Policy:
             allowed = self._allow.first_match(facts.parsed[0])
             if allowed is not None:
                 label = f"allowlist:{allowed.text}"
-                if facts.risk > self._allow_max:
-                    return self._decision(
-                        Decision.ASK,
-                        f"allowlisted {allowed.text!r} but risk is {sanitized.risk.risk_level}: "
-                        f"{sanitized.risk.reason}",
-                        label,
-                        sanitized,
-                    )
+                held = self._hold_allow(facts, None, [], check_risk=True)
+                if held is not None:
+                    return self._decision(Decision.ASK, f"allowlisted {allowed.text!r} but {held}", label, sanitized)
                 return self._decision(Decision.ALLOW, f"allowlisted: {allowed.text!r}", label, sanitized)
 
         if self.config.mode is Mode.ALLOW:

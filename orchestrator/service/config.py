@@ -8,16 +8,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.approvals.rules import ApprovalRule, GrantOutcome
-from orchestrator.gate.config import SafetyConfig, default_safety_config
-from orchestrator.yamlfile import load_model_file
+from orchestrator.gate.config import SafetyConfig, default_safety_config, with_defaults
+from orchestrator.yamlfile import load_yaml_mapping, validate
 
 
 class ApprovalsSection(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    provider: Literal["none", "rules", "terminal", "queue"] = Field(
-        default="none",
-        description="Who answers 'ask': rules (below), terminal (only with a TTY), queue (SQLite store), none.",
+    provider: Literal["auto", "none", "rules", "terminal", "queue"] = Field(
+        default="auto",
+        description="Who answers 'ask': rules (below), terminal (only with a TTY), queue (SQLite store), none;"
+        " auto = terminal when stdin is a TTY, else none (asks fail fast).",
     )
     rules: list[ApprovalRule] = Field(default_factory=list, description="For provider: rules.")
     default: GrantOutcome = Field(default="denied", description="For provider: rules, when no rule matches.")
@@ -39,7 +40,10 @@ class OrchestratorConfig(BaseModel):
 
 
 def load_config(path: Path | None) -> OrchestratorConfig:
-    """The whole config, validated (CONFIG.INVALID names file, line, field). None: built-in defaults."""
+    """The whole config, validated (CONFIG.INVALID names file, line, field). None: built-in defaults.
+    The safety section is layered over the built-in policy (see gate.config.with_defaults)."""
     if path is None:
         return OrchestratorConfig()
-    return load_model_file(OrchestratorConfig, path)
+    data, located = load_yaml_mapping(path)
+    data = {**data, "safety": with_defaults(data.get("safety"))}
+    return validate(OrchestratorConfig, data, located, str(path))

@@ -30,12 +30,13 @@ def approval_provider(config: OrchestratorConfig) -> ApprovalProvider | None:
     if section.provider == "queue":
         path = Path(section.queue_path) if section.queue_path else state_dir() / "approvals.db"
         return QueueApprover(ApprovalStore(path))
-    if section.provider == "terminal":
+    if section.provider in ("terminal", "auto"):
         try:
             return TerminalApprover()
         except NoApprovalProvider:
             # asks will fail fast with CONFIG.NO_APPROVAL_PROVIDER; allowed requests still run
-            log.info("terminal approvals configured but stdin is not a TTY")
+            if section.provider == "terminal":
+                log.warning("terminal approvals configured but stdin is not a TTY: asks will be refused")
             return None
     return None
 

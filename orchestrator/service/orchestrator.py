@@ -7,29 +7,39 @@ with its stable code and raised as an OrchestratorError.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from orchestrator.approvals.base import ApprovalProvider, decide
-from orchestrator.approvals.session import SessionGrants
+from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
+from orchestrator.backends.base import SandboxBackend
 from orchestrator.domain.canonical import canonical_sha256
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult, Decision
 from orchestrator.domain.errors import (
     ApprovalAborted,
     ApprovalDenied,
     ApprovalTimeout,
+    ExecutionCancelled,
     InputInvalid,
+    InternalError,
     NoApprovalProvider,
     OrchestratorError,
     PolicyDenied,
+    SandboxOutputLimit,
 )
 from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
 from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.results import Redactor
+from orchestrator.service.executor import RunOutcome, finished_data, outputs_digest, run_in_sandbox
+from orchestrator.service.launch import launch_spec, refuse_unavailable_escalations
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +78,15 @@ class Orchestrator:
         approvals: ApprovalProvider | None = None,
         workspace: str | os.PathLike[str] | None = None,
         grants: SessionGrants | None = None,
+        backend: SandboxBackend | None = None,
+        profiles: ProfileRegistry | None = None,
     ) -> None:
         self.gate = Gate(policy, workspace=workspace)
         self.evidence = evidence
         self.approvals = approvals
         self.grants = grants or SessionGrants()
+        self.backend = backend
+        self.profiles = profiles
 
     # -- evidence helpers ------------------------------------------------------------------
     async def _record(
@@ -172,28 +186,35 @@ class Orchestrator:
         approved_by: str,
     ) -> Authorization:
         if isinstance(request, ExecCommandRequest):
-            # the exec session this command opens is named by its execution id; write_stdin to it
-            # is covered by this authorization
-            self.grants.approve_exec_session(execution_id, execution_id)
+            # the exec session this command opens is named by its execution id; its owner's
+            # write_stdin to it is covered by this authorization
+            self.grants.approve_exec_session(
+                execution_id, ExecSessionOrigin(execution_id, request.tenant, request.subject)
+            )
         return Authorization(execution_id, request, gate, approval, approved_by)
 
     async def _approve(self, execution_id: ExecutionId, request: Request, gate: GateResult) -> ApprovalResult:
         key = gate.approval_key
-        session = request.session_id if not isinstance(request, WriteStdinRequest) else None
+        policy_hash = gate.decision.policy_version_hash
+        scope = (
+            Scope(request.tenant, request.subject, request.session_id)
+            if request.session_id is not None and not isinstance(request, WriteStdinRequest)
+            else None
+        )
         cached: ApprovalResult | None = None
         if isinstance(request, WriteStdinRequest):
             origin = self.grants.exec_session_origin(request.session_id)
-            if origin is not None:
+            if origin is not None and (origin.tenant, origin.subject) == (request.tenant, request.subject):
                 cached = ApprovalResult(
                     outcome=ApprovalOutcome.APPROVED,
-                    approver=f"exec-session:{origin}",
-                    reason="input to an approved exec session",
+                    approver=f"exec-session:{origin.execution_id}",
+                    reason="input to the caller's own authorized exec session",
                 )
-        elif self.grants.has_key(session, key):
+        elif self.grants.has_key(scope, key, policy_hash):
             cached = ApprovalResult(
                 outcome=ApprovalOutcome.APPROVED_FOR_SESSION,
                 approver="session-cache",
-                reason=f"approved earlier in session {session}",
+                reason=f"approved earlier in session {request.session_id}",
             )
         if cached is not None:
             await self._record(
@@ -245,9 +266,113 @@ class Orchestrator:
         if not result.outcome.grants:
             refusal = _REFUSALS[result.outcome]
             raise await self._refuse(execution_id, gate, refusal(f"{result.approver}: {result.reason}".rstrip(": ")))
-        if result.outcome is ApprovalOutcome.APPROVED_FOR_SESSION and session is not None:
-            self.grants.grant_key(session, key)
+        if result.outcome is ApprovalOutcome.APPROVED_FOR_SESSION and scope is not None:
+            self.grants.grant_key(scope, key, policy_hash)
         return result
+
+    # -- execution ---------------------------------------------------------------------------
+    async def execute(self, raw: Any, *, workspace: Path) -> ExecutionResult:
+        """Authorize ``raw``, then run it in a fresh sandbox. Refusals raise; a command that ran
+        (whatever its exit) returns an ExecutionResult."""
+        auth = await self.authorize(raw)
+        return await self.run(auth, workspace=workspace)
+
+    async def run(self, auth: Authorization, *, workspace: Path) -> ExecutionResult:
+        if self.backend is None or self.profiles is None:
+            raise InternalError("this orchestrator has no sandbox backend")
+        request, gate = auth.request, auth.gate
+        execution_id = auth.execution_id
+        try:
+            refuse_unavailable_escalations(request)
+            profile = self.profiles.resolve(
+                request.profile or self.gate.default_profile,
+                request_timeout_s=request.timeout_ms / 1000 if request.timeout_ms else None,
+                writable_root=request.sandbox_permissions.writable_root,
+            )
+            spec = launch_spec(execution_id, request, profile, workspace)
+        except OrchestratorError as err:
+            raise await self._refuse(execution_id, gate, err) from None
+
+        async def record(event: EventType, **fields: Any) -> None:
+            await self._record(event, execution_id, gate, profile_hash=profile.profile_hash, **fields)
+
+        # the begin record is on disk before the sandbox is created
+        await record(
+            EventType.EXECUTION_STARTED,
+            durable=True,
+            status="starting",
+            data={
+                "image": profile.image,
+                "runtime": profile.runtime,
+                "profile": profile.name,
+                "seccomp_sha256": profile.seccomp_sha256,
+                "workdir": spec.workdir,
+                "deadline_unix": round(spec.deadline_unix),
+                "env_keys": sorted(spec.env),
+            },
+        )
+        redactor = Redactor(literals=request.env.values())
+        try:
+            outcome = await run_in_sandbox(self.backend, spec, record, redactor=redactor, workspace=workspace)
+        except asyncio.CancelledError:
+            await asyncio.shield(
+                self._refuse(execution_id, gate, ExecutionCancelled("cancelled; the sandbox was removed"))
+            )
+            raise
+        except OrchestratorError as err:
+            raise await self._refuse(execution_id, gate, err) from None
+
+        error = outcome.error
+        if error is None and outcome.truncated:
+            error = SandboxOutputLimit("output passed the profile's cap and was truncated")
+        status = (
+            "timeout"
+            if outcome.timed_out
+            else "oom"
+            if outcome.oom_killed
+            else ("succeeded" if outcome.exit_code == 0 else "failed")
+        )
+        await record(
+            EventType.EXECUTION_FINISHED,
+            durable=True,
+            status=status,
+            error_code=error.code if error else None,
+            reason=error.message if error else None,
+            outputs_digest=outputs_digest(outcome),
+            data=finished_data(outcome, profile),
+        )
+        return ExecutionResult(auth, outcome, error)
 
     async def aclose(self) -> None:
         await self.evidence.close()
+        if self.backend is not None:
+            await self.backend.close()
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionResult:
+    authorization: Authorization
+    outcome: RunOutcome
+    error: OrchestratorError | None
+
+    @property
+    def ok(self) -> bool:
+        o = self.outcome
+        return o.exit_code == 0 and not o.timed_out and not o.oom_killed
+
+    def to_json(self) -> dict[str, Any]:
+        """The `sandboxctl run --json` shape."""
+        o = self.outcome
+        return {
+            "ok": self.ok,
+            "execution_id": self.authorization.execution_id,
+            "decision": self.authorization.gate.decision.decision.value,
+            "exit_code": o.exit_code,
+            "stdout": o.stdout.decode("utf-8", "replace"),
+            "stderr": o.stderr.decode("utf-8", "replace"),
+            "truncated": o.truncated,
+            "timed_out": o.timed_out,
+            "oom_killed": o.oom_killed,
+            "duration_ms": o.duration_ms,
+            "error": {"code": self.error.code, "message": self.error.message} if self.error else None,
+        }

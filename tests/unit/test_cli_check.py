@@ -101,3 +101,17 @@ def test_installed_entry_point_runs() -> None:
         pytest.skip("console script not installed in this interpreter's bin")
     proc = subprocess.run([str(exe), "check", "--", "ls"], capture_output=True, text=True, env=os.environ)
     assert proc.returncode == 0 and "decision:     allow" in proc.stdout
+
+
+def test_a_malformed_env_argument_is_never_echoed() -> None:
+    proc = run("check", "--json", "--env", "TOKEN:hunter2-secret", "--", "ls")
+    assert proc.returncode == 2
+    assert "hunter2-secret" not in proc.stdout + proc.stderr
+    assert "--env #1 is not of the form K=V" in proc.stderr
+
+
+def test_human_output_escapes_control_characters() -> None:
+    proc = run("check", "--shell", "echo 'hi\rrm -rf x\x1b[2K'")
+    assert proc.returncode == 0
+    assert "\r" not in proc.stdout and "\x1b" not in proc.stdout
+    assert "\\x0d" in proc.stdout

@@ -233,6 +233,7 @@ def _child(path: str, worker: int, count: int, go: Any) -> None:
                     pending.append(asyncio.ensure_future(writer.append(event)))
                 if len(pending) >= 10:
                     await asyncio.gather(*pending)
+                    await asyncio.sleep(0.002)  # let the other writers in: the test is about interleaving
                     pending.clear()
             await asyncio.gather(*pending)
 

@@ -69,3 +69,9 @@ def test_write_stdin_session_is_required() -> None:
     req = parse_request({"tool": "write_stdin", "session_id": "s-1", "chars": "q"})
     assert isinstance(req, WriteStdinRequest)
     assert req.session_id == "s-1"
+
+
+def test_a_malformed_env_key_is_named_by_position_only() -> None:
+    with pytest.raises(InputInvalid) as err:
+        parse_request({"tool": "shell_exec", "argv": ["ls"], "env": {"OK": "1", "TOKEN=hunter2-secret": ""}})
+    assert "hunter2-secret" not in str(err.value) and "env key #2" in str(err.value)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +127,11 @@ async def test_write_stdin_to_an_approved_exec_session_skips_the_ask(evidence_pa
     assert kinds == ["request_received", "decision_made", "approval_decided"]
     received = next(r for r in records(evidence_path) if r["execution_id"] == stdin.execution_id)
     assert received["data"]["sanitized"]["stdin"]["bytes"] == len(SECRET)
+    # another tenant writing to that session id is asked like anything else (rules default: denied)
+    with pytest.raises(ApprovalDenied):
+        await orch.authorize(
+            {"tool": "write_stdin", "session_id": session.execution_id, "chars": "x", "tenant": "other"}
+        )
     # input to an unknown session is asked like anything else (rules default: denied)
     with pytest.raises(ApprovalDenied):
         await orch.authorize({"tool": "write_stdin", "session_id": "ex-unknown", "chars": "x"})
@@ -171,4 +178,19 @@ async def test_config_file_wires_rule_approvals(tmp_path: Path) -> None:
     )
     orch = build_orchestrator(config, evidence_path=tmp_path / "e.jsonl")
     assert (await orch.authorize({"tool": "shell_exec", "argv": ["make"]})).approved_by == "rule:make"
+    await orch.aclose()
+
+
+async def test_session_grants_do_not_cross_tenants_or_policy_versions(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("safety:\n  mode: ask\n")
+    evidence = tmp_path / "e.jsonl"
+    orch = build_orchestrator(config, evidence_path=evidence, approvals=RuleApprover(APPROVALS))
+    ask = {"tool": "shell_exec", "argv": ["pytest"], "session_id": "agent-7", "tenant": "a"}
+    assert (await orch.authorize(ask)).approved_by == "rule:tests"
+    assert (await orch.authorize(ask)).approved_by == "session-cache"
+    assert (await orch.authorize({**ask, "tenant": "b"})).approved_by == "rule:tests"
+    config.write_text("safety:\n  mode: ask\n  allowlist: [ls, pwd]\n")
+    os.utime(config, ns=(time.time_ns(), time.time_ns() + 5_000_000))
+    assert (await orch.authorize(ask)).approved_by == "rule:tests"  # new policy: asked again
     await orch.aclose()

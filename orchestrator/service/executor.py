@@ -1,0 +1,213 @@
+"""One execution in a fresh sandbox, with its evidence.
+
+begin record (durable) → subscribe to the engine's events → create → start → output ‖ wait under
+the deadline → kill on timeout → inspect (OOM from the engine) → destroy on every path → side
+effects → end record. Lifecycle records carry the engine's own timestamps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.backends.base import (
+    ExitState,
+    LaunchSpec,
+    LifecycleEvent,
+    SandboxBackend,
+    SandboxHandle,
+    StreamCapture,
+)
+from orchestrator.domain.canonical import canonical_sha256
+from orchestrator.domain.errors import OrchestratorError, SandboxOOM, SandboxTimeout
+from orchestrator.evidence import EventType
+from orchestrator.profiles import ResolvedProfile
+from orchestrator.results import Redactor, SideEffects, diff, snapshot
+
+log = logging.getLogger(__name__)
+
+LIFECYCLE_EVENTS: dict[str, EventType] = {
+    "create": EventType.CONTAINER_CREATED,
+    "start": EventType.CONTAINER_STARTED,
+    "die": EventType.CONTAINER_DIED,
+    "oom": EventType.CONTAINER_OOM,
+    "kill": EventType.CONTAINER_KILLED,
+    "destroy": EventType.CONTAINER_DESTROYED,
+}
+# how long teardown waits for the engine to report the destroy event before moving on
+DESTROY_EVENT_WAIT_S = 5.0
+
+Record = Callable[..., Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    stdout_capture: StreamCapture | None
+    stderr_capture: StreamCapture | None
+    timed_out: bool
+    oom_killed: bool
+    duration_ms: int
+    state: ExitState | None
+    side_effects: SideEffects | None
+    redactions: int
+    error: OrchestratorError | None
+
+    @property
+    def truncated(self) -> bool:
+        return any(c is not None and c.truncated for c in (self.stdout_capture, self.stderr_capture))
+
+
+def _stream_json(capture: StreamCapture | None) -> dict[str, Any] | None:
+    if capture is None:
+        return None
+    return {"bytes": capture.total_bytes, "sha256": capture.sha256, "truncated": capture.truncated}
+
+
+async def _follow_events(
+    backend: SandboxBackend, execution_id: str, record: Record, seen: dict[str, asyncio.Event], ready: asyncio.Event
+) -> None:
+    events = backend.events(execution_id)
+    try:
+        ready.set()
+        async for event in events:
+            await _record_lifecycle(event, record)
+            seen.setdefault(event.kind, asyncio.Event()).set()
+            if event.kind == "destroy":
+                return
+    finally:
+        closer = getattr(events, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+async def _record_lifecycle(event: LifecycleEvent, record: Record) -> None:
+    data: dict[str, Any] = {"sandbox_id": event.sandbox_id}
+    if event.exit_code is not None:
+        data["exit_code"] = event.exit_code
+    if event.signal is not None:
+        data["signal"] = event.signal
+    await record(LIFECYCLE_EVENTS[event.kind], engine_ts=event.engine_ts.isoformat(), data=data)
+
+
+async def run_in_sandbox(
+    backend: SandboxBackend,
+    spec: LaunchSpec,
+    record: Record,
+    *,
+    redactor: Redactor,
+    workspace: Path,
+) -> RunOutcome:
+    """Run ``spec`` once. ``record(event_type, **fields)`` appends evidence for this execution."""
+    profile: ResolvedProfile = spec.profile
+    before = snapshot(workspace)
+    seen: dict[str, asyncio.Event] = {"destroy": asyncio.Event()}
+    ready = asyncio.Event()
+    follower = asyncio.create_task(_follow_events(backend, spec.execution_id, record, seen, ready))
+    await ready.wait()
+    handle: SandboxHandle | None = None
+    timed_out = False
+    exit_code: int | None = None
+    state: ExitState | None = None
+    captures: tuple[StreamCapture, StreamCapture] | None = None
+    error: OrchestratorError | None = None
+    started = time.monotonic()
+    try:
+        handle = await backend.create(spec)
+        capture_task = asyncio.create_task(backend.capture(handle, profile.stdout_max_bytes, profile.stderr_max_bytes))
+        try:
+            await backend.start(handle)
+            try:
+                async with asyncio.timeout(profile.wall_timeout_s):
+                    exit_code = await backend.wait(handle)
+            except TimeoutError:
+                timed_out = True
+                await backend.kill(handle)
+                exit_code = await backend.wait(handle)
+            # output streams close when the container exits; bound the wait anyway
+            async with asyncio.timeout(10):
+                captures = await capture_task
+        finally:
+            if not capture_task.done():
+                capture_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await capture_task
+        state = await backend.inspect(handle)
+    finally:
+        duration_ms = round((time.monotonic() - started) * 1000)
+        if handle is not None:
+            await asyncio.shield(_teardown(backend, handle, seen))
+        if not follower.done():
+            follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await follower
+
+    oom = bool(state and state.oom_killed)
+    if timed_out:
+        error = SandboxTimeout(f"killed after the {profile.wall_timeout_s:g}s deadline")
+    elif oom:
+        error = SandboxOOM(f"killed for exceeding the {profile.memory_bytes} byte memory limit")
+    side_effects = await asyncio.to_thread(diff, before, snapshot(workspace), workspace)
+    stdout = redactor.redact(captures[0].data) if captures else None
+    stderr = redactor.redact(captures[1].data) if captures else None
+    return RunOutcome(
+        exit_code=state.exit_code if state and state.exit_code is not None else exit_code,
+        stdout=stdout.data if stdout else b"",
+        stderr=stderr.data if stderr else b"",
+        stdout_capture=captures[0] if captures else None,
+        stderr_capture=captures[1] if captures else None,
+        timed_out=timed_out,
+        oom_killed=oom,
+        duration_ms=duration_ms,
+        state=state,
+        side_effects=side_effects,
+        redactions=(stdout.count if stdout else 0) + (stderr.count if stderr else 0),
+        error=error,
+    )
+
+
+async def _teardown(backend: SandboxBackend, handle: SandboxHandle, seen: dict[str, asyncio.Event]) -> None:
+    """Remove the sandbox whatever happened; then give the engine a moment to report it."""
+    try:
+        await backend.destroy(handle)
+    except Exception:
+        log.exception("could not remove sandbox %s; the reaper will collect it", handle.name)
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DESTROY_EVENT_WAIT_S):
+            await seen["destroy"].wait()
+
+
+def outputs_digest(outcome: RunOutcome) -> str:
+    return canonical_sha256(
+        {"stdout": _stream_json(outcome.stdout_capture), "stderr": _stream_json(outcome.stderr_capture)}
+    )
+
+
+def finished_data(outcome: RunOutcome, profile: ResolvedProfile) -> dict[str, Any]:
+    """The sanitized end-of-execution facts for evidence: sizes and hashes, never content."""
+    state = outcome.state
+    return {
+        "exit_code": outcome.exit_code,
+        "timed_out": outcome.timed_out,
+        "oom_killed": outcome.oom_killed,
+        "duration_ms": outcome.duration_ms,
+        "stdout": _stream_json(outcome.stdout_capture),
+        "stderr": _stream_json(outcome.stderr_capture),
+        "redactions": outcome.redactions,
+        "image": profile.image,
+        "runtime": profile.runtime,
+        "seccomp_sha256": profile.seccomp_sha256,
+        "engine_started_at": state.started_at.isoformat() if state and state.started_at else None,
+        "engine_finished_at": state.finished_at.isoformat() if state and state.finished_at else None,
+        "engine_error": state.error if state else None,
+        "side_effects": outcome.side_effects.to_json() if outcome.side_effects else None,
+    }

@@ -1,0 +1,144 @@
+"""From an authorized request to a LaunchSpec: argv, working directory, environment, labels."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import socket
+import time
+from pathlib import Path
+
+from orchestrator.backends.base import (
+    LABEL_DEADLINE,
+    LABEL_EXECUTION_ID,
+    LABEL_MANAGED_BY,
+    LABEL_OWNER,
+    LABEL_PROFILE_HASH,
+    MANAGED_BY,
+    LaunchSpec,
+)
+from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
+from orchestrator.domain.requests import (
+    ExecCommandRequest,
+    Request,
+    ShellCommandRequest,
+    ShellExecRequest,
+    ShellRequest,
+    SkillExecRequest,
+)
+from orchestrator.profiles import ResolvedProfile
+
+SHELL = ("/bin/bash", "-c")
+# an orphan is collected once its deadline has passed by this much (teardown has time to finish)
+DEADLINE_GRACE_S = 30.0
+
+
+def _process_start_ticks(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # field 22 (starttime); the command name in field 2 may contain spaces, so split after ')'
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return "0"
+
+
+def owner_label() -> str:
+    """``host:pid:start`` names this controller process, so a reaper can tell if it is gone
+    (a recycled pid has a different start time)."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_process_start_ticks(pid)}"
+
+
+def owner_alive(owner: str) -> bool | None:
+    """True/False for an owner on this host; None when it lives elsewhere (only its deadline counts)."""
+    host, _, rest = owner.partition(":")
+    pid_text, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return None
+    pid = int(pid_text)
+    if not os.path.exists(f"/proc/{pid}"):
+        return False
+    return _process_start_ticks(pid) == start
+
+
+def command_argv(request: Request) -> tuple[str, ...]:
+    """Exactly what runs: an argv as given, a shell string through bash -c as given."""
+    if isinstance(request, (ShellExecRequest, SkillExecRequest)):
+        return tuple(request.argv)
+    if isinstance(request, ShellRequest):
+        return tuple(request.command)
+    if isinstance(request, ShellCommandRequest):
+        return (*SHELL, request.command)
+    if isinstance(request, ExecCommandRequest):
+        return (*SHELL, request.cmd)
+    raise InputInvalid(f"tool {request.tool!r} does not run a command in a sandbox")
+
+
+def container_workdir(profile: ResolvedProfile, workspace: Path, cwd: str | None) -> str:
+    """The working directory inside the container: always inside the workspace mount, and an
+    existing directory of the workspace on the host (CVE-2024-21626 class: never left to the image)."""
+    root = profile.workspace.container_path
+    if not cwd:
+        return root
+    if cwd.startswith("/"):
+        inside = posixpath.normpath(cwd)
+        if inside != root and not inside.startswith(root.rstrip("/") + "/"):
+            raise InputInvalid(f"cwd {cwd!r} is outside the workspace ({root})")
+        relative = posixpath.relpath(inside, root)
+    else:
+        relative = posixpath.normpath(cwd)
+    if relative == ".." or relative.startswith("../"):
+        raise InputInvalid(f"cwd {cwd!r} leaves the workspace")
+    host_dir = os.path.realpath(workspace / relative)
+    real_root = os.path.realpath(workspace)
+    if host_dir != real_root and not host_dir.startswith(real_root + os.sep):
+        raise InputInvalid(f"cwd {cwd!r} resolves outside the workspace")
+    if not os.path.isdir(host_dir):
+        raise InputInvalid(f"cwd {cwd!r} is not a directory in the workspace")
+    return posixpath.normpath(posixpath.join(root, relative))
+
+
+def sandbox_env(profile: ResolvedProfile, requested: dict[str, str]) -> dict[str, str]:
+    """Profile defaults plus the request's values for allowlisted names; anything else is refused,
+    never silently dropped (the caller would believe it was set)."""
+    refused = sorted(set(requested) - set(profile.env_allowlist))
+    if refused:
+        raise InputInvalid(
+            f"env {', '.join(refused)} not allowed by profile {profile.name!r}"
+            f" (allowed: {', '.join(profile.env_allowlist) or 'none'})",
+            details={"fields": [f"env.{k}" for k in refused]},
+        )
+    return {**profile.env, **requested}
+
+
+def refuse_unavailable_escalations(request: Request) -> None:
+    """Approved escalations this backend cannot give are refused, never silently dropped."""
+    perms = request.sandbox_permissions
+    if perms.network:
+        raise SandboxUnavailable("network access was approved but sandboxes have no network in this release")
+    if perms.extra_mounts:
+        raise SandboxUnavailable("extra mounts were approved but are not supported in this release")
+
+
+def launch_spec(
+    execution_id: str, request: Request, profile: ResolvedProfile, workspace: Path, *, now: float | None = None
+) -> LaunchSpec:
+    started = time.time() if now is None else now
+    deadline = started + profile.wall_timeout_s + DEADLINE_GRACE_S
+    return LaunchSpec(
+        execution_id=execution_id,
+        argv=command_argv(request),
+        profile=profile,
+        workspace_host_path=str(workspace),
+        workdir=container_workdir(profile, workspace, request.cwd),
+        env=sandbox_env(profile, dict(request.env)),
+        labels={
+            LABEL_MANAGED_BY: MANAGED_BY,
+            LABEL_EXECUTION_ID: execution_id,
+            LABEL_OWNER: owner_label(),
+            LABEL_DEADLINE: f"{deadline:.0f}",
+            LABEL_PROFILE_HASH: profile.profile_hash,
+        },
+        deadline_unix=deadline,
+        tty=request.tty,
+    )

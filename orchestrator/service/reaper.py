@@ -1,0 +1,64 @@
+"""Orphan collection: sandboxes with our labels whose owner is gone or whose deadline passed."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from orchestrator.backends.base import ManagedSandbox, SandboxBackend, SandboxHandle
+from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
+from orchestrator.service.launch import owner_alive
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    sandbox: ManagedSandbox
+    reason: str
+
+
+def orphan_reason(sandbox: ManagedSandbox, now: float) -> str | None:
+    if sandbox.deadline_unix is not None and sandbox.deadline_unix < now:
+        return "deadline passed"
+    if sandbox.owner is None:
+        return "no owner label"
+    alive = owner_alive(sandbox.owner)
+    if alive is False:
+        return f"owner {sandbox.owner} is gone"
+    return None
+
+
+async def collect_orphans(backend: SandboxBackend, evidence: EvidenceWriter) -> list[Reaped]:
+    """Remove every orphan and record an ``execution_abandoned`` record for each."""
+    now = time.time()
+    reaped: list[Reaped] = []
+    for sandbox in await backend.list_managed():
+        reason = orphan_reason(sandbox, now)
+        if reason is None:
+            continue
+        handle = SandboxHandle(
+            execution_id=sandbox.execution_id or "", sandbox_id=sandbox.sandbox_id, name=sandbox.name
+        )
+        await backend.destroy(handle)
+        await evidence.append(
+            EvidenceEvent(
+                event=EventType.EXECUTION_ABANDONED,
+                execution_id=sandbox.execution_id or f"unknown:{sandbox.sandbox_id[:12]}",
+                tenant="unknown",
+                subject="reaper",
+                status="abandoned",
+                reason=f"orphan removed: {reason}",
+                data={
+                    "sandbox_id": sandbox.sandbox_id,
+                    "name": sandbox.name,
+                    "state": sandbox.state,
+                    "owner": sandbox.owner,
+                },
+            ),
+            durable=True,
+        )
+        log.warning("removed orphan sandbox %s (%s)", sandbox.name, reason)
+        reaped.append(Reaped(sandbox, reason))
+    return reaped
