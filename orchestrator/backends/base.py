@@ -7,7 +7,7 @@ lifecycle events streamed beside it. Blocking client libraries run off the event
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
@@ -118,9 +118,9 @@ class SandboxBackend(Protocol):
 
     async def info(self) -> BackendInfo: ...
 
-    def events(self, execution_id: str | None = None) -> AsyncIterator[LifecycleEvent]:
+    def events(self, execution_id: str | None = None) -> AsyncGenerator[LifecycleEvent, None]:
         """Lifecycle events of sandboxes with our labels (one execution if given), from now on,
-        until the iterator is closed."""
+        until closed with ``aclose()``."""
         ...
 
     async def create(self, spec: LaunchSpec) -> SandboxHandle: ...
@@ -134,7 +134,7 @@ class SandboxBackend(Protocol):
         ...
 
     async def wait(self, handle: SandboxHandle) -> int:
-        """The exit code, once the sandbox exits (the caller enforces the deadline)."""
+        """The exit code, once the sandbox exits (after ``start``; the caller enforces the deadline)."""
         ...
 
     async def kill(self, handle: SandboxHandle, signal: str = "SIGKILL") -> None: ...

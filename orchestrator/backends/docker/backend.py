@@ -1,0 +1,632 @@
+"""``DockerBackend``: the SandboxBackend protocol on a real Docker engine (docker SDK, API ≥ 1.40).
+
+One execution: ``create`` (container + stdio attach, before anything can run) → ``start`` (and stdin,
+if any, then EOF) → ``capture`` ‖ ``wait`` → ``inspect`` → ``destroy``. Blocking SDK calls run on a
+small dedicated thread pool; calls that block for as long as the sandbox runs (wait, output, stdin,
+events) each get their own daemon thread, so a busy host cannot starve the pool and a stuck engine
+cannot keep the process from exiting. Errors are always ``SandboxUnavailable`` (the engine cannot
+give what is needed: unreachable, image or runtime missing — never pulled, never swapped) or
+``SandboxStartFailed`` (the engine refused this sandbox), with the engine's payload in ``details``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
+
+from orchestrator.backends.base import (
+    LABEL_EXECUTION_ID,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    BackendInfo,
+    ExitState,
+    LaunchSpec,
+    LifecycleEvent,
+    ManagedSandbox,
+    ResourceUsage,
+    SandboxHandle,
+    StreamCapture,
+)
+from orchestrator.backends.docker import cgroups
+from orchestrator.backends.docker.capture import FrameDemuxer, StreamSink
+from orchestrator.backends.docker.config import container_config, container_name
+from orchestrator.backends.docker.endpoint import Endpoint, discover_endpoint
+from orchestrator.backends.docker.engine import (
+    AttachStream,
+    EngineClient,
+    EngineError,
+    EventStream,
+    JsonObject,
+    jlist,
+    jobj,
+    jstr,
+)
+from orchestrator.backends.docker.events import exit_state, lifecycle_event, managed_sandbox
+from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+READ_SIZE = 64 * 1024
+POOL_WORKERS = 32
+#: events from this long before ``events(execution_id)`` was called are replayed by the engine, so a
+#: subscription that is still being set up when the container is created misses nothing
+EVENTS_REPLAY_S = 1.0
+REMOVAL_IN_PROGRESS_WAIT_S = 10.0
+KEPT_USAGE = 256
+
+
+@dataclass(eq=False)
+class _Sandbox:
+    """What this backend holds for one live sandbox it created."""
+
+    handle: SandboxHandle
+    attach: AttachStream
+    stdin: bytes | None
+    tty: bool
+    start_done: asyncio.Event = field(default_factory=asyncio.Event)
+    started: bool = False
+    capturing: bool = False
+    sampler: cgroups.UsageSampler | None = None
+    sampler_task: asyncio.Task[None] | None = None
+
+
+async def _in_daemon_thread(fn: Callable[[], T], name: str) -> T:
+    """Run a call that blocks as long as a sandbox runs on its own daemon thread; if the awaiting
+    task is cancelled the call keeps running (the caller aborts its stream)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(value: T | None, exc: BaseException | None) -> None:
+        if future.done():
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(value)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            value = fn()
+        except BaseException as exc:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(settle, None, exc)
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, value, None)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await future
+
+
+class _EventPump:
+    """A daemon thread reading the engine's event stream into an asyncio queue."""
+
+    END = None
+
+    def __init__(
+        self,
+        engine: EngineClient,
+        filters: dict[str, list[str]],
+        since: str,
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[JsonObject | EngineError | None],
+    ) -> None:
+        self._engine = engine
+        self._filters = filters
+        self._since = since
+        self._loop = loop
+        self._queue = queue
+        self._lock = threading.Lock()
+        self._closed = False
+        self._stream: EventStream | None = None
+        self.thread = threading.Thread(target=self._run, name="docker-events", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _post(self, item: JsonObject | EngineError | None) -> None:
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+    def _run(self) -> None:
+        try:
+            stream = self._engine.events(self._filters, self._since)
+        except EngineError as exc:
+            self._post(exc)
+            self._post(self.END)
+            return
+        with self._lock:
+            if self._closed:
+                stream.close()
+                self._post(self.END)
+                return
+            self._stream = stream
+        try:
+            for item in stream:
+                self._post(item)
+            if not stream.closed:
+                self._post(EngineError("unreachable", "events", "the engine ended its event stream"))
+        except EngineError as exc:
+            self._post(exc)
+        finally:
+            self._post(self.END)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            stream = self._stream
+        if stream is not None:
+            stream.close()
+
+
+def _since(now_ns: int) -> str:
+    return f"{now_ns // 1_000_000_000}.{now_ns % 1_000_000_000:09d}"
+
+
+class DockerBackend:
+    """SandboxBackend on a Docker engine. ``base_url=None`` discovers it (see ``endpoint``)."""
+
+    name = "docker"
+
+    def __init__(self, base_url: str | None = None) -> None:
+        self._endpoint: Endpoint = discover_endpoint(base_url)
+        self._client: EngineClient | None = None
+        self._client_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._sandboxes: dict[str, _Sandbox] = {}
+        self._pumps: set[_EventPump] = set()
+        self._final_usage: OrderedDict[str, ResourceUsage] = OrderedDict()
+        self._closed = False
+
+    @property
+    def endpoint(self) -> str:
+        return self._endpoint.url
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=POOL_WORKERS, thread_name_prefix="docker-backend")
+        return self._executor
+
+    async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """A short blocking engine call, off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool(), functools.partial(fn, *args, **kwargs))
+
+    def _connect(self) -> EngineClient:
+        with self._client_lock:
+            if self._client is None:
+                self._client = EngineClient.connect(
+                    self._endpoint.url, tls_from_env=self._endpoint.source == "DOCKER_HOST"
+                )
+            return self._client
+
+    async def _engine(self) -> EngineClient:
+        if self._closed:
+            raise SandboxUnavailable("the Docker backend is closed", details={"endpoint": self._endpoint.url})
+        if self._client is not None:
+            return self._client
+        try:
+            return await self._call(self._connect)
+        except EngineError as exc:
+            raise self._error(exc, "cannot connect") from exc
+
+    def _error(
+        self,
+        exc: EngineError,
+        message: str,
+        *,
+        cls: type[OrchestratorError] = SandboxUnavailable,
+        **context: object,
+    ) -> OrchestratorError:
+        details: dict[str, object] = {
+            **exc.details(),
+            "endpoint": self._endpoint.url,
+            "endpoint_source": self._endpoint.source,
+            **context,
+        }
+        if exc.kind == "unreachable":
+            return SandboxUnavailable(
+                f"the container engine at {self._endpoint.url} does not answer ({exc.reason}); "
+                "`make setup` starts the project's engine",
+                details=details,
+            )
+        return cls(message, details=details)
+
+    # -- engine facts -------------------------------------------------------------------------------------
+
+    async def info(self) -> BackendInfo:
+        engine = await self._engine()
+        try:
+            version, info, images = await asyncio.gather(
+                self._call(engine.version), self._call(engine.info), self._call(engine.images)
+            )
+        except EngineError as exc:
+            raise self._error(exc, f"the engine did not describe itself: {exc.reason}") from exc
+        security = [s for s in jlist(info, "SecurityOptions") if isinstance(s, str)]
+        security_names = {
+            part.removeprefix("name=") for s in security for part in s.split(",") if part.startswith("name=")
+        }
+        tags = {
+            tag
+            for image in images
+            for tag in jlist(image, "RepoTags")
+            if isinstance(tag, str) and tag != "<none>:<none>"
+        }
+        details = {
+            "api_version": engine.api_version,
+            "os": jstr(info, "OperatingSystem") or "",
+            "kernel": jstr(info, "KernelVersion") or "",
+            "cgroup_version": jstr(info, "CgroupVersion") or "",
+            "cgroup_driver": jstr(info, "CgroupDriver") or "",
+            "security_options": "; ".join(security),
+            "seccomp": "yes" if "seccomp" in security_names else "no",
+            "apparmor": "yes" if "apparmor" in security_names else "no",
+            "selinux": "yes" if "selinux" in security_names else "no",
+            "rootless": "yes" if "rootless" in security_names else "no",
+            "default_runtime": jstr(info, "DefaultRuntime") or "",
+            "storage_driver": jstr(info, "Driver") or "",
+            "endpoint_source": self._endpoint.source,
+        }
+        return BackendInfo(
+            name=self.name,
+            engine_version=jstr(version, "Version") or "",
+            endpoint=self._endpoint.url,
+            runtimes=frozenset(jobj(info, "Runtimes")),
+            images=frozenset(tags),
+            details=details,
+        )
+
+    # -- one sandbox -----------------------------------------------------------------------------------
+
+    async def create(self, spec: LaunchSpec) -> SandboxHandle:
+        """A fresh container (never reused) with its stdio attached; nothing runs yet."""
+        config = container_config(spec)
+        name = container_name(spec.execution_id)
+        profile = spec.profile
+        engine = await self._engine()
+        loop = asyncio.get_running_loop()
+        creating = loop.run_in_executor(self._pool(), engine.create, config, name)
+        try:
+            container_id, warnings = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            # the engine may still create it: remove it as soon as it exists
+            creating.add_done_callback(functools.partial(self._remove_orphan, engine))
+            raise
+        except EngineError as exc:
+            raise self._create_error(exc, spec, name) from exc
+        if warnings:
+            log.info("engine warnings creating %s: %s", name, "; ".join(warnings))
+        attach_call = functools.partial(engine.attach, container_id, stdin=spec.stdin is not None)
+        attaching = loop.run_in_executor(self._pool(), attach_call)
+        try:
+            attach = await asyncio.shield(attaching)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                attaching.add_done_callback(_abort_attach)
+            await asyncio.shield(self._remove_quietly(engine, container_id))
+            if isinstance(exc, EngineError):
+                raise self._error(
+                    exc,
+                    f"could not attach to sandbox {name}: {exc.reason}",
+                    cls=SandboxStartFailed,
+                    sandbox=name,
+                ) from exc
+            raise
+        handle = SandboxHandle(execution_id=spec.execution_id, sandbox_id=container_id, name=name)
+        self._sandboxes[container_id] = _Sandbox(handle=handle, attach=attach, stdin=spec.stdin, tty=spec.tty)
+        log.debug("created %s (%s, runtime %s)", name, container_id[:12], profile.runtime)
+        return handle
+
+    def _create_error(self, exc: EngineError, spec: LaunchSpec, name: str) -> OrchestratorError:
+        profile = spec.profile
+        context: dict[str, object] = {"sandbox": name, "image": profile.image, "runtime": profile.runtime}
+        text = (exc.explanation or exc.reason).lower()
+        if exc.kind == "image_not_found":
+            return self._error(
+                exc,
+                f"image {profile.image} is not on the engine (profile {profile.name!r}); images are never pulled "
+                "(there is no registry): `make setup` builds the project's images",
+                cls=SandboxUnavailable,
+                **context,
+            )
+        if exc.kind in ("bad_request", "server") and "runtime" in text and ("unknown" in text or "not" in text):
+            return self._error(
+                exc,
+                f"the engine has no runtime {profile.runtime!r}, which profile {profile.name!r} needs "
+                "(it is never replaced by another): `make setup` registers runsc",
+                cls=SandboxUnavailable,
+                **context,
+            )
+        if exc.kind in ("bad_request", "server") and "seccomp" in text:
+            return self._error(
+                exc,
+                f"the engine cannot apply the seccomp profile {profile.seccomp!r}: {exc.reason}",
+                cls=SandboxUnavailable,
+                **context,
+            )
+        if exc.kind == "conflict":
+            return self._error(
+                exc,
+                f"a container named {name} already exists; sandboxes are never reused",
+                cls=SandboxStartFailed,
+                **context,
+            )
+        return self._error(
+            exc, f"the engine refused to create sandbox {name}: {exc.reason}", cls=SandboxStartFailed, **context
+        )
+
+    def _remove_orphan(self, engine: EngineClient, created: asyncio.Future[tuple[str, list[str]]]) -> None:
+        if created.cancelled() or created.exception() is not None:
+            return
+        container_id, _ = created.result()
+        try:
+            self._pool().submit(_remove_ignoring_errors, engine, container_id)
+        except RuntimeError:  # the backend was closed meanwhile: the reaper collects it
+            log.warning("could not remove abandoned container %s", container_id[:12])
+
+    async def _remove_quietly(self, engine: EngineClient, container_id: str) -> None:
+        with contextlib.suppress(EngineError):
+            await self._call(engine.remove, container_id)
+
+    async def start(self, handle: SandboxHandle) -> None:
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        engine = await self._engine()
+        try:
+            await self._call(engine.start, handle.sandbox_id)
+        except EngineError as exc:
+            if sandbox is not None:
+                sandbox.attach.abort()  # nothing will be written: let capture() return
+            text = (exc.explanation or exc.reason).lower()
+            context: dict[str, object] = {"sandbox": handle.name}
+            if "executable file not found" in text or "no such file or directory" in text:
+                context["command_not_found"] = True
+            message = f"the engine could not start sandbox {handle.name}: {exc.reason}"
+            raise self._error(exc, message, cls=SandboxStartFailed, **context) from exc
+        finally:
+            if sandbox is not None:
+                sandbox.start_done.set()
+        if sandbox is None:
+            return
+        sandbox.started = True
+        if sandbox.stdin is not None:
+            data, attach = sandbox.stdin, sandbox.attach
+            threading.Thread(target=attach.write_stdin, args=(data,), name=f"stdin-{handle.name}", daemon=True).start()
+        if self._endpoint.is_local_socket:
+            sandbox.sampler_task = asyncio.create_task(self._sample(sandbox), name=f"usage-{handle.name}")
+
+    async def _sample(self, sandbox: _Sandbox) -> None:
+        try:
+            files = cgroups.locate(sandbox.handle.sandbox_id)
+            if files is None:
+                return
+            sampler = cgroups.UsageSampler(files)
+            sandbox.sampler = sampler
+            delay = cgroups.FIRST_INTERVAL_S
+            while sampler.sample():
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, cgroups.MAX_INTERVAL_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # never let usage sampling break an execution; say so
+            log.exception("usage sampling of %s failed", sandbox.handle.name)
+
+    async def capture(
+        self, handle: SandboxHandle, stdout_limit: int, stderr_limit: int
+    ) -> tuple[StreamCapture, StreamCapture]:
+        """Read the stream attached at create until the engine closes it (the container exited),
+        keeping up to the limits and counting/hashing everything."""
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is None or sandbox.capturing:
+            raise SandboxUnavailable(
+                f"no output stream for {handle.name}: capture() reads the stream attached by create(), "
+                "once, on the backend that created the sandbox",
+                details={"sandbox": handle.name},
+            )
+        sandbox.capturing = True
+        attach = sandbox.attach
+        stdout, stderr = StreamSink(stdout_limit), StreamSink(stderr_limit)
+        demux = None if sandbox.tty else FrameDemuxer(stdout, stderr)
+
+        def pump() -> None:
+            try:
+                while chunk := attach.read(READ_SIZE):
+                    if demux is None:
+                        stdout.write(chunk)
+                    else:
+                        demux.feed(chunk)
+            finally:
+                attach.close()
+
+        try:
+            await _in_daemon_thread(pump, f"output-{handle.name}")
+        except asyncio.CancelledError:
+            attach.abort()
+            raise
+        except EngineError as exc:
+            attach.abort()
+            raise self._error(exc, f"lost the output of {handle.name}: {exc.reason}", sandbox=handle.name) from exc
+        if demux is not None and demux.pending and not attach.aborted_by_caller:
+            # the engine ends the stream between frames; a cut inside one means the connection broke
+            raise SandboxUnavailable(
+                f"the output stream of {handle.name} broke off inside a frame",
+                details={"sandbox": handle.name, "endpoint": self._endpoint.url},
+            )
+        return stdout.result(), stderr.result()
+
+    async def wait(self, handle: SandboxHandle) -> int:
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is not None:
+            await sandbox.start_done.wait()  # a created container is "not running": do not return early
+            if not sandbox.started:
+                raise SandboxStartFailed(f"sandbox {handle.name} never started", details={"sandbox": handle.name})
+        engine = await self._engine()
+        container_id = handle.sandbox_id
+        try:
+            code, error = await _in_daemon_thread(lambda: engine.wait(container_id), f"wait-{handle.name}")
+        except EngineError as exc:
+            raise self._error(
+                exc, f"lost sandbox {handle.name} while waiting for it: {exc.reason}", sandbox=handle.name
+            ) from exc
+        if error:
+            log.info("engine reported an error waiting for %s: %s", handle.name, error)
+        return code
+
+    async def kill(self, handle: SandboxHandle, signal: str = "SIGKILL") -> None:
+        """Send ``signal``; a sandbox that already stopped or is gone is not an error."""
+        engine = await self._engine()
+        try:
+            await self._call(engine.kill, handle.sandbox_id, signal)
+        except EngineError as exc:
+            if exc.kind in ("not_found", "conflict"):
+                log.debug("kill %s: %s", handle.name, exc.reason)
+                return
+            raise self._error(
+                exc, f"could not signal sandbox {handle.name}: {exc.reason}", sandbox=handle.name, signal=signal
+            ) from exc
+
+    async def inspect(self, handle: SandboxHandle) -> ExitState:
+        engine = await self._engine()
+        try:
+            raw = await self._call(engine.inspect, handle.sandbox_id)
+        except EngineError as exc:
+            raise self._error(exc, f"cannot inspect sandbox {handle.name}: {exc.reason}", sandbox=handle.name) from exc
+        return exit_state(raw)
+
+    async def usage(self, handle: SandboxHandle) -> ResourceUsage:
+        """Peak memory, CPU time and peak pids sampled from the container's cgroup while it ran
+        (see ``cgroups``); ``None`` fields when unknown."""
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is None:
+            return self._final_usage.get(handle.sandbox_id, ResourceUsage())
+        if sandbox.sampler is None:
+            return ResourceUsage()
+        sandbox.sampler.sample()
+        return sandbox.sampler.usage()
+
+    async def destroy(self, handle: SandboxHandle) -> None:
+        """Remove the container and its anonymous volumes (forced: kills it if running). Idempotent."""
+        sandbox = self._sandboxes.pop(handle.sandbox_id, None)
+        if sandbox is not None:
+            self._forget(sandbox)
+        engine = await self._engine()
+        try:
+            await self._call(engine.remove, handle.sandbox_id)
+        except EngineError as exc:
+            if exc.kind == "not_found":
+                return
+            if exc.kind == "conflict" and "in progress" in (exc.explanation or exc.reason):
+                await self._await_removal(engine, handle)
+                return
+            raise self._error(
+                exc, f"could not remove sandbox {handle.name}: {exc.reason}", sandbox=handle.name
+            ) from exc
+
+    def _forget(self, sandbox: _Sandbox) -> None:
+        sandbox.attach.abort()
+        if sandbox.sampler_task is not None:
+            sandbox.sampler_task.cancel()
+        if sandbox.sampler is not None:
+            sandbox.sampler.sample()
+            self._final_usage[sandbox.handle.sandbox_id] = sandbox.sampler.usage()
+            while len(self._final_usage) > KEPT_USAGE:
+                self._final_usage.popitem(last=False)
+
+    async def _await_removal(self, engine: EngineClient, handle: SandboxHandle) -> None:
+        deadline = time.monotonic() + REMOVAL_IN_PROGRESS_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                await self._call(engine.inspect, handle.sandbox_id)
+            except EngineError as exc:
+                if exc.kind == "not_found":
+                    return
+                raise self._error(exc, f"could not remove sandbox {handle.name}: {exc.reason}") from exc
+            await asyncio.sleep(0.05)
+        raise SandboxUnavailable(
+            f"sandbox {handle.name} is still being removed after {REMOVAL_IN_PROGRESS_WAIT_S:g}s",
+            details={"sandbox": handle.name},
+        )
+
+    # -- observation ---------------------------------------------------------------------------------
+
+    def events(self, execution_id: str | None = None) -> AsyncGenerator[LifecycleEvent, None]:
+        """Lifecycle events of our sandboxes (one execution's if given) from the moment of this call:
+        the engine replays what happened since then, so subscribing before ``create`` is enough even
+        if the first ``__anext__`` comes later. Close with ``aclose()``: the reader thread stops at once."""
+        now = time.time_ns()
+        if execution_id is not None:
+            now -= int(EVENTS_REPLAY_S * 1_000_000_000)
+        labels = [f"{LABEL_MANAGED_BY}={MANAGED_BY}"]
+        if execution_id is not None:
+            labels.append(f"{LABEL_EXECUTION_ID}={execution_id}")
+        return self._events({"type": ["container"], "label": labels}, _since(now))
+
+    async def _events(self, filters: dict[str, list[str]], since: str) -> AsyncGenerator[LifecycleEvent, None]:
+        engine = await self._engine()
+        queue: asyncio.Queue[JsonObject | EngineError | None] = asyncio.Queue()
+        pump = _EventPump(engine, filters, since, asyncio.get_running_loop(), queue)
+        self._pumps.add(pump)
+        pump.start()
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, EngineError):
+                    raise self._error(item, f"the engine's event stream failed: {item.reason}")
+                event = lifecycle_event(item)
+                if event is not None:
+                    yield event
+        finally:
+            pump.close()
+            self._pumps.discard(pump)
+
+    async def list_managed(self) -> list[ManagedSandbox]:
+        engine = await self._engine()
+        try:
+            listed = await self._call(engine.containers, [f"{LABEL_MANAGED_BY}={MANAGED_BY}"])
+        except EngineError as exc:
+            raise self._error(exc, f"cannot list sandboxes: {exc.reason}") from exc
+        return [managed_sandbox(item) for item in listed]
+
+    async def close(self) -> None:
+        """Stop every stream and thread this backend started and close the client. Idempotent."""
+        self._closed = True
+        for sandbox in list(self._sandboxes.values()):
+            self._forget(sandbox)
+        self._sandboxes.clear()
+        for pump in list(self._pumps):
+            pump.close()
+        self._pumps.clear()
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _abort_attach(attaching: asyncio.Future[AttachStream]) -> None:
+    if not attaching.cancelled() and attaching.exception() is None:
+        attaching.result().abort()
+
+
+def _remove_ignoring_errors(engine: EngineClient, container_id: str) -> None:
+    try:
+        engine.remove(container_id)
+    except EngineError as exc:
+        if exc.kind != "not_found":
+            log.warning("could not remove abandoned container %s: %s", container_id[:12], exc)

@@ -1,0 +1,97 @@
+"""Bounded capture of a container's output: keep the first ``limit`` bytes, count and hash everything.
+
+The engine multiplexes stdout and stderr on one connection (non-TTY containers) as frames::
+
+    [stream type: 1 byte][0 0 0][payload length: uint32 big-endian][payload]
+
+:class:`FrameDemuxer` parses that incrementally, chunk by chunk, and hands payload slices straight to
+the sinks, so memory stays at ``limit`` bytes per stream plus one read buffer whatever the frame sizes
+or the total output (gigabytes are counted and hashed, not held). Pure code: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+from orchestrator.backends.base import StreamCapture
+
+STDIN, STDOUT, STDERR, SYSTEMERR = 0, 1, 2, 3
+HEADER_SIZE = 8
+_HEADER = struct.Struct(">BxxxL")
+
+
+class StreamSink:
+    """One output stream: the first ``limit`` bytes kept, every byte counted and hashed."""
+
+    __slots__ = ("_data", "_hash", "limit", "total")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError("limit must be >= 0")
+        self.limit = limit
+        self.total = 0
+        self._data = bytearray()
+        self._hash = hashlib.sha256()
+
+    def write(self, chunk: bytes | memoryview) -> None:
+        size = len(chunk)
+        if not size:
+            return
+        self.total += size
+        self._hash.update(chunk)
+        room = self.limit - len(self._data)
+        if room > 0:
+            self._data += chunk[:room]
+
+    def result(self) -> StreamCapture:
+        return StreamCapture(
+            data=bytes(self._data),
+            total_bytes=self.total,
+            sha256=self._hash.hexdigest(),
+            truncated=self.total > self.limit,
+        )
+
+
+class FrameDemuxer:
+    """Incremental parser of the engine's multiplexed stdio stream."""
+
+    __slots__ = ("_header", "_remaining", "_stderr", "_stdout", "_target")
+
+    def __init__(self, stdout: StreamSink, stderr: StreamSink) -> None:
+        self._stdout = stdout
+        self._stderr = stderr
+        self._header = bytearray()
+        self._remaining = 0
+        self._target: StreamSink = stdout
+
+    @property
+    def pending(self) -> bool:
+        """True when the stream stopped inside a frame (the engine closed it mid-frame)."""
+        return bool(self._header) or self._remaining > 0
+
+    def feed(self, chunk: bytes) -> None:
+        view = memoryview(chunk)
+        pos = 0
+        end = len(view)
+        while pos < end:
+            if self._remaining:
+                take = min(self._remaining, end - pos)
+                self._target.write(view[pos : pos + take])
+                self._remaining -= take
+                pos += take
+                continue
+            need = HEADER_SIZE - len(self._header)
+            if need == HEADER_SIZE and end - pos >= HEADER_SIZE:
+                kind, length = _HEADER.unpack_from(view, pos)
+                pos += HEADER_SIZE
+            else:
+                self._header += view[pos : pos + need]
+                pos += min(need, end - pos)
+                if len(self._header) < HEADER_SIZE:
+                    return
+                kind, length = _HEADER.unpack(self._header)
+                self._header.clear()
+            # stdin echo (0) never occurs without a TTY; engine-side errors (3) go with stderr
+            self._target = self._stdout if kind in (STDIN, STDOUT) else self._stderr
+            self._remaining = length

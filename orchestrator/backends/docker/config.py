@@ -1,0 +1,159 @@
+"""The engine's container configuration for one LaunchSpec: every hardening setting, explicit.
+
+Raw Docker Engine API JSON (``POST /containers/create``), built here rather than through the SDK's
+helpers so that what is sent is exactly what is reviewed and tested (``docker inspect`` must show
+each value back). Pure: no I/O.
+
+Decisions beyond a one-to-one mapping of the resolved profile:
+
+* ``Entrypoint: []`` + ``Cmd: argv`` — the argv runs exactly as given, whatever ENTRYPOINT the image has.
+* ``Init: false`` — no docker-init (tini): it would bind-mount a host binary into the sandbox and put
+  a process between the command and PID 1. Without it the command is PID 1, so when it exits the
+  kernel kills everything left in its PID namespace (double-forked daemons cannot outlive it);
+  zombies it fails to reap only count against its own pids limit; and we stop sandboxes with
+  SIGKILL, which PID 1 cannot ignore from outside its namespace.
+* ``IpcMode: private`` + ``ShmSize`` 64 MiB (at most the memory limit) — a private IPC namespace
+  (never shared with the host or another sandbox). ``none`` would remove /dev/shm, which breaks POSIX
+  semaphores (Python multiprocessing, pytest-xdist). /dev/shm is a nosuid,nodev,noexec tmpfs whose
+  pages count against the memory limit.
+* ``CgroupnsMode: private`` — on cgroup v1 the engine's default is the host's cgroup namespace.
+* ``/tmp`` — always an explicit mount: the profile's tmpfs, or, if a profile has none there and the
+  root is read-only, an empty read-only tmpfs. Without one, runsc would put its own writable,
+  uncapped tmpfs on /tmp, silently breaking the read-only root the profile asked for.
+* ``LogConfig: none`` — output is captured through the attach stream only; the engine keeps no log
+  file of sandbox output (an unbounded json-file log could fill the engine's disk).
+* ``Healthcheck: NONE`` — the engine never execs an image's health check inside the sandbox.
+* Read-only workspace mounts are non-recursive: this engine cannot make sub-mounts read-only, so a
+  writable sub-mount under a read-only workspace is hidden rather than left writable.
+* ``Hostname: sandbox`` — fixed, so HOSTNAME (which the engine always adds) reveals nothing.
+"""
+
+from __future__ import annotations
+
+from orchestrator.backends.base import (
+    LABEL_DEADLINE,
+    LABEL_EXECUTION_ID,
+    LABEL_MANAGED_BY,
+    LABEL_PROFILE_HASH,
+    MANAGED_BY,
+    LaunchSpec,
+)
+from orchestrator.domain.errors import InputInvalid
+from orchestrator.profiles import ResolvedProfile
+
+TMP = "/tmp"  # noqa: S108 - a path inside the sandbox
+SHM_SIZE_BYTES = 64 * 1024 * 1024
+HOSTNAME = "sandbox"
+#: an empty read-only tmpfs over /tmp when the profile has no writable one there (see module doc)
+READ_ONLY_TMP_OPTIONS = "ro,nosuid,nodev,noexec,size=4096,mode=1777"
+
+
+def container_name(execution_id: str) -> str:
+    return f"sbx-{execution_id}"
+
+
+def tmpfs_mounts(profile: ResolvedProfile) -> dict[str, str]:
+    mounts = {t.path: t.mount_options() for t in profile.tmpfs}
+    if TMP not in mounts and profile.read_only_root:
+        mounts[TMP] = READ_ONLY_TMP_OPTIONS
+    return mounts
+
+
+def container_labels(spec: LaunchSpec) -> dict[str, str]:
+    """The spec's labels; the ones the backend relies on (filters, orphan collection) must agree with
+    the spec and are filled in when missing."""
+    labels = dict(spec.labels)
+    required = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_EXECUTION_ID: spec.execution_id,
+    }
+    for key, value in required.items():
+        given = labels.setdefault(key, value)
+        if given != value:
+            raise InputInvalid(f"label {key} must be {value!r}, not {given!r}", details={"field": f"labels.{key}"})
+    labels.setdefault(LABEL_PROFILE_HASH, spec.profile.profile_hash)
+    labels.setdefault(LABEL_DEADLINE, f"{spec.deadline_unix:.0f}")
+    return labels
+
+
+def container_config(spec: LaunchSpec) -> dict[str, object]:
+    """``POST /containers/create`` body for ``spec`` (validated: argv, workdir, env)."""
+    profile = spec.profile
+    if not spec.argv:
+        raise InputInvalid("argv must not be empty", details={"field": "argv"})
+    if not spec.workdir.startswith("/"):
+        raise InputInvalid("workdir must be an absolute path", details={"field": "workdir"})
+    for key, value in spec.env.items():
+        if not key or "=" in key or "\x00" in key or "\x00" in value:
+            raise InputInvalid("environment names must be non-empty without '=' or NUL", details={"field": "env"})
+    with_stdin = spec.stdin is not None
+    if with_stdin and spec.tty:
+        # a terminal echoes its input and the engine ends a TTY's output when its input ends:
+        # piped stdin cannot keep its meaning there
+        raise InputInvalid("stdin cannot be combined with tty", details={"field": "stdin"})
+    host_config: dict[str, object] = {
+        "Runtime": profile.runtime,
+        "NetworkMode": profile.network,  # always "none"
+        "ReadonlyRootfs": profile.read_only_root,
+        "Tmpfs": tmpfs_mounts(profile),
+        "Mounts": [
+            {
+                "Type": "bind",
+                "Source": spec.workspace_host_path,
+                "Target": profile.workspace.container_path,
+                "ReadOnly": profile.workspace.mode == "ro",
+                "BindOptions": {
+                    "Propagation": "rprivate",
+                    "NonRecursive": profile.workspace.mode == "ro",
+                },
+            }
+        ],
+        "CapDrop": list(profile.cap_drop),  # ["ALL"]
+        "CapAdd": None,
+        "SecurityOpt": [
+            "no-new-privileges:true",
+            "seccomp=" + profile.seccomp_json,  # the profile JSON inline, as the engine API wants it
+        ],
+        "Privileged": False,
+        "Devices": [],
+        "DeviceCgroupRules": [],
+        "PidsLimit": profile.pids_limit,
+        "Memory": profile.memory_bytes,
+        "MemorySwap": profile.memory_swap_bytes,  # == Memory: no swap
+        "MemorySwappiness": 0,
+        "OomKillDisable": False,
+        "NanoCpus": profile.nano_cpus,
+        "Ulimits": [
+            {"Name": "nofile", "Soft": profile.nofile, "Hard": profile.nofile},
+            {"Name": "fsize", "Soft": profile.fsize_bytes, "Hard": profile.fsize_bytes},
+        ],
+        "IpcMode": "private",
+        "ShmSize": min(SHM_SIZE_BYTES, profile.memory_bytes),
+        "PidMode": "",  # a private PID namespace
+        "UTSMode": "",
+        "CgroupnsMode": "private",
+        "Init": False,
+        "AutoRemove": False,  # removed explicitly after its state was read
+        "RestartPolicy": {"Name": "no"},
+        "LogConfig": {"Type": "none", "Config": {}},
+        "PublishAllPorts": False,
+    }
+    return {
+        "Image": profile.image,
+        "Entrypoint": [],
+        "Cmd": list(spec.argv),
+        "User": profile.user,
+        "WorkingDir": spec.workdir,
+        "Env": [f"{key}={value}" for key, value in spec.env.items()],
+        "Labels": container_labels(spec),
+        "Hostname": HOSTNAME,
+        "Tty": spec.tty,
+        "OpenStdin": with_stdin,
+        "StdinOnce": with_stdin,  # stdin closes when our attach stops sending: the command sees EOF
+        "AttachStdin": False,  # we attach ourselves, before start
+        "AttachStdout": False,
+        "AttachStderr": False,
+        "NetworkDisabled": False,
+        "Healthcheck": {"Test": ["NONE"]},
+        "HostConfig": host_config,
+    }
