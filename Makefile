@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit test demo setup bench clean
+.PHONY: all venv lint typecheck importlint unit integration test demo setup bench bench-sandbox clean
 
 all: test
 
@@ -29,17 +29,25 @@ importlint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-test: lint typecheck importlint
+integration: $(STAMP) setup
+	$(BIN)/pytest -q -m integration tests/integration
+
+# everything: static checks, then the engine (started here if none answers), then every test
+test: lint typecheck importlint setup
 	$(BIN)/pytest -q
 
+# the container engine and the sandbox images, without a registry (idempotent; ~0.3 s when warm)
 setup:
 	bash scripts/setup.sh
 
-demo: $(STAMP)
+demo: $(STAMP) setup
 	bash scripts/demo.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/gate_overhead.py
+
+bench-sandbox: $(STAMP) setup
+	$(BIN)/python benchmarks/sandbox_overhead.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,54 +1,98 @@
 #!/usr/bin/env bash
-# make demo: the gate's decisions, a governed flow with rule approvals, and verified evidence.
+# make demo: governed, contained execution for real — allow, ask (answered by a rule), deny,
+# containment, then the evidence and its verification. Needs `make setup` (the Makefile runs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=.venv/bin
+BIN=$PWD/.venv/bin
+eval "$(bash scripts/engine-env.sh)"
 work=$(mktemp -d /tmp/sandbox-demo.XXXXXX)
+workspace="$work/workspace"
 evidence="$work/evidence.jsonl"
+mkdir -p "$workspace/src"
+echo 'print("hello from the workspace")' > "$workspace/src/app.py"
+chown -R 1000:1000 "$workspace" 2>/dev/null || chmod -R a+rwX "$workspace"   # the sandbox user is 1000:1000
+
 cat > "$work/config.yaml" <<'YAML'
 safety:
   mode: ask
-  allowlist: [ls, cat, "git status", "git diff"]
+  allowlist: [ls, cat, "git status", "python3 --version"]
   denylist: [sudo, "rm -rf"]
-  rules:
-    - name: deny-critical
-      risk_at_least: critical
-      action: deny
 approvals:
   provider: rules
   rules:
-    - name: unit-tests
-      argv_glob: "pytest*"
-      outcome: approved_for_session
+    - name: demo-probes            # the containment probes below are approved on purpose
+      argv_prefix: python3
+      outcome: approved
+    - name: low-and-medium-risk
+      risk_at_most: medium
+      outcome: approved
+  default: denied
+evidence:
+  path: EVIDENCE_PATH
 YAML
+sed -i "s#EVIDENCE_PATH#$evidence#" "$work/config.yaml"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+run() {
+  printf '$ sandboxctl run %s\n' "$*"
+  set +e
+  (cd "$workspace" && "$BIN/sandboxctl" run --config "$work/config.yaml" "$@") 2>&1 | sed 's/^/    /'
+  local rc=${PIPESTATUS[0]}
+  set -e
+  echo "    (exit $rc)"
+}
 
-step "sandboxctl check: allow, ask, deny (nothing runs)"
-for args in "-- ls -la" "--shell 'pytest -q | tee log'" "-- sudo rm -fr /"; do
-  echo "\$ sandboxctl check $args"
-  eval "$BIN/sandboxctl check --config '$work/config.yaml' $args" | sed 's/^/    /'
-done
+step "allow: an allowlisted command runs in a fresh hardened container"
+run -- ls -la src
 
-step "JSON for machines"
-$BIN/sandboxctl check --json --config "$work/config.yaml" --shell 'bash -c "curl -s http://127.0.0.1:9 | sh"'
+step "ask → approved by a rule: a compound command (risk medium) writes in the workspace"
+run --shell 'date -u > stamp.txt && wc -c stamp.txt'
 
-step "governed flow: gate → rule approvals → evidence"
-$BIN/python scripts/demo_authorize.py "$work/config.yaml" "$evidence"
+step "deny: the denylist sees through wrappers; nothing is started"
+run --shell 'env X=1 sudo rm -rf /'
+
+step "containment: no network — a server on the host's loopback is unreachable from the sandbox"
+port_file="$work/port"
+python3 - "$port_file" <<'PY' &
+import http.server, socketserver, sys
+with socketserver.TCPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler) as httpd:
+    open(sys.argv[1], "w").write(str(httpd.server_address[1]))
+    httpd.timeout = 30
+    httpd.handle_request(); httpd.handle_request()
+PY
+server=$!
+for _ in $(seq 50); do [ -s "$port_file" ] && break; sleep 0.1; done
+port=$(cat "$port_file")
+printf '$ (on the host) python3 -c "urlopen(http://127.0.0.1:%s)"  → ' "$port"
+python3 -c "import urllib.request,sys; print(urllib.request.urlopen(f'http://127.0.0.1:$port', timeout=5).status)"
+run -- python3 -c "
+import socket
+print('interfaces:', [name for _, name in socket.if_nameindex()])
+try:
+    socket.create_connection(('127.0.0.1', $port), timeout=3); print('CONNECTED: containment failed')
+except OSError as e:
+    print('connect to the host port failed:', e.strerror)
+"
+kill "$server" 2>/dev/null || true
+
+step "containment: writes outside the workspace fail (read-only root, non-root user)"
+run -- python3 -c "
+for path in ['/etc/passwd', '/usr/bin/evil', '/workspace/../escape', '/proc/sys/kernel/hostname']:
+    try:
+        open(path, 'a').write('x'); print('WROTE', path)
+    except OSError as e:
+        print(f'{path}: {e.strerror}')
+"
+
+step "what the workspace saw (side effects are recorded as sizes and hashes)"
+ls -la "$workspace"
 
 step "evidence ($evidence)"
-$BIN/sandboxctl evidence show --path "$evidence"
-grep -q sk-demo-secret "$evidence" && { echo "secret leaked into evidence"; exit 1; }
-echo "(the API_TOKEN value appears nowhere in the evidence file)"
+"$BIN/sandboxctl" evidence show --path "$evidence" | cut -c1-160
 
 step "evidence verify"
-$BIN/sandboxctl evidence verify --path "$evidence"
+"$BIN/sandboxctl" evidence verify --path "$evidence"
 
-step "tamper with one record, verify again"
-cp "$evidence" "$work/tampered.jsonl"; cp "$evidence.head" "$work/tampered.jsonl.head" 2>/dev/null || true
-# turn the first "allow" decision into "deny", as someone covering their tracks might
-sed -i '0,/"decision":"allow"/s//"decision":"deny"/' "$work/tampered.jsonl"
-grep -q '"decision":"deny"' "$work/tampered.jsonl"
-if $BIN/sandboxctl evidence verify --path "$work/tampered.jsonl"; then echo "tampering NOT detected"; exit 1; fi
 echo
-echo "Evidence: $evidence (verify: sandboxctl evidence verify --path $evidence)"
+echo "Evidence: $evidence"
+echo "Verify it yourself: .venv/bin/sandboxctl evidence verify --path $evidence"

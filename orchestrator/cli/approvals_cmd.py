@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from orchestrator.cli.output import emit_json
+from orchestrator.cli.output import Subparsers, emit_json
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("approvals", help="list and decide pending approvals (provider: queue)")
     inner = p.add_subparsers(dest="approvals_command", metavar="ACTION")
     inner.required = True

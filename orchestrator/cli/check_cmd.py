@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from orchestrator.cli.output import emit_json
+from orchestrator.cli.output import Subparsers, emit_json
 
 ARGV_TOOLS = ("shell_exec", "shell", "skill_exec")
 STRING_TOOLS = ("shell_command", "exec_command")
@@ -32,7 +32,7 @@ def add_request_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("argv", nargs="*", metavar="-- ARGV", help="the command, after --")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "check",
         help="print the policy decision for a command without running it",
@@ -97,9 +97,8 @@ def request_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def handle(args: argparse.Namespace) -> int:
     import os
-    from pathlib import Path
-
     import shlex
+    from pathlib import Path
 
     from orchestrator.domain.requests import parse_request
     from orchestrator.domain.text import printable

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.cli.output import Subparsers
 from orchestrator.domain.errors import (
     EvidenceCorrupt,
     EvidenceUnavailable,
@@ -37,7 +38,7 @@ _UNPRINTABLE = {
 }
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add ``evidence`` (with ``verify``, ``show``, ``tail``) to a sandboxctl-style parser."""
     parser = subparsers.add_parser(
         "evidence",

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from orchestrator.cli import approvals_cmd, check_cmd, evidence_cmd, profiles_cmd
+from orchestrator.cli import approvals_cmd, check_cmd, evidence_cmd, ops_cmd, profiles_cmd, run_cmd
 from orchestrator.cli.output import fail
 
 
@@ -33,9 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     check_cmd.register(sub)
+    run_cmd.register(sub)
     evidence_cmd.register(sub)
     approvals_cmd.register(sub)
     profiles_cmd.register(sub)
+    ops_cmd.register(sub)
     return parser
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, TypeAlias
 
 
 def emit_json(obj: Any) -> None:
@@ -17,3 +18,7 @@ def fail(code: str, message: str, exit_code: int, *, json_out: bool = False) -> 
         emit_json({"error": {"code": code, "message": message}})
     sys.stderr.write(f"sandboxctl: {code}: {message}\n")
     return exit_code
+
+
+# what every command module's register() receives (the parser class is sandboxctl's own)
+Subparsers: TypeAlias = "argparse._SubParsersAction[Any]"

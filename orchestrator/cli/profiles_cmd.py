@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.cli.output import emit_json, fail
+from orchestrator.cli.output import Subparsers, emit_json, fail
 
 if TYPE_CHECKING:
     from orchestrator.domain.errors import OrchestratorError
@@ -23,7 +23,7 @@ EXIT_INVALID = 2
 _DESCRIPTION_WIDTH = 72
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add ``profiles`` (with ``list``, ``show``, ``validate``, ``schema``) to a sandboxctl-style parser."""
     parser = sub.add_parser(
         "profiles",

@@ -84,9 +84,7 @@ async def _follow_events(
             if event.kind == "destroy":
                 return
     finally:
-        closer = getattr(events, "aclose", None)
-        if closer is not None:
-            await closer()
+        await events.aclose()
 
 
 async def _record_lifecycle(event: LifecycleEvent, record: Record) -> None:
@@ -108,7 +106,7 @@ async def run_in_sandbox(
 ) -> RunOutcome:
     """Run ``spec`` once. ``record(event_type, **fields)`` appends evidence for this execution."""
     profile: ResolvedProfile = spec.profile
-    before = snapshot(workspace)
+    before = await asyncio.to_thread(snapshot, workspace)
     seen: dict[str, asyncio.Event] = {"destroy": asyncio.Event()}
     ready = asyncio.Event()
     follower = asyncio.create_task(_follow_events(backend, spec.execution_id, record, seen, ready))
@@ -155,7 +153,8 @@ async def run_in_sandbox(
         error = SandboxTimeout(f"killed after the {profile.wall_timeout_s:g}s deadline")
     elif oom:
         error = SandboxOOM(f"killed for exceeding the {profile.memory_bytes} byte memory limit")
-    side_effects = await asyncio.to_thread(diff, before, snapshot(workspace), workspace)
+    after = await asyncio.to_thread(snapshot, workspace)
+    side_effects = await asyncio.to_thread(diff, before, after, workspace)
     stdout = redactor.redact(captures[0].data) if captures else None
     stderr = redactor.redact(captures[1].data) if captures else None
     return RunOutcome(
@@ -192,6 +191,18 @@ def outputs_digest(outcome: RunOutcome) -> str:
     )
 
 
+# an evidence record holds at most 256 KiB: a larger listing is summarised, its digest kept
+SIDE_EFFECTS_INLINE_BYTES = 128 * 1024
+
+
+def _side_effects_json(effects: SideEffects | None) -> dict[str, Any] | None:
+    if effects is None:
+        return None
+    if len(effects.to_json()) <= SIDE_EFFECTS_INLINE_BYTES:
+        return {**effects.to_dict(), "digest": effects.digest()}
+    return {**effects.summary(max_paths=200), "listing": "summarised (too large for one record)"}
+
+
 def finished_data(outcome: RunOutcome, profile: ResolvedProfile) -> dict[str, Any]:
     """The sanitized end-of-execution facts for evidence: sizes and hashes, never content."""
     state = outcome.state
@@ -209,5 +220,5 @@ def finished_data(outcome: RunOutcome, profile: ResolvedProfile) -> dict[str, An
         "engine_started_at": state.started_at.isoformat() if state and state.started_at else None,
         "engine_finished_at": state.finished_at.isoformat() if state and state.finished_at else None,
         "engine_error": state.error if state else None,
-        "side_effects": outcome.side_effects.to_json() if outcome.side_effects else None,
+        "side_effects": _side_effects_json(outcome.side_effects),
     }

@@ -10,9 +10,11 @@ from orchestrator.approvals.base import ApprovalProvider
 from orchestrator.approvals.queue import ApprovalStore, QueueApprover
 from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
 from orchestrator.approvals.terminal import TerminalApprover
+from orchestrator.backends.base import SandboxBackend
 from orchestrator.domain.errors import NoApprovalProvider
 from orchestrator.evidence import EvidenceWriter, default_evidence_path
 from orchestrator.gate.policy import PolicySource
+from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.config import OrchestratorConfig, load_config
 from orchestrator.service.orchestrator import Orchestrator
 
@@ -47,6 +49,8 @@ def build_orchestrator(
     workspace: str | os.PathLike[str] | None = None,
     evidence_path: Path | None = None,
     approvals: ApprovalProvider | None = None,
+    backend: SandboxBackend | None = None,
+    profiles: ProfileRegistry | None = None,
 ) -> Orchestrator:
     config = load_config(config_path)
     path = evidence_path or (Path(config.evidence.path) if config.evidence.path else default_evidence_path())
@@ -55,4 +59,6 @@ def build_orchestrator(
         policy=PolicySource(config_path),
         approvals=approvals if approvals is not None else approval_provider(config),
         workspace=workspace,
+        backend=backend,
+        profiles=profiles,
     )

@@ -118,6 +118,8 @@ class Orchestrator:
 
     async def _refuse(self, execution_id: str, gate: GateResult | None, err: OrchestratorError) -> OrchestratorError:
         err.details.setdefault("execution_id", execution_id)
+        if gate is not None:
+            err.details.setdefault("decision", gate.decision.decision.value)
         await self._record(
             EventType.RUN_FAILED,
             execution_id,

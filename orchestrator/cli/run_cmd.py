@@ -1,0 +1,111 @@
+"""sandboxctl run: gate first, then a fresh hardened sandbox; the command's own exit status."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from orchestrator.cli.check_cmd import add_request_arguments, request_from_args
+from orchestrator.cli.output import Subparsers, emit_json
+
+REFUSED_EXIT = 125
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "run",
+        help="decide, then run a command in a fresh hardened sandbox",
+        description="The gate decides first (asks go to the configured approver); then the command runs in a "
+        "fresh container with the profile's hardening. Exit status: the command's own; 125 when refused or when "
+        "the sandbox failed (timeout, OOM, engine), with CODE: message on stderr.",
+    )
+    add_request_arguments(p)
+    p.add_argument("--workspace", default=None, help="directory mounted as the workspace (default: current dir)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit in seconds")
+    p.add_argument("--evidence", default=None, metavar="PATH", help="evidence file (default: state dir)")
+    p.set_defaults(handler=handle)
+
+
+def _refusal_json(err: Any, decision: str | None) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "execution_id": err.details.get("execution_id"),
+        "decision": err.details.get("decision", decision),
+        "exit_code": None,
+        "stdout": "",
+        "stderr": "",
+        "truncated": False,
+        "timed_out": False,
+        "oom_killed": False,
+        "duration_ms": 0,
+        "error": {"code": err.code, "message": err.message},
+    }
+
+
+def handle(args: argparse.Namespace) -> int:
+    import asyncio
+
+    return asyncio.run(_run(args))
+
+
+async def _run(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+    from pathlib import Path
+
+    from orchestrator.backends.docker import DockerBackend
+    from orchestrator.domain.errors import InputInvalid, OrchestratorError
+    from orchestrator.profiles import ProfileRegistry
+    from orchestrator.service.factory import build_orchestrator
+    from orchestrator.service.reaper import collect_orphans
+
+    task = asyncio.current_task()
+    if task is not None:  # SIGTERM ends the run like Ctrl-C: the sandbox is removed on the way out
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+
+    workspace = Path(args.workspace or os.getcwd()).resolve()
+    raw = request_from_args(args)
+    if args.timeout is not None:
+        if not args.timeout > 0:
+            raise InputInvalid("--timeout must be a positive number of seconds")
+        raw["timeout_ms"] = max(1, round(args.timeout * 1000))
+    if not workspace.is_dir():
+        raise InputInvalid(f"workspace {workspace} is not a directory")
+    orch = build_orchestrator(
+        Path(args.config) if args.config else None,
+        workspace=workspace,
+        evidence_path=Path(args.evidence) if args.evidence else None,
+        backend=DockerBackend(),
+        profiles=ProfileRegistry(),
+    )
+    decision: str | None = None
+    try:
+        try:
+            auth = await orch.authorize(raw)
+            decision = auth.gate.decision.decision.value
+            assert orch.backend is not None
+            await collect_orphans(orch.backend, orch.evidence)
+            result = await orch.run(auth, workspace=workspace)
+        except OrchestratorError as err:
+            if args.json:
+                emit_json(_refusal_json(err, decision))
+            sys.stderr.write(f"sandboxctl: {err.code}: {err.message}\n")
+            return err.exit_code if err.exit_code in (2, 130) else REFUSED_EXIT
+    finally:
+        await asyncio.shield(orch.aclose())
+
+    outcome = result.outcome
+    if args.json:
+        emit_json(result.to_json())
+    else:
+        sys.stdout.buffer.write(outcome.stdout)
+        sys.stdout.flush()
+        sys.stderr.buffer.write(outcome.stderr)
+        sys.stderr.flush()
+    if result.error is not None:
+        sys.stderr.write(f"sandboxctl: {result.error.code}: {result.error.message}\n")
+    if outcome.timed_out or outcome.oom_killed or outcome.exit_code is None:
+        return REFUSED_EXIT
+    return outcome.exit_code
