@@ -1,0 +1,209 @@
+"""The whole pipeline on the real engine: gate → sandbox → evidence, through the library and the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
+from orchestrator.backends.docker import DockerBackend
+from orchestrator.domain.errors import InputInvalid, ProfileNotFound, SandboxUnavailable
+from orchestrator.evidence import iter_records, verify
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.factory import build_orchestrator
+from orchestrator.service.orchestrator import Orchestrator
+
+pytestmark = pytest.mark.integration
+SANDBOXCTL = [sys.executable, "-m", "orchestrator.cli.main"]
+ALLOW_ALL = "safety:\n  mode: allow\n  denylist: [sudo]\n  rules: []\napprovals:\n  provider: none\n"
+
+
+def workspace_dir(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.chown(ws, 1000, 1000)
+    return ws
+
+
+@pytest.fixture
+async def orch(tmp_path: Path) -> AsyncIterator[Orchestrator]:
+    backend = DockerBackend()
+    try:
+        await backend.info()
+    except SandboxUnavailable as err:
+        pytest.skip(f"no container engine ({err.message}); run `make setup`")
+    config = tmp_path / "config.yaml"
+    config.write_text(ALLOW_ALL)
+    o = build_orchestrator(
+        config, evidence_path=tmp_path / "evidence.jsonl", backend=backend, profiles=ProfileRegistry()
+    )
+    yield o
+    await o.aclose()
+    report = verify(tmp_path / "evidence.jsonl")
+    assert report.ok, report
+
+
+def records(tmp_path: Path, execution_id: str) -> list[Any]:
+    return list(iter_records(tmp_path / "evidence.jsonl", execution_id=execution_id))
+
+
+async def test_evidence_follows_the_lifecycle_as_the_engine_reported_it(orch: Orchestrator, tmp_path: Path) -> None:
+    ws = workspace_dir(tmp_path)
+    result = await orch.execute(
+        {"tool": "shell_exec", "argv": ["sh", "-c", "echo out; echo err >&2; exit 3"]}, workspace=ws
+    )
+    assert (result.outcome.exit_code, result.outcome.stdout, result.outcome.stderr) == (3, b"out\n", b"err\n")
+    assert not result.ok and result.error is None
+    await orch.evidence.flush()
+    recs = records(tmp_path, result.authorization.execution_id)
+    kinds = [r.event for r in recs]
+    assert kinds == [
+        "request_received",
+        "decision_made",
+        "execution_started",
+        "container_created",
+        "container_started",
+        "container_died",
+        "container_destroyed",
+        "execution_finished",
+    ]
+    engine_ts = [r.engine_ts for r in recs if r.event.startswith("container_")]
+    assert all(engine_ts) and engine_ts == sorted(engine_ts)  # type: ignore[type-var]
+    died = next(r for r in recs if r.event == "container_died")
+    assert died.data is not None and died.data["exit_code"] == 3
+    started, finished = recs[2], recs[-1]
+    assert started.profile_hash == finished.profile_hash and started.profile_hash is not None
+    assert finished.status == "failed" and finished.data is not None
+    assert finished.data["stdout"] == {
+        "bytes": 4,
+        "sha256": hashlib.sha256(b"out\n").hexdigest(),
+        "truncated": False,
+    }
+    assert finished.data["runtime"] == "runc" and finished.data["image"].startswith("sandbox-orchestrator/")
+    assert finished.outputs_digest is not None
+
+
+async def test_side_effects_are_recorded_as_sizes_hashes_and_links(orch: Orchestrator, tmp_path: Path) -> None:
+    ws = workspace_dir(tmp_path)
+    (ws / "old.txt").write_text("old")
+    (ws / "gone.txt").write_text("bye")
+    for p in ws.iterdir():
+        os.chown(p, 1000, 1000)
+    script = "printf new > new.txt; printf changed > old.txt; rm gone.txt; ln -s /etc/shadow link"
+    result = await orch.execute({"tool": "shell_command", "command": script}, workspace=ws)
+    assert result.ok
+    await orch.evidence.flush()
+    finished = records(tmp_path, result.authorization.execution_id)[-1]
+    effects = finished.data["side_effects"]  # type: ignore[index]
+    created = {c["path"]: c for c in effects["created"]}
+    assert created["new.txt"]["sha256"] == hashlib.sha256(b"new").hexdigest() and created["new.txt"]["size"] == 3
+    assert created["link"]["kind"] == "symlink" and created["link"]["link_target"] == "/etc/shadow"
+    assert "sha256" not in created["link"]  # a link is recorded, never followed
+    assert [m["path"] for m in effects["modified"]] == ["old.txt"]
+    assert [d["path"] for d in effects["deleted"]] == ["gone.txt"]
+
+
+async def test_secrets_are_redacted_and_never_recorded(orch: Orchestrator, tmp_path: Path) -> None:
+    ws = workspace_dir(tmp_path)
+    secret = "s3cr3t-token-value-1234"
+    orch_profiles = orch.profiles
+    assert orch_profiles is not None
+    allowed = orch_profiles.resolve("workspace-write").env_allowlist
+    name = next(n for n in allowed if n not in ("PATH", "HOME"))
+    result = await orch.execute(
+        {
+            "tool": "shell_command",
+            "command": f'echo "value=${name}"; printf "AKIAIOSFODNN7EXAMPLE\\n"',
+            "env": {name: secret},
+        },
+        workspace=ws,
+    )
+    assert secret.encode() not in result.outcome.stdout
+    assert b"[REDACTED:" in result.outcome.stdout
+    await orch.aclose()
+    assert secret not in (tmp_path / "evidence.jsonl").read_text()
+
+
+async def test_refusals_never_downgrade(orch: Orchestrator, tmp_path: Path) -> None:
+    ws = workspace_dir(tmp_path)
+    with pytest.raises(ProfileNotFound):
+        await orch.execute({"tool": "shell_exec", "argv": ["true"], "profile": "nope"}, workspace=ws)
+    # an approved network escalation cannot be given: refused, never run without it
+    orch.approvals = RuleApprover(RuleApprovalsConfig(default="approved"))
+    with pytest.raises(SandboxUnavailable):
+        await orch.execute(
+            {"tool": "shell_exec", "argv": ["true"], "sandbox_permissions": {"network": True}}, workspace=ws
+        )
+    with pytest.raises(InputInvalid):
+        await orch.execute({"tool": "shell_exec", "argv": ["true"], "env": {"NOT_ALLOWED_X": "1"}}, workspace=ws)
+    with pytest.raises(InputInvalid):
+        await orch.execute({"tool": "shell_exec", "argv": ["true"], "cwd": "../.."}, workspace=ws)
+    await orch.evidence.flush()
+    codes = [r.error_code for r in iter_records(tmp_path / "evidence.jsonl") if r.event == "run_failed"]
+    assert codes == ["PROFILE.NOT_FOUND", "SANDBOX.UNAVAILABLE", "INPUT.INVALID", "INPUT.INVALID"]
+
+
+async def test_cwd_and_read_only_profile(orch: Orchestrator, tmp_path: Path) -> None:
+    ws = workspace_dir(tmp_path)
+    (ws / "sub").mkdir()
+    os.chown(ws / "sub", 1000, 1000)
+    result = await orch.execute({"tool": "shell_exec", "argv": ["pwd"], "cwd": "sub"}, workspace=ws)
+    assert result.outcome.stdout == b"/workspace/sub\n"
+    ro = await orch.execute(
+        {"tool": "shell_command", "command": "touch x 2>&1; echo rc=$?", "profile": "read-only"}, workspace=ws
+    )
+    assert b"Read-only file system" in ro.outcome.stdout and b"rc=1" in ro.outcome.stdout
+    assert not (ws / "x").exists()
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SANDBOXCTL, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_cli_run_exit_status_json_and_refusals(tmp_path: Path) -> None:
+    ws = workspace_dir(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text("safety:\n  allowlist: [ls, 'true', 'false', echo]\napprovals:\n  provider: none\n")
+    evidence = str(tmp_path / "e.jsonl")
+    base = ["run", "--config", str(config), "--evidence", evidence]
+    ok = cli(*base, "--json", "--", "echo", "hello", cwd=ws)
+    assert ok.returncode == 0, ok.stderr
+    out = json.loads(ok.stdout)
+    assert set(out) == {
+        "ok",
+        "execution_id",
+        "decision",
+        "exit_code",
+        "stdout",
+        "stderr",
+        "truncated",
+        "timed_out",
+        "oom_killed",
+        "duration_ms",
+        "error",
+    }
+    assert (out["ok"], out["decision"], out["exit_code"], out["stdout"], out["error"]) == (
+        True,
+        "allow",
+        0,
+        "hello\n",
+        None,
+    )
+    assert cli(*base, "--", "false", cwd=ws).returncode == 1  # the command's own status
+    denied = cli(*base, "--json", "--", "sudo", "id", cwd=ws)
+    assert denied.returncode == 125 and "POLICY.DENIED" in denied.stderr
+    assert json.loads(denied.stdout)["error"]["code"] == "POLICY.DENIED"
+    asked = cli(*base, "--", "make", cwd=ws)
+    assert asked.returncode == 125 and "CONFIG.NO_APPROVAL_PROVIDER" in asked.stderr
+    bad = cli(*base, "--timeout", "-1", "--", "true", cwd=ws)
+    assert bad.returncode == 2 and "INPUT.INVALID" in bad.stderr
+    assert "Traceback" not in ok.stderr + denied.stderr + asked.stderr + bad.stderr
+    assert cli("evidence", "verify", "--path", evidence, cwd=ws).returncode == 0
