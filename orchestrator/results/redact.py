@@ -43,6 +43,7 @@ than the cap, redact, then cap.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -178,135 +179,157 @@ def _assignment(stem: bytes) -> re.Pattern[bytes]:
     return re.compile(stem + _ASSIGN_TAIL)
 
 
-_RULES: Final[tuple[_Rule, ...]] = (
-    # PEM/OpenSSH/PGP private keys; an unterminated block (output cut) runs to the end
-    _Rule(
-        "private-key",
-        _P_PRIVATE_KEY,
-        re.compile(
-            rb"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-            rb"(?>.*?(?:-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z))",
-            re.DOTALL,
+@functools.cache
+def _builtin_rules() -> tuple[_Rule, ...]:
+    """Compiled on first use: a run whose output is empty never pays for ~20 regex compilations."""
+    return (
+        # PEM/OpenSSH/PGP private keys; an unterminated block (output cut) runs to the end
+        _Rule(
+            "private-key",
+            _P_PRIVATE_KEY,
+            re.compile(
+                rb"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+                rb"(?>.*?(?:-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z))",
+                re.DOTALL,
+            ),
         ),
-    ),
-    _Rule(
-        "aws-access-key-id",
-        _P_TOKEN,
-        re.compile(
-            rb"A(?:KIA|SIA|GPA|IDA|ROA|IPA|NPA|NVA|PKA|BIA|CCA)(?<![A-Z0-9]....)[A-Z0-9]{16}(?![A-Z0-9])",
-            re.DOTALL,
+        _Rule(
+            "aws-access-key-id",
+            _P_TOKEN,
+            re.compile(
+                rb"A(?:KIA|SIA|GPA|IDA|ROA|IPA|NPA|NVA|PKA|BIA|CCA)(?<![A-Z0-9]....)[A-Z0-9]{16}(?![A-Z0-9])",
+                re.DOTALL,
+            ),
         ),
-    ),
-    _Rule(
-        "aws-secret-access-key",
-        _P_TOKEN,
-        re.compile(
-            rb"cess(?:(?<=secret_access)|(?<=secretaccess))_?key[\"']?[ \t]*+(?::|=|=>)[ \t]*+[\"']?"
-            rb"([a-z0-9/+]{40})(?![a-z0-9/+=])",
+        _Rule(
+            "aws-secret-access-key",
+            _P_TOKEN,
+            re.compile(
+                rb"cess(?:(?<=secret_access)|(?<=secretaccess))_?key[\"']?[ \t]*+(?::|=|=>)[ \t]*+[\"']?"
+                rb"([a-z0-9/+]{40})(?![a-z0-9/+=])",
+            ),
+            lower=True,
         ),
-        lower=True,
-    ),
-    _Rule(
-        "authorization-header",
-        _P_HEADER,
-        re.compile(
-            rb"zation(?<=authorization)[\"']?[ \t]*+[:=][ \t]*+[\"']?"
-            rb"(?:(?:bearer|basic|token|digest|negotiate|ntlm|apikey|aws4-hmac-sha256)[ \t]++)?+"
-            rb"([^\s\"'][^\r\n\"']*+)"
+        _Rule(
+            "authorization-header",
+            _P_HEADER,
+            re.compile(
+                rb"zation(?<=authorization)[\"']?[ \t]*+[:=][ \t]*+[\"']?"
+                rb"(?:(?:bearer|basic|token|digest|negotiate|ntlm|apikey|aws4-hmac-sha256)[ \t]++)?+"
+                rb"([^\s\"'][^\r\n\"']*+)"
+            ),
+            lower=True,
+            check=_not_redacted,
         ),
-        lower=True,
-        check=_not_redacted,
-    ),
-    _Rule(
-        "bearer-token",
-        _P_HEADER,
-        re.compile(rb"bearer[ \t]++([a-z0-9\-._~+/]{8,}+=*+)"),
-        lower=True,
-        check=_bearer_token,
-    ),
-    _Rule(
-        "github-token",
-        _P_TOKEN,
-        re.compile(rb"gh[pousr]_(?<![A-Za-z0-9_]gh._)[A-Za-z0-9]{36,}+", re.DOTALL),
-    ),
-    _Rule("github-token", _P_TOKEN, re.compile(rb"github_pat_[A-Za-z0-9_]{22,}+")),
-    _Rule(
-        "gitlab-token",
-        _P_TOKEN,
-        re.compile(rb"gl(?:pat|ptt|dt|rt|ft|soat|oas|cbt|imt|agent)-[A-Za-z0-9_\-]{20,}+"),
-    ),
-    _Rule("slack-token", _P_TOKEN, re.compile(rb"xox[abposr]-[A-Za-z0-9\-]{10,}+")),
-    _Rule(
-        "stripe-key",
-        _P_TOKEN,
-        re.compile(rb"k_(?:live|test)_(?<=[rs]k_...._)(?<![A-Za-z0-9][rs]k_...._)[A-Za-z0-9]{16,}+", re.DOTALL),
-        back=1,
-    ),
-    _Rule(
-        "openai-style-key",
-        _P_TOKEN,
-        re.compile(rb"k-(?<=sk-)(?<![A-Za-z0-9_\-]sk-)[A-Za-z0-9_\-]{20,}+"),
-        check=_mixed_case_with_digit,
-        back=1,
-    ),
-    _Rule(
-        "google-api-key",
-        _P_TOKEN,
-        re.compile(rb"AIza(?<![A-Za-z0-9_\-]AIza)[A-Za-z0-9_\-]{35}(?![A-Za-z0-9_\-])"),
-    ),
-    _Rule(
-        "npm-token",
-        _P_TOKEN,
-        re.compile(rb"pm_(?<=npm_)(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
-        back=1,
-    ),
-    _Rule(
-        "pypi-token",
-        _P_TOKEN,
-        re.compile(rb"AgEIcHlwaS5vcmc(?<=pypi-AgEIcHlwaS5vcmc)[A-Za-z0-9_\-]{50,}+"),
-        back=5,
-    ),
-    _Rule(
-        "huggingface-token",
-        _P_TOKEN,
-        re.compile(rb"hf_(?<![A-Za-z0-9_]hf_)[A-Za-z0-9]{30,}+(?![A-Za-z0-9_])"),
-        check=_mixed_case,
-    ),
-    _Rule(
-        "jwt",
-        _P_TOKEN,
-        re.compile(
-            rb"yJ(?<=eyJ)(?<!" + _B64URL + rb"eyJ)" + _B64URL + rb"{7,}+\." + _B64URL + rb"{4,}+"
-            rb"(?:\." + _B64URL + rb"*+){1,3}+"
+        _Rule(
+            "bearer-token",
+            _P_HEADER,
+            re.compile(rb"bearer[ \t]++([a-z0-9\-._~+/]{8,}+=*+)"),
+            lower=True,
+            check=_bearer_token,
         ),
-        back=1,
-    ),
-    # user:password@ in URLs (any scheme): the password only; it may contain '@' (the last one ends it)
-    _Rule(
-        "url-credentials",
-        _P_URL,
-        re.compile(rb"://[^\s/?#@:\"'<>]*+:([^\s/?#\"'<>]+)@"),
-        check=_not_placeholder,
-    ),
-    # key = value where the key ends with a secret-ish word (DB_PASSWORD, api-key, "client_secret", x-api-key)
-    *(
-        _Rule("secret-assignment", _P_ASSIGNMENT, _assignment(stem), lower=True, check=_assigned_value)
-        for stem in (
-            rb"pass(?:word|phrase|wd(?<!/passwd))",  # not /etc/passwd: ...
-            rb"cret(?<=secret)",
-            rb"ken(?<=token)",
-            rb"key(?:"
-            + rb"|".join(
-                rb"(?<=" + word + sep + rb"key)"
-                for word in (rb"api", rb"access", rb"private", rb"secret")
-                for sep in (rb"_", rb"-", rb"")
+        _Rule(
+            "github-token",
+            _P_TOKEN,
+            re.compile(rb"gh[pousr]_(?<![A-Za-z0-9_]gh._)[A-Za-z0-9]{36,}+", re.DOTALL),
+        ),
+        _Rule("github-token", _P_TOKEN, re.compile(rb"github_pat_[A-Za-z0-9_]{22,}+")),
+        _Rule(
+            "gitlab-token",
+            _P_TOKEN,
+            re.compile(rb"gl(?:pat|ptt|dt|rt|ft|soat|oas|cbt|imt|agent)-[A-Za-z0-9_\-]{20,}+"),
+        ),
+        _Rule("slack-token", _P_TOKEN, re.compile(rb"xox[abposr]-[A-Za-z0-9\-]{10,}+")),
+        _Rule(
+            "stripe-key",
+            _P_TOKEN,
+            re.compile(rb"k_(?:live|test)_(?<=[rs]k_...._)(?<![A-Za-z0-9][rs]k_...._)[A-Za-z0-9]{16,}+", re.DOTALL),
+            back=1,
+        ),
+        _Rule(
+            "openai-style-key",
+            _P_TOKEN,
+            re.compile(rb"k-(?<=sk-)(?<![A-Za-z0-9_\-]sk-)[A-Za-z0-9_\-]{20,}+"),
+            check=_mixed_case_with_digit,
+            back=1,
+        ),
+        _Rule(
+            "google-api-key",
+            _P_TOKEN,
+            re.compile(rb"AIza(?<![A-Za-z0-9_\-]AIza)[A-Za-z0-9_\-]{35}(?![A-Za-z0-9_\-])"),
+        ),
+        _Rule(
+            "npm-token",
+            _P_TOKEN,
+            re.compile(rb"pm_(?<=npm_)(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
+            back=1,
+        ),
+        _Rule(
+            "pypi-token",
+            _P_TOKEN,
+            re.compile(rb"AgEIcHlwaS5vcmc(?<=pypi-AgEIcHlwaS5vcmc)[A-Za-z0-9_\-]{50,}+"),
+            back=5,
+        ),
+        _Rule(
+            "huggingface-token",
+            _P_TOKEN,
+            re.compile(rb"hf_(?<![A-Za-z0-9_]hf_)[A-Za-z0-9]{30,}+(?![A-Za-z0-9_])"),
+            check=_mixed_case,
+        ),
+        _Rule(
+            "jwt",
+            _P_TOKEN,
+            re.compile(
+                rb"yJ(?<=eyJ)(?<!" + _B64URL + rb"eyJ)" + _B64URL + rb"{7,}+\." + _B64URL + rb"{4,}+"
+                rb"(?:\." + _B64URL + rb"*+){1,3}+"
+            ),
+            back=1,
+        ),
+        # user:password@ in URLs (any scheme): the password only; it may contain '@' (the last one ends it)
+        _Rule(
+            "url-credentials",
+            _P_URL,
+            re.compile(rb"://[^\s/?#@:\"'<>]*+:([^\s/?#\"'<>]+)@"),
+            check=_not_placeholder,
+        ),
+        # key = value where the key ends with a secret-ish word (DB_PASSWORD, api-key, "client_secret", x-api-key)
+        *(
+            _Rule("secret-assignment", _P_ASSIGNMENT, _assignment(stem), lower=True, check=_assigned_value)
+            for stem in (
+                rb"pass(?:word|phrase|wd(?<!/passwd))",  # not /etc/passwd: ...
+                rb"cret(?<=secret)",
+                rb"ken(?<=token)",
+                rb"key(?:"
+                + rb"|".join(
+                    rb"(?<=" + word + sep + rb"key)"
+                    for word in (rb"api", rb"access", rb"private", rb"secret")
+                    for sep in (rb"_", rb"-", rb"")
+                )
+                + rb")",
             )
-            + rb")",
-        )
-    ),
-)
+        ),
+    )
 
-BUILTIN_KINDS: Final[tuple[str, ...]] = tuple(sorted({rule.kind for rule in _RULES}))
+
+BUILTIN_KINDS: Final[tuple[str, ...]] = (
+    "authorization-header",
+    "aws-access-key-id",
+    "aws-secret-access-key",
+    "bearer-token",
+    "github-token",
+    "gitlab-token",
+    "google-api-key",
+    "huggingface-token",
+    "jwt",
+    "npm-token",
+    "openai-style-key",
+    "private-key",
+    "pypi-token",
+    "secret-assignment",
+    "slack-token",
+    "stripe-key",
+    "url-credentials",
+)
 """The kinds the built-in patterns report (plus ``literal`` and ``custom``)."""
 
 
@@ -353,7 +376,7 @@ class Redactor:
     patterns off (literals and extra patterns still apply).
     """
 
-    __slots__ = ("_literals", "_rules")
+    __slots__ = ("_builtin", "_extra", "_literals")
 
     def __init__(
         self,
@@ -362,7 +385,8 @@ class Redactor:
         literals: Iterable[str | bytes] = (),
         builtin: bool = True,
     ) -> None:
-        rules: list[_Rule] = list(_RULES) if builtin else []
+        self._builtin = builtin
+        rules: list[_Rule] = []
         for index, pattern in enumerate(extra_patterns):
             try:
                 compiled = re.compile(pattern.encode("utf-8"))
@@ -372,7 +396,7 @@ class Redactor:
                     details={"field": f"extra_patterns[{index}]"},
                 ) from e
             rules.append(_Rule(CUSTOM_KIND, _P_CUSTOM, compiled))
-        self._rules: tuple[_Rule, ...] = tuple(rules)
+        self._extra: tuple[_Rule, ...] = tuple(rules)
         forms: set[bytes] = set()
         for literal in literals:
             forms |= _literal_forms(literal)
@@ -387,11 +411,13 @@ class Redactor:
 
     def redact(self, data: bytes) -> RedactionResult:
         """Redact ``data``; returns the same bytes object when nothing matched."""
+        if not data:
+            return RedactionResult(data=data, count=0, kinds=())
         spans: list[tuple[int, int, int, str]] = []
         for form in self._literals:
             _find_literal(data, form, spans)
         lowered: bytes | None = None
-        for rule in self._rules:
+        for rule in (_builtin_rules() if self._builtin else ()) + self._extra:
             if rule.lower:
                 if lowered is None:
                     lowered = data.lower()

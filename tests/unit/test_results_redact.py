@@ -461,3 +461,9 @@ def test_cap_non_utf8_cuts_at_limit() -> None:
 def test_cap_rejects_negative() -> None:
     with pytest.raises(ValueError, match="limit"):
         cap(b"x", -1)
+
+
+def test_builtin_kinds_list_every_builtin_rule() -> None:
+    from orchestrator.results.redact import BUILTIN_KINDS, _builtin_rules
+
+    assert tuple(sorted({rule.kind for rule in _builtin_rules()})) == BUILTIN_KINDS
