@@ -34,6 +34,15 @@ git clean      -f --force; -d; -x; -X; -n --dry-run; -i --interactive; -q --quie
 git reset      --hard; --soft; --mixed; --merge; --keep; -q --quiet
 git checkout   -f --force; git branch: -d --delete, -D = --delete --force, -f --force
 =============  ==========================================================================
+
+Programs whose options run programs or write files (the risk analyzer's ``DANGEROUS_OPTIONS``) are
+in the table too, so that every spelling of those options (``-o`` = ``--output`` = ``--out``, bundled
+``-uo``, attached ``-ofile``) reaches the same canonical name: ``sort``, ``uniq``, ``tar``, ``rsync``,
+``date``, ``file``, ``sed``, ``sdiff`` and the git subcommands ``diff log show whatchanged
+format-patch diff-tree diff-index diff-files range-diff stash cat-file clone fetch pull ls-remote
+archive send-pack rebase difftool grep send-email``. Long options of GNU tools may be abbreviated; a
+table lists a subset of a program's options, so an abbreviation it resolves that the program would
+find ambiguous only errs towards the dangerous reading.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ __all__ = [
     "ParsedCommand",
     "parse_command",
     "program_name",
+    "resolve_long",
 ]
 
 _GLOB_CHARS = frozenset("*?[")
@@ -77,6 +87,19 @@ _CHMOD = _table(
     "--no-preserve-root",
     "--help",
     "--version",
+)
+
+_GIT_DIFF = _table(
+    "--output",
+    "--output-indicator-new",
+    "--output-indicator-old",
+    "--output-indicator-context",
+    ("--ext-diff",),
+    "--no-ext-diff",
+    "--textconv",
+    "--no-textconv",
+    "--no-index",
+    ("-p", "-u", "--patch"),
 )
 
 FLAG_TABLE: Mapping[str, Mapping[str, tuple[str, ...]]] = {
@@ -199,6 +222,125 @@ FLAG_TABLE: Mapping[str, Mapping[str, tuple[str, ...]]] = {
         "--delete": ("--delete",),
         "-D": ("--delete", "--force"),
     },
+    **dict.fromkeys(
+        (
+            "git diff",
+            "git log",
+            "git show",
+            "git whatchanged",
+            "git format-patch",
+            "git diff-tree",
+            "git diff-index",
+            "git diff-files",
+            "git range-diff",
+            "git stash",
+        ),
+        _GIT_DIFF,
+    ),
+    "git cat-file": _table("--textconv", "--filters"),
+    "git clone": _table(("-u", "--upload-pack"), "--template", ("-c", "--config"), "--bare", "--mirror"),
+    "git fetch": _table("--upload-pack", ("-u", "--update-head-ok")),
+    "git pull": _table("--upload-pack"),
+    "git ls-remote": _table("--upload-pack"),
+    "git archive": _table("--exec", ("-o", "--output"), "--remote"),
+    "git send-pack": _table(("--receive-pack", "--exec")),
+    "git rebase": _table(("-x", "--exec"), ("-i", "--interactive")),
+    "git difftool": _table(("-x", "--extcmd"), ("-t", "--tool")),
+    "git grep": _table(("-O", "--open-files-in-pager")),
+    "git send-email": _table("--sendmail-cmd", "--smtp-server", "--to-cmd", "--cc-cmd", "--header-cmd"),
+    "sort": _table(
+        ("-o", "--output"),
+        "--compress-program",
+        ("-c", "--check"),
+        ("-C",),
+        ("-T", "--temporary-directory"),
+        ("-k", "--key"),
+        ("-t", "--field-separator"),
+        ("-S", "--buffer-size"),
+        ("-m", "--merge"),
+        ("-u", "--unique"),
+        ("-r", "--reverse"),
+        ("-n", "--numeric-sort"),
+        "--files0-from",
+        "--random-source",
+        "--parallel",
+        "--debug",
+    ),
+    "uniq": _table(
+        ("-f", "--skip-fields"),
+        ("-s", "--skip-chars"),
+        ("-w", "--check-chars"),
+        ("-c", "--count"),
+        ("-d", "--repeated"),
+        ("-D", "--all-repeated"),
+        ("-u", "--unique"),
+        ("-i", "--ignore-case"),
+        ("-z", "--zero-terminated"),
+        "--group",
+    ),
+    "tar": _table(
+        "--to-command",
+        "--to-stdout",
+        ("-I", "--use-compress-program"),
+        "--checkpoint",
+        "--checkpoint-action",
+        ("-F", "--info-script", "--new-volume-script"),
+        "--rsh-command",
+        "--rmt-command",
+        ("-f", "--file"),
+        ("-C", "--directory"),
+        ("-x", "--extract", "--get"),
+        ("-c", "--create"),
+        ("-t", "--list"),
+        ("-P", "--absolute-names"),
+    ),
+    "rsync": _table(("-e", "--rsh"), "--rsync-path"),
+    "wget": _table("--use-askpass"),
+    "date": _table(
+        ("-s", "--set"),
+        ("-d", "--date"),
+        ("-f", "--file"),
+        ("-r", "--reference"),
+        ("-u", "--utc", "--universal"),
+        ("-R", "--rfc-email"),
+        ("-I", "--iso-8601"),
+        "--rfc-3339",
+        "--debug",
+        "--resolution",
+    ),
+    "file": _table(
+        ("-C", "--compile"),
+        ("-m", "--magic-file"),
+        ("-f", "--files-from"),
+        ("-F", "--separator"),
+        ("-e", "--exclude"),
+        ("-P", "--parameter"),
+        ("-b", "--brief"),
+        ("-i", "--mime"),
+        ("-z", "--uncompress"),
+        ("-Z", "--uncompress-noreport"),
+        ("-L", "--dereference"),
+        ("-h", "--no-dereference"),
+    ),
+    "sed": _table(
+        ("-e", "--expression"),
+        ("-f", "--file"),
+        ("-i", "--in-place"),
+        ("-n", "--quiet", "--silent"),
+        ("-l", "--line-length"),
+        ("-E", "-r", "--regexp-extended"),
+        ("-s", "--separate"),
+        ("-z", "--null-data", "--zero-terminated"),
+        ("-u", "--unbuffered"),
+        ("-b", "--binary"),
+        "--sandbox",
+        "--posix",
+        "--debug",
+        "--follow-symlinks",
+        "--help",
+        "--version",
+    ),
+    "sdiff": _table(("-o", "--output"), "--diff-program"),
 }
 """Per program (``"git push"`` for a subcommand): flag spelling → canonical names."""
 
@@ -213,6 +355,31 @@ VALUE_OPTIONS: Mapping[str, frozenset[str]] = {
     "chmod": frozenset({"--reference"}),
     "chgrp": frozenset({"--reference"}),
     "kill": frozenset({"-s", "-n"}),
+    "git clone": frozenset({"-u", "--upload-pack", "--template", "-c", "--config", "-o", "--origin", "-b", "--branch"}),
+    "git fetch": frozenset({"--upload-pack"}),
+    "git pull": frozenset({"--upload-pack"}),
+    "git ls-remote": frozenset({"--upload-pack"}),
+    "git archive": frozenset({"--exec", "-o", "--output", "--remote", "--format", "--prefix"}),
+    "git rebase": frozenset({"-x", "--exec", "--onto", "-s", "--strategy", "-X", "--strategy-option"}),
+    "git difftool": frozenset({"-x", "--extcmd", "-t", "--tool"}),
+    "sort": frozenset(
+        {"-o", "--output", "-k", "--key", "-t", "--field-separator", "-S", "--buffer-size", "-T"}
+        | {"--temporary-directory", "--compress-program", "--files0-from", "--random-source", "--parallel"}
+    ),
+    "uniq": frozenset({"-f", "-s", "-w", "--skip-fields", "--skip-chars", "--check-chars"}),
+    "tar": frozenset(
+        {"-f", "--file", "-C", "--directory", "-I", "--use-compress-program", "-F", "--info-script"}
+        | {"--new-volume-script", "-T", "--files-from", "-X", "--exclude-from", "-b", "--blocking-factor"}
+        | {"-g", "--listed-incremental", "-H", "--format", "-K", "--starting-file", "-L", "--tape-length"}
+        | {"-N", "--newer", "--after-date", "-V", "--label", "--to-command", "--rsh-command", "--rmt-command"}
+    ),
+    "rsync": frozenset({"-e", "--rsh", "--rsync-path"}),
+    "date": frozenset({"-d", "--date", "-f", "--file", "-r", "--reference", "-s", "--set"}),
+    "file": frozenset(
+        {"-m", "--magic-file", "-f", "--files-from", "-F", "--separator", "-e", "--exclude", "-P", "--parameter"}
+    ),
+    "sed": frozenset({"-e", "--expression", "-f", "--file", "-l", "--line-length"}),
+    "sdiff": frozenset({"-o", "--output", "--diff-program"}),
 }
 """Options whose value is the next word (so it is not a positional)."""
 
@@ -226,6 +393,12 @@ def _longs(table: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
 
 
 _LONGS = {key: _longs(table) for key, table in FLAG_TABLE.items()}
+
+
+def resolve_long(key: str, name: str) -> tuple[str, ...]:
+    """The canonical names of long option ``name`` (no ``=value``) for ``key`` (``"sed"``,
+    ``"git diff"``): exact spellings, then unambiguous abbreviations; ``(name,)`` if unknown."""
+    return _resolve_long(name, key)
 
 
 def program_name(words: Sequence[str]) -> str:

@@ -12,8 +12,22 @@ source text. Globs and ``~`` in arguments are kept literally.
 A command is complex when it is anything but one plain command: pipelines, ``&& || ; &``, newlines
 between commands, subshells, ``{ }`` groups, command/process substitution anywhere, redirections,
 here-documents/strings, control flow, function definitions, ``[[ ]]``/``(( ))``, leading variable
-assignments, an expansion or glob in the command word, a wrapper that runs another command, or a
-parse error (``parse_ok`` is then False and ``commands`` is best effort).
+assignments, an expansion or glob in the command word, a wrapper that runs another command, an
+expansion that can evaluate code (below), or a parse error (``parse_ok`` is then False and
+``commands`` is best effort). A statement where a word should be (``coproc (rm -rf /)``) is walked:
+its commands are found.
+
+Expansions that evaluate code - reason ``expansion that can evaluate code (KIND)``: bash evaluates
+arithmetic recursively, so a variable whose value is ``a[$(cmd)]`` runs ``cmd`` when it is used in
+``$((X))``/``$[X]``/``((X))``/``for ((…))``, as an array subscript (``${a[X]}``, ``a[X]=1``), as a
+substring offset (``${S:X}``), through ``let``, ``declare``/``typeset``/``local`` ``-i``/``-n``,
+an arithmetic comparison in ``[[ ]]`` (``-eq -ne -lt -le -gt -ge``), an indirection ``${!X}``, or a
+subscripted name given to a builtin (``read``, ``printf -v``, ``unset``, ``export``, ``declare``,
+``mapfile``, ``getopts``, ``wait``, ``test -v``/``[ -v ]``: ``read 'a[$(cmd)]'``); ``${X@P}``
+expands a prompt string (``$(…)`` included), and every ``${X@op}`` transformation is counted.
+Literal numbers (``$((1+2))``, ``${a[1]}``, ``${S:1:2}``), ``${a[@]}``, ``${!prefix*}`` are not.
+The command substitutions of a literal subscript given to such a builtin are parsed and found
+(``export 'a[$(rm -rf /)]=1'``).
 
 Wrappers (matched on the basename of argv[0], so ``/usr/bin/env`` counts). For each, the wrapper's
 own words AND the command(s) it runs are in ``commands``; the inner command is unwrapped again
@@ -43,6 +57,15 @@ own words AND the command(s) it runs are in ``commands``; the inner command is u
   nothing), ``doas`` (``-u USER``; ``-C`` runs nothing), ``su``/``runuser`` (``-c STRING`` parsed;
   ``runuser -u USER CMD…``), ``pkexec`` (``--user U``), ``chroot`` (options, NEWROOT, command),
   ``unshare``, ``nsenter``, ``systemd-run``, ``strace``, ``ltrace``, ``valgrind``.
+* bash keywords and builtins that run a command now or later: ``coproc [NAME] CMD`` (also
+  ``coproc { …; }``/``coproc (…)``), ``trap ACTION SIGNAL…`` (ACTION parsed; ``-l``/``-p``, one
+  operand, ``-``, ``''`` or a number reset signals and run nothing), ``mapfile``/``readarray -C
+  CALLBACK`` (parsed), ``compgen -C COMMAND`` (parsed) and ``compgen -W WORDS`` when WORDS holds
+  ``$``/a backtick (compgen expands them again: parsed as the words of ``:``), ``alias NAME=VALUE``
+  (each VALUE parsed: what the name will run). ``time -p``, ``command -p``, ``builtin eval`` were
+  already covered. ``source``/``.``, ``enable -f``, ``bind -x``, ``complete -C/-F/-W``,
+  ``compgen -F``, ``fc`` and ``hash -p`` are not wrappers (what they run is not on the command
+  line): the risk analyzer rates them high.
 
 ``ssh HOST CMD`` is not unwrapped (the command runs elsewhere); ``python -c``/``perl -e`` are
 programs, not shell wrappers.
@@ -52,7 +75,9 @@ Beyond the four fields of the brief, an analysis carries facts the risk analyzer
 ``flows`` ((i, j): output of ``commands[i]`` feeds ``commands[j]``: pipes, substitutions into the
 words/redirects of a command), ``wraps`` ((i, j): wrapper ``commands[i]`` runs ``commands[j]``) and
 ``self_spawning`` (names of functions whose body calls the function itself twice, or once in a
-pipeline or in the background: fork bombs).
+pipeline or in the background: fork bombs), ``variables`` (names expanded in arguments, redirect
+targets, here-documents and assignment values: the request's env may hold their values) and
+``assignments`` (names assigned by ``A=1 cmd``/``A=1``).
 """
 
 from __future__ import annotations
@@ -104,6 +129,11 @@ class ShellAnalysis:
     """(i, j): wrapper commands[i] runs commands[j] (j inherits i's input)."""
     self_spawning: tuple[str, ...] = ()
     """Functions that spawn themselves (fork-bomb shape)."""
+    variables: tuple[str, ...] = ()
+    """Names of the variables expanded (``$F``, ``${F}``, ``"${F:-x}"``) in arguments, redirect targets,
+    here-documents or assignment values, in first-found order (not those only in a command word)."""
+    assignments: tuple[str, ...] = ()
+    """Names assigned by shell assignments (``A=1 cmd``, ``A=1``), in first-found order."""
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -124,6 +154,7 @@ class ShellAnalysis:
 
 class _State:
     __slots__ = (
+        "assignments",
         "bg",
         "commands",
         "flows",
@@ -135,6 +166,7 @@ class _State:
         "self_spawning",
         "src",
         "unmask",
+        "variables",
         "wrap_level",
         "wraps",
     )
@@ -153,6 +185,8 @@ class _State:
         self.wrap_level = 0
         self.bg = 0
         self.pipes = 0
+        self.variables: dict[str, None] = {}
+        self.assignments: dict[str, None] = {}
 
     def add(self, words: tuple[str, ...]) -> int:
         self.commands.append(words)
@@ -175,6 +209,8 @@ class _State:
             flows=tuple(dict.fromkeys(self.flows)) if self.flows else (),
             wraps=tuple(self.wraps) if self.wraps else (),
             self_spawning=tuple(dict.fromkeys(self.self_spawning)) if self.self_spawning else (),
+            variables=tuple(self.variables) if self.variables else (),
+            assignments=tuple(self.assignments) if self.assignments else (),
         )
 
     def _restore(self) -> None:
@@ -183,6 +219,8 @@ class _State:
         self.commands = [tuple(w.translate(table) for w in words) for words in self.commands]
         self.redirects = [(op, target.translate(table)) for op, target in self.redirects]
         self.self_spawning = [name.translate(table) for name in self.self_spawning]
+        self.variables = {name.translate(table): None for name in self.variables}
+        self.assignments = {name.translate(table): None for name in self.assignments}
 
 
 # --------------------------------------------------------------------------------------------
@@ -314,10 +352,17 @@ def _scan(node: Node, st: _State, depth: int, subs: _Subs) -> None:
     if depth > _MAX_NESTING:
         st.reasons["nesting too deep"] = None
         return
-    if node.type in _SUBSTITUTIONS:
+    t = node.type
+    if t in _SUBSTITUTIONS:
         found = _visit(node, st, depth + 1)
         first = node.children[0].type if node.child_count else ""
         (subs.out_of if first == ">(" else subs.into).extend(found)
+        return
+    if t in _EXPANSION_NODES:
+        _expansion(node, st)
+    elif t in _STATEMENTS:
+        # a statement where a word should be (``coproc (rm -rf /)``): its commands run
+        subs.into.extend(_visit(node, st, depth + 1))
         return
     for child in node.children:
         if child.is_named:
@@ -362,6 +407,8 @@ def _literal(node: Node, st: _State, depth: int, subs: _Subs) -> str | None:
                 parts.append("=")
             elif child.type in ("variable_name", "subscript"):
                 parts.append(_text(child))
+                if child.type == "subscript":
+                    _scan(child, st, depth + 1, subs)
             else:
                 value = _literal(child, st, depth + 1, subs)
                 if value is None:
@@ -384,6 +431,194 @@ def _has_glob(node: Node) -> bool:
     if t == "concatenation":
         return any(_has_glob(child) for child in node.children)
     return False
+
+
+# --------------------------------------------------------------------------------------------
+# expansions that evaluate code
+#
+# bash evaluates arithmetic recursively: a variable's value is itself an arithmetic expression, and an
+# array subscript in it (``a[$(cmd)]``) is expanded, which runs ``cmd``. So ``$((X))``, ``${a[X]}``,
+# ``${S:X}``, ``let X``, ``declare -i v=X``, ``[[ X -eq 1 ]]``, ``${!X}`` (indirection to
+# ``a[$(cmd)]``) and a subscripted name given to a builtin (``read 'a[$(cmd)]'``) run code taken
+# from the environment; ``${X@P}`` expands a prompt string (``$(…)`` included). They make a command
+# complex with the reason ``expansion that can evaluate code (KIND)``. Plain ``$X``/``${X}``/
+# ``${X:-d}`` only record the name in ``variables``.
+
+EVAL_REASON = "expansion that can evaluate code"
+_EXPANSION_NODES = frozenset({"simple_expansion", "expansion", "arithmetic_expansion", "subscript", "array"})
+_STATEMENTS = frozenset(
+    {"subshell", "compound_statement", "command", "pipeline", "list", "redirected_statement", "negated_command"}
+)
+_NUMBER = re.compile(r"[-+]?(?:0[xX][0-9a-fA-F]+|\d+#[0-9A-Za-z@_]+|\d+)")
+_NAME_NODES = frozenset({"variable_name", "special_variable_name"})
+_ARITH_NAMES = frozenset(
+    {"variable_name", "special_variable_name", "simple_expansion", "expansion", "command_substitution", "subscript"}
+)
+_SUBSCRIPTED = re.compile(r"\s*[A-Za-z_][A-Za-z0-9_]*\[(?!\s*(?:[-+]?\d+|[@*])\s*\](?:\+?=|$))")
+"""A variable name with a subscript that is not a plain number, ``@`` or ``*``."""
+_ARITH_TEST_OPERATORS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+
+
+def _evaluates(st: _State, kind: str) -> None:
+    st.reasons[f"{EVAL_REASON} ({kind})"] = None
+
+
+def _numeric(node: Node) -> bool:
+    return (
+        node.type in ("number", "word", "variable_name", "unary_expression")
+        and _NUMBER.fullmatch(_text(node).replace(" ", "")) is not None
+    )
+
+
+def _arith_uses_names(node: Node) -> bool:
+    """Whether an arithmetic expression refers to a variable (whose value bash evaluates too)."""
+    stack = list(node.children)
+    while stack:
+        child = stack.pop()
+        t = child.type
+        if t in _ARITH_NAMES:
+            if t == "variable_name" and _NUMBER.fullmatch(_text(child)):
+                continue
+            return True
+        if t == "word" and not _NUMBER.fullmatch(_text(child)):
+            return True
+        if t == "do_group":
+            continue
+        stack.extend(child.children)
+    return False
+
+
+def _note_name(node: Node, st: _State) -> None:
+    name = _text(node)
+    if name == "_" or _IDENTIFIER.fullmatch(name):
+        st.variables[name] = None
+
+
+def _subscript_evaluates(node: Node) -> bool:
+    index = [c for c in node.children if c.is_named and c.type not in _NAME_NODES]
+    if not index:
+        return False
+    single = index[0] if len(index) == 1 else None
+    return single is None or not (_numeric(single) or (single.type == "word" and _text(single) in ("@", "*")))
+
+
+def _expansion(node: Node, st: _State) -> None:
+    """Record the variable a ``$X``/``${…}`` expands, or why the expansion can evaluate code."""
+    t = node.type
+    if t == "simple_expansion":
+        for child in node.children:
+            if child.type in _NAME_NODES:
+                _note_name(child, st)
+        return
+    if t == "arithmetic_expansion":
+        if _arith_uses_names(node):
+            _evaluates(st, "arithmetic expansion")
+        return
+    if t == "subscript":
+        if _subscript_evaluates(node):
+            _evaluates(st, "array subscript")
+        return
+    if t == "array":
+        # a=([X]=1): an indexed array's subscripts are arithmetic too
+        for child in node.children:
+            text = _text(child)
+            if text.startswith("[") and "]=" in text:
+                index = text[1 : text.index("]=")].strip()
+                if not _NUMBER.fullmatch(index):
+                    _evaluates(st, "array subscript")
+                    return
+        return
+    children = node.children
+    n = len(children)
+    named = False
+    for k in range(n):
+        child = children[k]
+        ct = child.type
+        if child.is_named:
+            if not named and ct in _NAME_NODES:
+                named = True
+                _note_name(child, st)
+            elif not named and ct == "subscript":
+                named = True
+                for part in child.children:
+                    if part.type == "variable_name":
+                        _note_name(part, st)
+                        break
+            continue
+        if ct == "@" and k + 1 < n and children[k + 1].type != "}":
+            _evaluates(st, "${…@op} transformation")
+        elif ct == "!" and k == 1 and n > 2:
+            after = children[3].type if n > 3 else "}"
+            target = children[2]
+            listing = after in ("*", "@") or (
+                target.type == "subscript"
+                and not _subscript_evaluates(target)
+                and _text(target).endswith(("[@]", "[*]"))
+            )
+            if not listing:
+                _evaluates(st, "${!…} indirection")
+        elif ct == ":":
+            for operand in children[k + 1 :]:
+                if operand.is_named and not _numeric(operand):
+                    _evaluates(st, "substring offset")
+                    break
+
+
+def _note_assignment(node: Node, st: _State) -> None:
+    for child in node.children:
+        if child.type == "variable_name":
+            st.assignments[_text(child)] = None
+            return
+        if child.type == "subscript":
+            for part in child.children:
+                if part.type == "variable_name":
+                    st.assignments[_text(part)] = None
+                    return
+            return
+
+
+_DECLARES = frozenset({"declare", "typeset", "local"})
+_NAME_BUILTINS = frozenset(
+    {"declare", "typeset", "local", "export", "readonly", "unset", "read", "mapfile", "readarray", "getopts", "wait"}
+    | {"test", "printf", "[", "let"}
+)
+
+
+def _builtin_evaluates(words: tuple[str, ...], st: _State, depth: int) -> None:
+    """``let``, ``declare -i``/``-n`` and subscripted names given to builtins evaluate code; the
+    command substitutions in a literal subscript (``export 'a[$(cmd)]=1'``) run and are analyzed."""
+    name = words[0]
+    if name not in _NAME_BUILTINS:
+        return
+    for word in words[1:]:
+        start = word.find("[")
+        end = word.rfind("]")
+        if 0 <= start < end and ("$(" in word or "`" in word):
+            _parse_into(f": {word[start + 1 : end]}", st, depth + 1, name)
+    if name == "let":
+        _evaluates(st, "let")
+        return
+    if name in _DECLARES and any(
+        w[:1] in "-+" and len(w) > 1 and "=" not in w and ("i" in w or "n" in w) for w in words[1:]
+    ):
+        _evaluates(st, f"{name} -i/-n")
+    candidates: Sequence[str] = words[1:]
+    if name == "printf":
+        candidates = []
+        for i in range(1, len(words)):
+            w = words[i]
+            if w == "-v" and i + 1 < len(words):
+                candidates = [words[i + 1]]
+                break
+            if w.startswith("-v") and len(w) > 2:
+                candidates = [w[2:]]
+                break
+            if not w.startswith("-") or w == "--":
+                break
+    for word in candidates:
+        if _SUBSCRIPTED.match(word.lstrip("\"'")):
+            _evaluates(st, f"subscripted variable name given to {name}")
+            return
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,8 +657,14 @@ def _visit(node: Node, st: _State, depth: int) -> list[int]:
             keyword = node.children[0].type if node.child_count else "for"
             reason = f"control flow ({keyword})"
         st.reasons[reason] = None
+        if t == "c_style_for_statement" and _arith_uses_names(node):
+            _evaluates(st, "arithmetic for")
     elif t in _SIMPLE_REASONS:
         st.reasons[_SIMPLE_REASONS[t]] = None
+        if t == "variable_assignment":
+            _note_assignment(node, st)
+    elif t in _EXPANSION_NODES:
+        _expansion(node, st)
     out: list[int] = []
     for child in node.children:
         if child.is_named:
@@ -439,6 +680,8 @@ def _container(node: Node, st: _State, depth: int) -> list[int]:
     elif t == "compound_statement":
         first = node.children[0].type if node.child_count else "{"
         st.reasons["arithmetic command" if first == "((" else "command group ({ })"] = None
+        if first == "((" and _arith_uses_names(node):
+            _evaluates(st, "arithmetic command")
     elif t == "command_substitution":
         st.reasons["command substitution"] = None
     elif t == "process_substitution":
@@ -595,6 +838,18 @@ def _test(node: Node, st: _State, depth: int) -> list[int]:
     st.reasons[f"test expression ({first} {']]' if first == '[[' else ']'})"] = None
     subs = _Subs()
     _scan(node, st, depth, subs)
+    stack = list(node.children)
+    while stack:
+        child = stack.pop()
+        if child.type in ("binary_expression", "unary_expression"):
+            operator = next((c for c in child.children if c.type == "test_operator"), None)
+            op = _text(operator) if operator is not None else ""
+            operands = [c for c in child.children if c.is_named and c.type != "test_operator"]
+            if op in _ARITH_TEST_OPERATORS and first == "[[" and not all(_numeric(o) for o in operands):
+                _evaluates(st, "arithmetic comparison in [[ ]]")
+            elif op == "-v" and any(_SUBSCRIPTED.match(_text(o).strip("'\"")) for o in operands):
+                _evaluates(st, "subscripted variable name given to -v")
+        stack.extend(c for c in child.children if c.is_named)
     return subs.into + subs.out_of
 
 
@@ -615,15 +870,19 @@ def _command(node: Node, st: _State, depth: int) -> list[int]:
         if t == "command_name" or (index < 0 and t in _DECLARATION_KEYWORDS):
             index = st.add(())
             inner = child.children[0] if t == "command_name" and child.child_count else child
+            known = len(st.variables)
             value = _literal(inner, st, depth + 1, subs)
             if value is None or _has_glob(inner):
                 st.reasons["expansion in command word"] = None
+                for name in list(st.variables)[known:]:
+                    del st.variables[name]  # a computed program name is its own (high) finding
             words.append(_text(inner) if value is None else value)
             dynamic.append(value is None)
             word_start = inner.start_byte
             last_end = child.end_byte
         elif t == "variable_assignment" and index < 0:
             st.reasons["variable assignment"] = None
+            _note_assignment(child, st)
             _scan(child, st, depth + 1, subs)
         elif t in _REDIRECTS:
             _redirect(child, st, depth + 1, subs)
@@ -658,6 +917,7 @@ def _command(node: Node, st: _State, depth: int) -> list[int]:
         return subs.into + subs.out_of
     command = tuple(words)
     st.commands[index] = command
+    _builtin_evaluates(command, st, depth)
     out = [index]
     if command[0] in _WRAPPER_BASENAMES or "/" in command[0]:
         out += _unwrap(index, command, tuple(dynamic), st, depth)
@@ -773,6 +1033,7 @@ def _parse_into(command: str, st: _State, depth: int, context: str | None) -> li
         words = _plain_words(command)
         if words is not None:
             index = st.add(words)
+            _builtin_evaluates(words, st, depth)
             return [index, *_unwrap(index, words, (False,) * len(words), st, depth)]
     if root.has_error or skipped:
         st.parse_ok = False
@@ -787,9 +1048,17 @@ def _parse_into(command: str, st: _State, depth: int, context: str | None) -> li
         st.src = saved
 
 
+# bash splits words on space, tab and newline only; the parser also on \r, \v, \f: where they
+# disagree, what the gate reads is not what would run
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+CONTROL_REASON = "control character in command: cannot be analyzed reliably"
+
+
 def _analyze_shell(command: str) -> ShellAnalysis:
     st = _State()
     st.reserved = command
+    if _CONTROL.search(command):
+        st.reasons[CONTROL_REASON] = None
     _parse_into(command, st, 0, None)
     return st.result()
 
@@ -811,8 +1080,11 @@ def analyze_argv(argv: Sequence[str]) -> ShellAnalysis:
     st = _State()
     if argv:
         words = tuple(argv)
+        if any(_CONTROL.search(word) for word in words):
+            st.reasons[CONTROL_REASON] = None  # as for the same words in a shell string (parity)
         st.reserved = "\x00".join(words)
         index = st.add(words)
+        _builtin_evaluates(words, st, 0)
         _unwrap(index, words, (False,) * len(words), st, 0)
     return st.result()
 
@@ -1179,6 +1451,92 @@ def _flock(label: str, words: tuple[str, ...], dynamic: tuple[bool, ...]) -> _Un
     return label, [_Argv(i, n)]
 
 
+def _coproc(label: str, words: tuple[str, ...], dynamic: tuple[bool, ...]) -> _Unwrapped:
+    """``coproc [NAME] COMMAND``: a NAME only before a compound command (``coproc N { …; }``)."""
+    n = len(words)
+    i = 1
+    if i < n and words[i] == "{" and not dynamic[i]:
+        i += 1
+    elif i + 1 < n and words[i + 1] == "{" and not dynamic[i + 1]:
+        i += 2
+    if i >= n:
+        return None
+    if dynamic[i] and words[i].startswith("("):
+        return label, []  # ``coproc (…)``: the subshell's commands are recorded with the words
+    return label, [_Argv(i, n)]
+
+
+def _trap(label: str, words: tuple[str, ...], dynamic: tuple[bool, ...]) -> _Unwrapped:
+    """``trap [--] ACTION SIGNAL…``: ACTION is a command string run later (``-l``/``-p`` run nothing;
+    one operand, ``-``, an empty string or a number as ACTION reset signals)."""
+    n = len(words)
+    i = 1
+    while i < n and len(words[i]) > 1 and words[i][0] == "-":
+        if words[i] == "--":
+            i += 1
+            break
+        if any(ch in words[i] for ch in "lpP"):
+            return None
+        i += 1
+    if n - i < 2:
+        return None
+    action = words[i]
+    if not dynamic[i] and (action in ("-", "") or action.isdigit()):
+        return None
+    return label, [_Sh(None if dynamic[i] else action)]
+
+
+def _option_values(words: tuple[str, ...], dynamic: tuple[bool, ...], with_value: str) -> list[tuple[str, str, bool]]:
+    """(letter, value, dynamic) of the short options of a builtin, up to the first operand or ``--``."""
+    out: list[tuple[str, str, bool]] = []
+    n = len(words)
+    i = 1
+    while i < n:
+        w = words[i]
+        if w == "--" or len(w) < 2 or w[0] != "-":
+            break
+        for j in range(1, len(w)):
+            ch = w[j]
+            if ch in with_value:
+                if w[j + 1 :]:
+                    out.append((ch, w[j + 1 :], dynamic[i]))
+                elif i + 1 < n:
+                    i += 1
+                    out.append((ch, words[i], dynamic[i]))
+                break
+        i += 1
+    return out
+
+
+def _mapfile(label: str, words: tuple[str, ...], dynamic: tuple[bool, ...]) -> _Unwrapped:
+    """``mapfile``/``readarray -C CALLBACK``: the callback is evaluated as a command string."""
+    inners: list[_Inner] = [
+        _Sh(None if dyn else value) for ch, value, dyn in _option_values(words, dynamic, "dnOsuCc") if ch == "C"
+    ]
+    return (f"{label} -C", inners) if inners else None
+
+
+def _compgen(label: str, words: tuple[str, ...], dynamic: tuple[bool, ...]) -> _Unwrapped:
+    """``compgen -C COMMAND`` runs COMMAND; ``-W WORDLIST`` expands the words again (``$(…)`` runs)."""
+    inners: list[_Inner] = []
+    for ch, value, dyn in _option_values(words, dynamic, "AGWXPSFCo"):
+        if ch == "C":
+            inners.append(_Sh(None if dyn else value))
+        elif ch == "W" and (dyn or "$" in value or "`" in value):
+            inners.append(_Sh(None if dyn else f": {value}"))
+    return (label, inners) if inners else None
+
+
+def _alias(label: str, words: tuple[str, ...], dynamic: tuple[bool, ...]) -> _Unwrapped:
+    """``alias NAME=VALUE…``: each VALUE is the command string the name will run."""
+    inners: list[_Inner] = []
+    for i in range(1, len(words)):
+        name, eq, value = words[i].partition("=")
+        if eq and name and not name.startswith("-") and (value or dynamic[i]):
+            inners.append(_Sh(None if dynamic[i] else value))
+    return (label, inners) if inners else None
+
+
 def _busybox(label: str, words: tuple[str, ...], dynamic: tuple[bool, ...]) -> _Unwrapped:
     if len(words) < 2 or words[1].startswith("-"):
         return None
@@ -1368,6 +1726,12 @@ _WRAPPERS: dict[str, Callable[[str, tuple[str, ...], tuple[bool, ...]], _Unwrapp
     "parallel": _parallel,
     "busybox": _busybox,
     "flock": _flock,
+    "coproc": _coproc,
+    "trap": _trap,
+    "mapfile": _mapfile,
+    "readarray": _mapfile,
+    "compgen": _compgen,
+    "alias": _alias,
 }
 
 WRAPPER_NAMES: frozenset[str] = frozenset(_WRAPPERS)
@@ -1407,6 +1771,7 @@ def _unwrap(index: int, words: tuple[str, ...], dynamic: tuple[bool, ...], st: _
                 st.wraps.append((index, j))
                 if inner_dynamic[0]:
                     st.reasons["expansion in command word"] = None
+                _builtin_evaluates(inner_words, st, depth + 1)
                 out.append(j)
                 out += _unwrap(j, inner_words, inner_dynamic, st, depth + 1)
             else:

@@ -27,7 +27,7 @@ from orchestrator.domain.sanitized import (
 from orchestrator.gate.intent import ShellAnalysis, analyze_argv, analyze_shell
 from orchestrator.gate.patch_paths import patch_paths
 from orchestrator.gate.paths import assess_paths, escapes_workspace
-from orchestrator.gate.risk import Finding, assess_command, combine
+from orchestrator.gate.risk import Finding, assess_command, assess_env, combine
 
 
 def digest(text: str) -> ContentDigest:
@@ -55,7 +55,8 @@ def sanitize(
     analysis = analysis_of(request)
     findings: list[Finding] = []
     if analysis is not None:
-        findings.extend(assess_command(analysis))
+        findings.extend(assess_command(analysis, env=request.env))
+        findings.extend(assess_env(request.env))
 
     fields: dict[str, object] = {}
     if isinstance(request, (ShellExecRequest, SkillExecRequest)):

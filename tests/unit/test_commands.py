@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.gate.commands import CommandPattern, parse_command, program_name
+from orchestrator.gate.commands import CommandPattern, parse_command, program_name, resolve_long
 
 
 def matches(pattern: str, command: str) -> bool:
@@ -185,3 +185,53 @@ def test_flag_permutations_and_bundling(case: tuple[list[str], bool]) -> None:
     assert CommandPattern.parse("rm -fr").matches(words) is expected
     assert CommandPattern.parse("rm --recursive --force").matches(words) is expected
     assert CommandPattern.parse("rm").matches(words)
+
+
+# --------------------------------------------------------------------------------------------
+# programs whose options run programs or write files: every spelling reaches one name
+
+
+@pytest.mark.parametrize(
+    ("pattern", "command", "matches"),
+    [
+        ("sort -o", ["sort", "--output=x", "in"], True),
+        ("sort -o", ["sort", "-uo", "x", "in"], True),
+        ("sort -o", ["sort", "--out", "x", "in"], True),
+        ("sort -o", ["sort", "-ofile", "in"], True),
+        ("sort -o", ["sort", "-k", "-o", "in"], False),  # -k takes the next word
+        ("sort --compress-program", ["sort", "--compress-p=sh", "x"], True),
+        ("tar --to-command", ["tar", "--to-com=sh", "-xf", "a"], True),
+        ("tar --to-command", ["tar", "--to-stdout", "-xf", "a"], False),
+        ("tar -I", ["tar", "--use-compress-program=zstd", "-cf", "a", "x"], True),
+        ("tar --checkpoint-action", ["tar", "--checkpoint-a=exec=sh", "-cf", "a", "x"], True),
+        ("tar --checkpoint-action", ["tar", "--checkpoint=10", "-cf", "a", "x"], False),
+        ("rsync -e", ["rsync", "-avze", "ssh", "a", "b"], True),
+        ("rsync -e", ["rsync", "--rsh=ssh", "a", "b"], True),
+        ("date -s", ["date", "--set=10:00"], True),
+        ("date -s", ["date", "-d", "-s"], False),  # -d takes the next word
+        ("file -C", ["file", "--compile", "-m", "x"], True),
+        ("sed -i", ["sed", "--in-place=.bak", "s/a/b/", "f"], True),
+        ("git rebase -x", ["git", "rebase", "--exec=make", "main"], True),
+        ("git diff --output", ["git", "diff", "--output=x"], True),
+        ("git diff --output", ["git", "diff", "--output-indicator-new=+"], False),
+        ("git clone -u", ["git", "clone", "--upload-pack=x", "r"], True),
+        ("git grep -O", ["git", "grep", "--open-files-in-pager=vi", "x"], True),
+    ],
+)
+def test_dangerous_option_spellings(pattern: str, command: list[str], matches: bool) -> None:
+    assert CommandPattern(pattern).matches(command) is matches, (pattern, command)
+
+
+def test_value_options_of_the_new_programs() -> None:
+    assert parse_command(["uniq", "-f", "1", "-s", "2", "in"]).positionals == ("in",)
+    assert parse_command(["uniq", "-c", "in", "out"]).positionals == ("in", "out")
+    assert parse_command(["sort", "-k", "2", "-t", ",", "-o", "out", "in"]).positionals == ("in",)
+    assert parse_command(["tar", "-C", "dir", "-f", "a.tar", "-x", "member"]).positionals == ("member",)
+
+
+def test_resolve_long() -> None:
+    assert resolve_long("sed", "--expr") == ("--expression",)
+    assert resolve_long("sed", "--in-pl") == ("--in-place",)
+    assert resolve_long("sed", "--s") == ("--s",)  # --sandbox, --separate, --silent: ambiguous
+    assert resolve_long("sort", "--out") == ("--output",)
+    assert resolve_long("nothing", "--x") == ("--x",)

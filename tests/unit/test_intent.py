@@ -253,6 +253,14 @@ WRAPPED = [
     ("nsenter -t 1 -m rm x", "nsenter", [("rm", "x")]),
     ("strace -f -o log rm x", "strace", [("rm", "x")]),
     ("sg staff 'rm x'", "sg", [("rm", "x")]),
+    ("coproc rm x", "coproc", [("rm", "x")]),
+    ("trap 'rm x' EXIT", "trap", [("rm", "x")]),
+    ("trap -- 'rm x' INT TERM", "trap", [("rm", "x")]),
+    ("mapfile -C 'rm x' -c 1 arr", "mapfile -C", [("rm", "x")]),
+    ("readarray -t -C'rm x' arr", "readarray -C", [("rm", "x")]),
+    ("compgen -C 'rm x' w", "compgen", [("rm", "x")]),
+    ("compgen -W '$(rm x)' w", "compgen", [("rm", "x")]),
+    ("alias ll='rm x'", "alias", [("rm", "x")]),
 ]
 
 
@@ -290,6 +298,17 @@ def test_wrappers_are_unwrapped(command: str, label: str, inner: list[tuple[str,
         "su",
         "script log",
         "flock 3",
+        "trap -p",
+        "trap -l",
+        "trap - INT",
+        "trap INT",
+        "trap 2 3",
+        "mapfile arr",
+        "compgen -W 'a b' x",
+        "compgen -f x",
+        "alias",
+        "alias -p",
+        "alias ll",
     ],
 )
 def test_not_wrapping(command: str) -> None:
@@ -390,10 +409,17 @@ def test_parity_argv_and_its_shell_quoting(program: str, args: list[str]) -> Non
 
 
 wrappers = st.sampled_from(
-    ["bash", "sh", "env", "sudo", "timeout", "nice", "xargs", "eval", "su", "find", "watch", "command", "time"]
+    [
+        *("bash", "sh", "env", "sudo", "timeout", "nice", "xargs", "eval", "su", "find", "watch", "command", "time"),
+        *("trap", "alias", "mapfile", "readarray", "compgen", "let", "declare", "read", "printf"),
+    ]
 )
 wrapper_args = st.lists(
-    st.one_of(text, st.sampled_from(["-c", "-lc", "--", "5", "-n", "ls -la | wc", "A=1", "-exec", ";", "rm"])),
+    st.one_of(
+        text,
+        st.sampled_from(["-c", "-lc", "--", "5", "-n", "ls -la | wc", "A=1", "-exec", ";", "rm", "-C", "-W", "-v"]),
+        st.sampled_from(["a[$(id)]", "x=$((y))", "${X@P}", "-i", "a[i]=1", "ll=rm x", "EXIT"]),
+    ),
     max_size=6,
 )
 
@@ -451,3 +477,111 @@ def test_inputs_that_crash_tree_sitter_bash_are_analyzed_safely() -> None:
     assert analyze_shell("echo {😀 ${x:-😀} '{😀'").commands == (("echo", "{😀", "${x:-😀}", "{😀"),)
     argv = ["bash", "-c", "echo {😀 | wc", "😀"]
     assert analyze_argv(argv) == analyze_shell(shlex.join(argv))
+
+
+# --------------------------------------------------------------------------------------------
+# keywords and builtins that run commands, expansions that evaluate code
+
+
+def test_coproc_compound_commands_are_found() -> None:
+    a = analyze_shell("coproc (rm -rf /)")
+    assert ("rm", "-rf", "/") in a.commands and "wrapper 'coproc' runs another command" in a.reasons
+    b = analyze_shell("coproc N { rm x; }")
+    assert ("rm", "x") in b.commands
+    c = analyze_shell("coproc { rm x; }")
+    assert ("rm", "x") in c.commands
+
+
+def test_substitutions_in_declaration_subscripts_are_found() -> None:
+    assert ("id",) in analyze_shell("export a[$(id)]=1").commands
+    assert ("id",) in analyze_shell("export 'a[$(id)]=1'").commands  # export evaluates the subscript
+    assert ("id",) in analyze_shell("read 'a[$(id)]'").commands
+
+
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [
+        ("echo ${X@P}", "${…@op} transformation"),
+        ('echo "${X@Q}"', "${…@op} transformation"),
+        ("cat <<EOF\n${X@P}\nEOF", "${…@op} transformation"),
+        ("echo $((X))", "arithmetic expansion"),
+        ("echo $((0x1f + X))", "arithmetic expansion"),
+        ("echo $[X]", "arithmetic expansion"),
+        ("((x++))", "arithmetic command"),
+        ("for ((i=0;i<n;i++)); do :; done", "arithmetic for"),
+        ("echo ${a[i]}", "array subscript"),
+        ('echo "${a[$i]}"', "array subscript"),
+        ("a[i]=1 ls", "array subscript"),
+        ("a=([X]=1)", "array subscript"),
+        ("declare -a a=([$i]=1)", "array subscript"),
+        ("echo ${!X}", "${!…} indirection"),
+        ("echo ${!X:-y}", "${!…} indirection"),
+        ("echo ${S:off}", "substring offset"),
+        ("echo ${S:1:n}", "substring offset"),
+        ("let x=1", "let"),
+        ("declare -i x=y", "declare -i/-n"),
+        ("typeset -ri x=y", "typeset -i/-n"),
+        ("local -n ref=x", "local -i/-n"),
+        ("[[ $x -eq 1 ]]", "arithmetic comparison in [[ ]]"),
+        ("[[ x -lt 1 ]]", "arithmetic comparison in [[ ]]"),
+        ("[ -v 'a[$i]' ]", "subscripted variable name given to -v"),
+        ("[[ -v a[i] ]]", "subscripted variable name given to -v"),
+        ("read 'a[i]'", "subscripted variable name given to read"),
+        ('read "a[$i]"', "subscripted variable name given to read"),
+        ("printf -v 'a[i]' x", "subscripted variable name given to printf"),
+        ("unset 'a[i]'", "subscripted variable name given to unset"),
+        ("export 'a[i]=1'", "subscripted variable name given to export"),
+        ("getopts ab 'a[i]'", "subscripted variable name given to getopts"),
+        ("test -v 'a[i]'", "subscripted variable name given to test"),
+        ("bash -c 'echo ${X@P}'", "${…@op} transformation"),
+        ("command let x", "let"),
+    ],
+)
+def test_expansions_that_evaluate_code_make_a_command_complex(command: str, kind: str) -> None:
+    a = analyze_shell(command)
+    assert a.is_complex
+    assert f"expansion that can evaluate code ({kind})" in a.reasons, a.reason
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo $X ${X} ${X:-d} ${#X} ${X/a/b} ${X,,}",
+        'echo "$X" "a${X}b"',
+        "echo $((1 + 2)) $((0x1f)) $((2#101)) $[3]",
+        "echo ${a[1]} ${a[@]} ${a[*]} ${a[-1]} ${#a[@]}",
+        "echo ${!pre*} ${!pre@} ${!a[@]}",
+        "echo ${S:1:2} ${S: -1}",
+        "read line",
+        "printf '%s[%s]' a b",
+        "export A=1 B",
+        "declare -a arr",
+        "declare -a arr=(1 2) b=([0]=x [2]=y)",
+        "declare -p x",
+        "export -n X",
+        "unset a[1]",
+        "test -n x",
+    ],
+)
+def test_plain_expansions_stay_simple(command: str) -> None:
+    a = analyze_shell(command)
+    assert not any("evaluate code" in r for r in a.reasons), a.reason
+    assert not a.is_complex, a.reason
+
+
+def test_simple_tests_stay_without_code_evaluation() -> None:
+    for command in ("[ $x -eq 1 ]", "[[ 1 -eq 2 ]]", "[[ -f x ]]"):
+        assert not any("evaluate code" in r for r in analyze_shell(command).reasons), command
+
+
+def test_variables_and_assignments_are_recorded() -> None:
+    a = analyze_shell('cat $F "${G:-x}" $_ $1 $@ > "$OUT" && echo ${a[1]}')
+    assert a.variables == ("F", "G", "_", "OUT", "a")
+    assert analyze_shell("$CMD x").variables == ()  # a computed program name is reported apart
+    assert analyze_shell("$CMD $X").variables == ("X",)
+    assert analyze_shell("cat <<EOF\n$X\nEOF").variables == ("X",)
+    b = analyze_shell("A=1 B=$C ls; D[1]=2")
+    assert b.assignments == ("A", "B", "D") and b.variables == ("C",)
+    assert analyze_shell("ls").variables == () and analyze_shell("ls").assignments == ()
+    assert analyze_argv(["cat", "$F"]).variables == ()  # no shell, no expansion
+    assert analyze_argv(["bash", "-c", "cat $F"]).variables == ("F",)

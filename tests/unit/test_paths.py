@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.domain.sanitized import RiskLevel
-from orchestrator.gate.paths import assess_paths, credential_reason, escapes_workspace
+from orchestrator.gate.paths import (
+    MAX_BRACE_WORDS,
+    assess_paths,
+    credential_reason,
+    escapes_workspace,
+    expand_braces,
+    glob_reason,
+    has_glob,
+)
 
 
 @pytest.mark.parametrize(
@@ -157,3 +165,126 @@ def test_assess_paths_levels(tmp_path: Path) -> None:
     assert (RiskLevel.CRITICAL, "path leaves the workspace (/etc/shadow)") in got
     assert not any("ok.txt" in reason for _, reason in got)
     assert assess_paths([], workspace=ws) == []
+
+
+# --------------------------------------------------------------------------------------------
+# respelled paths, brace expansion, globs
+
+
+@pytest.mark.parametrize(
+    ("path", "label"),
+    [
+        ("/etc//shadow", "/etc/shadow"),
+        ("/etc/./shadow", "/etc/shadow"),
+        ("/etc/ssl/../shadow", "/etc/shadow"),
+        ("/proc/self/root/etc/shadow", "/etc/shadow"),
+        ("/etc/{shadow,hosts}", "/etc/shadow"),
+        ("/etc/{hosts,passwd,shadow}", "/etc/shadow"),
+        ("~/.{ssh,aws}/x", ".ssh"),
+        ("keys/id_{rsa,x}", "id_*"),
+        ("/etc/sh{a,o}dow", "/etc/shadow"),
+        ("/etc/{x,{y,shadow}}", "/etc/shadow"),
+    ],
+)
+def test_respelled_credential_paths(path: str, label: str) -> None:
+    assert credential_reason(path) == f"credential path ({label})"
+
+
+@pytest.mark.parametrize(
+    ("path", "label"),
+    [
+        ("/etc/shad*", "/etc/shadow"),
+        ("/etc/shado[w]", "/etc/shadow"),
+        ("/etc/sh?dow", "/etc/shadow"),
+        ("/etc/[s]hadow", "/etc/shadow"),
+        ("/etc/gsha*", "/etc/gshadow"),
+        ("/etc/sudo*", "/etc/sudoers"),
+        ("/e??/shadow", "/etc/shadow"),
+        ("/etc/*", "/etc/shadow"),
+        ("/etc/ssh/ssh_host_*", "ssh host key"),
+        ("/run/secr*", "run/secrets"),
+        ("~/.ss?/x", ".ssh"),
+        ("/x/.aw[s]/config", ".aws"),
+        ("~/.kube/conf*", ".kube/config"),
+        (".en?", ".env"),
+        (".env*", ".env"),
+        (".e[n]v", ".env"),
+        ("id_*", "id_*"),
+        ("?d_rsa", "id_*"),
+        ("*.pe?", "*.pem"),
+        ("server.*", "*.pem"),
+        ("tls.[k]ey", "*.key"),
+        ("cred*", "credentials"),
+        ("*credentials*", "credentials"),
+        ("kube*", "kubeconfig"),
+        (".git-cred*", ".git-credentials"),
+        (".net[r]c", ".netrc"),
+        (".*", ".env"),
+        ("secrets.y*", "secrets.yaml"),
+        ("/etc/shado[[:alpha:]]", "/etc/shadow"),
+        ("/etc/shado[![:digit:]]", "/etc/shadow"),
+        ("/etc/shado[[:print:]]", "/etc/shadow"),
+        ("/etc/[[.s.]]hadow", "/etc/shadow"),
+        ("/etc/[^x]hadow", "/etc/shadow"),
+        ("/etc/sha[]d]ow", "/etc/shadow"),
+    ],
+)
+def test_globs_that_may_match_credentials(path: str, label: str) -> None:
+    assert credential_reason(path) == f"glob may match a credential path ({label})"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["*", "*.py", "src/*.ts", "test_*", "*.md", "a?b", "docs/[a-c]*.rst", "*.env.example", "/tmp/*", "[!.]*.txt"],
+)
+def test_globs_that_cannot_match_credentials(path: str) -> None:
+    assert credential_reason(path) is None
+
+
+def test_a_leading_dot_must_be_matched_explicitly() -> None:
+    # bash's * and ? do not match a leading '.': */x never reaches .ssh/x
+    assert credential_reason("~/*/id_rsa") == "credential path (id_*)"
+    assert credential_reason("~/?ssh/config") is None
+    assert credential_reason("~/.ss?/config") == "glob may match a credential path (.ssh)"
+    assert credential_reason("[.]env") is None  # bash: a bracket does not match a leading '.'
+    assert credential_reason(".[e]nv") == "glob may match a credential path (.env)"
+
+
+def test_expand_braces() -> None:
+    assert expand_braces("a{b,c}d") == ["abd", "acd"]
+    assert expand_braces("{a,b}{c,d}") == ["ac", "ad", "bc", "bd"]
+    assert expand_braces("x{1..3}") == ["x1", "x2", "x3"]
+    assert expand_braces("x{3..1}") == ["x3", "x2", "x1"]
+    assert expand_braces("{a..c}") == ["a", "b", "c"]
+    assert expand_braces("{1..9..4}") == ["1", "5", "9"]
+    assert expand_braces("a{b,{c,d}}") == ["ab", "ac", "ad"]
+    assert expand_braces("{x}y") == ["{x}y"]  # no comma, no sequence: literal
+    assert expand_braces("${X}/{a,b}") == ["${X}/a", "${X}/b"]
+    assert expand_braces("${X:-a,b}") == ["${X:-a,b}"]
+    assert expand_braces("a\\{b,c}") == ["a\\{b,c}"]
+    assert expand_braces("{unclosed,") == ["{unclosed,"]
+    assert len(expand_braces("{1..100000}")) == MAX_BRACE_WORDS
+    assert len(expand_braces("{a,b}" * 20)) == MAX_BRACE_WORDS
+    assert expand_braces("plain") == ["plain"]
+
+
+def test_glob_reason() -> None:
+    assert glob_reason("/etc/*.conf") == "glob in a path under /etc"
+    assert glob_reason("/root/*") == "glob in a path under /root"
+    assert glob_reason("/var/run/*") == "glob in a path under /var/run"
+    assert glob_reason("/proc/[0-9]*/cmdline") == "glob in a path under /proc"
+    assert glob_reason("~/*.txt") == "glob in a path under ~"
+    assert glob_reason('"$HOME"/*') == "glob in a path under $HOME"
+    assert glob_reason("${HOME}/x*") == "glob in a path under $HOME"
+    assert glob_reason("--include=/etc/*") == "glob in a path under /etc"
+    assert glob_reason("/etc/hosts") is None
+    assert glob_reason("src/*.py") is None
+    assert glob_reason("/tmp/*") is None
+    assert has_glob("a*") and has_glob("a?") and has_glob("a[b]") and not has_glob("a{b,c}")
+
+
+def test_assess_paths_flags_globbed_paths(tmp_path: Path) -> None:
+    findings = assess_paths(["/etc/shad*"], workspace=tmp_path)
+    assert (RiskLevel.HIGH, "glob may match a credential path (/etc/shadow): /etc/shad*") in [
+        (f.level, f.reason) for f in findings
+    ]

@@ -358,3 +358,21 @@ def test_load_by_name_later_directory_wins_and_unknown_lists_known(tmp_path: Pat
         load_seccomp("nope", search_path=[builtin_dir(), tmp_path])
     with pytest.raises(ConfigInvalid, match="not a seccomp profile name"):
         load_seccomp("../../etc/passwd", search_path=[builtin_dir()])
+
+
+def test_mknod_never_makes_a_device_node() -> None:
+    """Device nodes are refused by the filter itself: gVisor's tmpfs skips the kernel's CAP_MKNOD check."""
+    import stat
+
+    from orchestrator.profiles import load_seccomp, syscall_action
+
+    profile = load_seccomp("default")
+    for name, mode_index in (("mknod", 1), ("mknodat", 2)):
+        for file_type, allowed in (
+            (0, True), (stat.S_IFREG, True), (stat.S_IFIFO, True), (stat.S_IFSOCK, True),
+            (stat.S_IFCHR, False), (stat.S_IFBLK, False), (stat.S_IFDIR, False),
+        ):
+            args = [0, 0, 0, 0]
+            args[mode_index] = file_type | 0o666
+            action, _ = syscall_action(profile, name, args)
+            assert (action == "SCMP_ACT_ALLOW") == allowed, (name, oct(file_type), action)
