@@ -4,9 +4,11 @@ so start-up stays lean for `sandboxctl run`."""
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from orchestrator.cli import approvals_cmd, check_cmd, evidence_cmd, ops_cmd, profiles_cmd, run_cmd
 from orchestrator.cli.output import fail
@@ -50,16 +52,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("INPUT.INVALID", str(err), 2, json_out="--json" in args_list)
     except SystemExit as exit_:  # --help and --version
         return int(exit_.code or 0)
+    _quiet_logging()
     try:
         return int(args.handler(args))
-    except KeyboardInterrupt:
-        return fail("INTERRUPTED", "interrupted", 130)
+    except KeyboardInterrupt:  # Ctrl-C, and SIGTERM during `run` (see run_cmd.handle)
+        return fail("EXECUTION.CANCELLED", "interrupted; nothing is left running", 130)
     except Exception as err:  # the last line of defence: never a traceback
         from orchestrator.domain.errors import OrchestratorError
 
         if isinstance(err, OrchestratorError):
             return fail(err.code, err.message, err.exit_code, json_out=getattr(args, "json", False))
         return fail("INTERNAL", f"unexpected {err.__class__.__name__}: {err}", 125)
+
+
+class _NoTraceback(logging.Formatter):
+    """Warnings for people: one line each, never a traceback (those are for a debug log)."""
+
+    def formatException(self, ei: Any) -> str:
+        return ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return super().format(record)
+
+
+def _quiet_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_NoTraceback("sandboxctl: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if os.environ.get("SANDBOX_DEBUG") else logging.WARNING)
 
 
 def entry() -> None:

@@ -47,7 +47,10 @@ def _refusal_json(err: Any, decision: str | None) -> dict[str, Any]:
 def handle(args: argparse.Namespace) -> int:
     import asyncio
 
-    return asyncio.run(_run(args))
+    try:
+        return asyncio.run(_run(args))
+    except asyncio.CancelledError:  # SIGTERM cancelled the run: teardown already happened inside
+        raise KeyboardInterrupt from None
 
 
 async def _run(args: argparse.Namespace) -> int:

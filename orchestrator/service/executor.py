@@ -177,8 +177,9 @@ async def _teardown(backend: SandboxBackend, handle: SandboxHandle, seen: dict[s
     """Remove the sandbox whatever happened; then give the engine a moment to report it."""
     try:
         await backend.destroy(handle)
-    except Exception:
-        log.exception("could not remove sandbox %s; the reaper will collect it", handle.name)
+    except Exception as err:
+        # not a traceback for the user: the reaper collects it (sandboxctl gc, or the next run)
+        log.warning("could not remove sandbox %s (%s); it will be collected as an orphan", handle.name, err)
         return
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(DESTROY_EVENT_WAIT_S):

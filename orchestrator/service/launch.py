@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.backends.base import (
@@ -47,6 +49,24 @@ def owner_label() -> str:
     (a recycled pid has a different start time)."""
     pid = os.getpid()
     return f"{socket.gethostname()}:{pid}:{_process_start_ticks(pid)}"
+
+
+# executions this process is running now: a sandbox it owns that is not among them was left behind
+# (e.g. its removal failed while the engine was down) and is an orphan although its owner lives
+_ACTIVE: set[str] = set()
+
+
+@contextlib.contextmanager
+def active_execution(execution_id: str) -> Iterator[None]:
+    _ACTIVE.add(execution_id)
+    try:
+        yield
+    finally:
+        _ACTIVE.discard(execution_id)
+
+
+def is_active_here(execution_id: str | None) -> bool:
+    return execution_id in _ACTIVE
 
 
 def owner_alive(owner: str) -> bool | None:

@@ -39,7 +39,7 @@ from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.results import Redactor
 from orchestrator.service.executor import RunOutcome, finished_data, outputs_digest, run_in_sandbox
-from orchestrator.service.launch import launch_spec, refuse_unavailable_escalations
+from orchestrator.service.launch import active_execution, launch_spec, refuse_unavailable_escalations
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +315,8 @@ class Orchestrator:
         )
         redactor = Redactor(literals=request.env.values())
         try:
-            outcome = await run_in_sandbox(self.backend, spec, record, redactor=redactor, workspace=workspace)
+            with active_execution(execution_id):
+                outcome = await run_in_sandbox(self.backend, spec, record, redactor=redactor, workspace=workspace)
         except asyncio.CancelledError:
             await asyncio.shield(
                 self._refuse(execution_id, gate, ExecutionCancelled("cancelled; the sandbox was removed"))

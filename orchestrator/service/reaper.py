@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from orchestrator.backends.base import ManagedSandbox, SandboxBackend, SandboxHandle
 from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
-from orchestrator.service.launch import owner_alive
+from orchestrator.service.launch import is_active_here, owner_alive, owner_label
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,8 @@ def orphan_reason(sandbox: ManagedSandbox, now: float) -> str | None:
         return "deadline passed"
     if sandbox.owner is None:
         return "no owner label"
+    if sandbox.owner == owner_label() and not is_active_here(sandbox.execution_id):
+        return "its controller (this process) no longer runs it"
     alive = owner_alive(sandbox.owner)
     if alive is False:
         return f"owner {sandbox.owner} is gone"
@@ -59,6 +61,6 @@ async def collect_orphans(backend: SandboxBackend, evidence: EvidenceWriter) -> 
             ),
             durable=True,
         )
-        log.warning("removed orphan sandbox %s (%s)", sandbox.name, reason)
+        log.info("removed orphan sandbox %s (%s)", sandbox.name, reason)
         reaped.append(Reaped(sandbox, reason))
     return reaped
