@@ -22,7 +22,7 @@ class ApprovalRule(MatchConditions):
 
 
 class RuleApprovalsConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     rules: list[ApprovalRule] = Field(default_factory=list, description="Ordered; first match wins.")
     default: GrantOutcome = Field(default="denied", description="Outcome when no rule matches.")

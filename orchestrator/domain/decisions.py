@@ -35,7 +35,7 @@ class ApprovalOutcome(StrEnum):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class PolicyDecision(_Frozen):

@@ -37,7 +37,7 @@ def _no_nul(value: str, what: str) -> str:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True, str_strip_whitespace=False)
 
 
 class ExtraMount(_Frozen):

@@ -92,7 +92,7 @@ def _check_finite(value: Any, where: str) -> None:
 class _EventFields(BaseModel):
     """The fields a caller describes (shared by the event and the record)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     event: EventName = Field(
         description="What happened: an EventType value (lower_snake_case; unknown names are kept as is)."
@@ -150,7 +150,7 @@ class EvidenceEvent(_EventFields):
 class EvidenceRecord(_EventFields):
     """One line of the evidence file. Validated strictly: it is read back from JSON."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True, strict=True)
 
     v: int = Field(ge=FORMAT_VERSION, le=FORMAT_VERSION, description="Format version of the record: 1.")
     seq: int = Field(ge=0, description="Position in the file: 0 for the first line, then +1 per line.")

@@ -25,7 +25,7 @@ class PolicyRule(MatchConditions):
 
 
 class SafetyConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     mode: Mode = Field(default=Mode.ASK, description="ask | allow | deny")
     allowlist: list[CommandPatternText] = Field(

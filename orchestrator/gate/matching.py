@@ -45,7 +45,7 @@ def check_pattern(text: str) -> str:
 class MatchConditions(BaseModel):
     """Every condition given must hold; a condition left out means 'any'."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     tool: list[str] | None = Field(
         default=None, description="Tool names or groups: exec, files, stdin (parity: prefer 'exec')."

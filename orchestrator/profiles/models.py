@@ -170,7 +170,7 @@ EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN, max_length=128)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 # -- the file form ---------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ _MUXED_CALLS = frozenset(
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class SeccompArg(_Strict):

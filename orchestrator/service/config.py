@@ -13,7 +13,7 @@ from orchestrator.yamlfile import load_yaml_mapping, validate
 
 
 class ApprovalsSection(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     provider: Literal["auto", "none", "rules", "terminal", "queue"] = Field(
         default="auto",
@@ -26,13 +26,13 @@ class ApprovalsSection(BaseModel):
 
 
 class EvidenceSection(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     path: str | None = Field(default=None, description="Evidence JSONL file (default: state dir).")
 
 
 class OrchestratorConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     safety: SafetyConfig = Field(default_factory=default_safety_config)
     approvals: ApprovalsSection = Field(default_factory=ApprovalsSection)

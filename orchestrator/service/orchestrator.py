@@ -284,6 +284,7 @@ class Orchestrator:
             raise InternalError("this orchestrator has no sandbox backend")
         request, gate = auth.request, auth.gate
         execution_id = auth.execution_id
+        workspace = Path(workspace).resolve()  # the engine takes absolute bind sources only
         try:
             refuse_unavailable_escalations(request)
             profile = self.profiles.resolve(

@@ -471,9 +471,12 @@ def test_unreadable_files_and_dirs_are_noted() -> None:
 
 
 @contextlib.contextmanager
-def _fd_limit(soft: int) -> Iterator[None]:
+def _fd_limit(headroom: int) -> Iterator[None]:
+    """Allow only ``headroom`` descriptors beyond those already open (RLIMIT_NOFILE bounds descriptor
+    numbers, so it is set just above the highest one in use: earlier tests may hold many)."""
+    highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
     old = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, old[1]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1 + headroom, old[1]))
     try:
         yield
     finally:
@@ -502,7 +505,7 @@ def test_deep_tree_with_few_descriptors(ws: Path) -> None:
     before = snapshot(ws)
     parts = _deep(ws, depth)
     # siblings at several depths force the walk back up through '..'
-    with _fd_limit(64):
+    with _fd_limit(24):
         after = snapshot(ws)
         fx = diff(before, after, ws)
     leaf = "/".join([*parts, "leaf.txt"])
@@ -523,7 +526,7 @@ def test_deep_tree_revisits_parents(ws: Path) -> None:
         os.close(fd)
         fd = child
     os.close(fd)
-    with _fd_limit(48):
+    with _fd_limit(24):
         snap = snapshot(ws)
     assert snap.unlisted == {}
     names = [k for k in snap.entries if k.endswith("z.txt")]
