@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	@# bytecode written now, even where PYTHONDONTWRITEBYTECODE is set: every CLI start would recompile
+	$(BIN)/python -m compileall -q orchestrator
 	@touch $(STAMP)
 
 venv: $(STAMP)

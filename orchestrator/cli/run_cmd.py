@@ -55,6 +55,7 @@ def handle(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     import asyncio
+    import contextlib
     import signal
     from pathlib import Path
 
@@ -89,8 +90,14 @@ async def _run(args: argparse.Namespace) -> int:
             auth = await orch.authorize(raw)
             decision = auth.gate.decision.decision.value
             assert orch.backend is not None
-            await collect_orphans(orch.backend, orch.evidence)
-            result = await orch.run(auth, workspace=workspace)
+            # orphans of earlier runs are collected beside this one (they never touch it: it is
+            # registered as active before its sandbox exists), not before it: no added latency
+            reaping = asyncio.create_task(collect_orphans(orch.backend, orch.evidence))
+            try:
+                result = await orch.run(auth, workspace=workspace)
+            finally:
+                with contextlib.suppress(OrchestratorError):
+                    await reaping
         except OrchestratorError as err:
             if args.json:
                 emit_json(_refusal_json(err, decision))
