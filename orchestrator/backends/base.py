@@ -45,7 +45,6 @@ class SandboxHandle:
     execution_id: str
     sandbox_id: str  # container id / pod uid
     name: str
-    image_id: str | None = None  # the image the engine actually used (content id), for evidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +77,7 @@ class ExitState:
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None = None  # the engine's own error text, if any
+    image_id: str | None = None  # the image the engine actually ran (content id), for evidence
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,10 +74,12 @@ def _probe_verdict(profile: ResolvedProfile, seen: dict[str, str]) -> tuple[bool
         problems.append(f"effective capabilities {seen.get('CapEff')} (want none)")
     if not gvisor and seen.get("NoNewPrivs") != "1":
         problems.append("no_new_privs is not set")
-    memory = seen.get("memory")
+    memory, pids = seen.get("memory"), seen.get("pids")
+    if gvisor:
+        # gVisor shows its own cgroup tree inside; the limits sit on the host cgroup around the sandbox
+        memory = pids = "host-enforced"
     if memory is not None and memory.isdigit() and int(memory) != profile.memory_bytes:
         problems.append(f"memory limit {memory} (want {profile.memory_bytes})")
-    pids = seen.get("pids")
     if pids is not None and pids.isdigit() and int(pids) != profile.pids_limit:
         problems.append(f"pids limit {pids} (want {profile.pids_limit})")
     if seen.get("uid") == "0":
@@ -185,7 +187,8 @@ async def run_doctor(
         checks.append(Check("evidence", True, f"{evidence_path}: not created yet"))
     if probes and info is not None:
         seen_runtimes: set[str] = set()
-        for profile in resolved:
+        # the default profile first: its probe is the one most executions get
+        for profile in sorted(resolved, key=lambda p: p.name != "workspace-write"):
             if (
                 profile.runtime in seen_runtimes
                 or profile.runtime not in info.runtimes

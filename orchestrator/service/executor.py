@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ from orchestrator.backends.base import (
     ExitState,
     LaunchSpec,
     LifecycleEvent,
+    ResourceUsage,
     SandboxBackend,
     SandboxHandle,
     StreamCapture,
@@ -59,6 +61,7 @@ class RunOutcome:
     state: ExitState | None
     side_effects: SideEffects | None
     redactions: int
+    usage: ResourceUsage | None
     error: OrchestratorError | None
 
     @property
@@ -117,6 +120,7 @@ async def run_in_sandbox(
     state: ExitState | None = None
     captures: tuple[StreamCapture, StreamCapture] | None = None
     error: OrchestratorError | None = None
+    usage: ResourceUsage | None = None
     started = time.monotonic()
     try:
         handle = await backend.create(spec)
@@ -139,6 +143,7 @@ async def run_in_sandbox(
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await capture_task
         state = await backend.inspect(handle)
+        usage = await backend.usage(handle)
     finally:
         duration_ms = round((time.monotonic() - started) * 1000)
         if handle is not None:
@@ -169,6 +174,7 @@ async def run_in_sandbox(
         state=state,
         side_effects=side_effects,
         redactions=(stdout.count if stdout else 0) + (stderr.count if stderr else 0),
+        usage=usage,
         error=error,
     )
 
@@ -216,6 +222,8 @@ def finished_data(outcome: RunOutcome, profile: ResolvedProfile) -> dict[str, An
         "stderr": _stream_json(outcome.stderr_capture),
         "redactions": outcome.redactions,
         "image": profile.image,
+        "image_id": state.image_id if state else None,
+        "usage": dataclasses.asdict(outcome.usage) if outcome.usage else None,
         "runtime": profile.runtime,
         "seccomp_sha256": profile.seccomp_sha256,
         "engine_started_at": state.started_at.isoformat() if state and state.started_at else None,

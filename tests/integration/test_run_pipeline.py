@@ -88,6 +88,9 @@ async def test_evidence_follows_the_lifecycle_as_the_engine_reported_it(orch: Or
         "truncated": False,
     }
     assert finished.data["runtime"] == "runc" and finished.data["image"].startswith("sandbox-orchestrator/")
+    assert finished.data["image_id"].startswith("sha256:")  # the image the engine really ran
+    usage = finished.data["usage"]
+    assert usage is not None and set(usage) == {"memory_peak_bytes", "cpu_total_ns", "pids_peak"}
     assert finished.outputs_digest is not None
 
 
@@ -207,3 +210,18 @@ def test_cli_run_exit_status_json_and_refusals(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "INPUT.INVALID" in bad.stderr
     assert "Traceback" not in ok.stderr + denied.stderr + asked.stderr + bad.stderr
     assert cli("evidence", "verify", "--path", evidence, cwd=ws).returncode == 0
+
+
+def test_doctor_checks_everything_and_names_fixes(tmp_path: Path) -> None:
+    proc = cli("doctor", "--json", "--evidence", str(tmp_path / "e.jsonl"), cwd=tmp_path)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and report["ok"], report
+    names = [c["name"] for c in report["checks"]]
+    assert "engine" in names and "seccomp support" in names
+    assert {"limits in force (workspace-write, runc)", "limits in force (untrusted, runsc)"} <= set(names)
+    assert any(n.startswith("image sandbox-orchestrator/") for n in names)
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/nothing.sock"}
+    down = subprocess.run([*SANDBOXCTL, "doctor", "--no-probe"], capture_output=True, text=True, env=env, timeout=60)
+    assert down.returncode == 1
+    assert "FAIL engine: SANDBOX.UNAVAILABLE" in down.stdout and "fix: run `make setup`" in down.stdout
+    assert "Traceback" not in down.stdout + down.stderr

@@ -107,6 +107,7 @@ def exit_state(inspected: JsonObject) -> ExitState:
         started_at=started_at,
         finished_at=finished_at if not running else None,
         error=jstr(state, "Error") or None,
+        image_id=jstr(inspected, "Image") or None,
     )
 
 
