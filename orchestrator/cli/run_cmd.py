@@ -56,6 +56,7 @@ def handle(args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace) -> int:
     import asyncio
     import contextlib
+    import gc
     import signal
     from pathlib import Path
 
@@ -64,6 +65,10 @@ async def _run(args: argparse.Namespace) -> int:
     from orchestrator.profiles import ProfileRegistry
     from orchestrator.service.factory import build_orchestrator
     from orchestrator.service.reaper import collect_orphans
+
+    # start-up is over: what it built lives as long as the process (see main.entry)
+    gc.freeze()
+    gc.enable()
 
     task = asyncio.current_task()
     if task is not None:  # SIGTERM ends the run like Ctrl-C: the sandbox is removed on the way out
