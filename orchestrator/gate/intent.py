@@ -93,6 +93,7 @@ import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
 from orchestrator.domain.sanitized import Intent
+from orchestrator.gate.commands import scan_shell_options
 
 __all__ = ["MAX_WRAPPER_DEPTH", "WRAPPER_NAMES", "ShellAnalysis", "analyze_argv", "analyze_shell"]
 
@@ -1233,30 +1234,9 @@ _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", 
 
 
 def _shell(label: str, words: tuple[str, ...], dynamic: tuple[bool, ...]) -> _Unwrapped:
-    n = len(words)
-    i = 1
-    has_c = False
-    while i < n:
-        w = words[i]
-        if w in ("--", "-"):
-            i += 1
-            break
-        if w.startswith("--"):
-            if w in ("--rcfile", "--init-file"):
-                i += 1
-            elif w == "--command":  # fish
-                has_c = True
-            i += 1
-            continue
-        if len(w) < 2 or w[0] not in "-+":
-            break
-        letters = w[1:]
-        if w[0] == "-" and "c" in letters:
-            has_c = True
-        if "o" in letters or "O" in letters:
-            i += 1
-        i += 1
-    if not has_c or i >= n:
+    scan = scan_shell_options(words)
+    i = scan.operand
+    if not (scan.dash_c or scan.long_command) or i is None:
         return None
     return f"{label} -c", [_Sh(None if dynamic[i] else words[i])]
 

@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.domain.sanitized import Risk, RiskLevel
-from orchestrator.gate.commands import parse_command, program_name, resolve_long
+from orchestrator.gate.commands import parse_command, program_name, resolve_long, scan_shell_options
 from orchestrator.gate.intent import EVAL_REASON, ShellAnalysis, analyze_shell
 from orchestrator.gate.paths import SYSTEM_PREFIXES, credential_reason, glob_reason, has_glob
 
@@ -1172,33 +1172,13 @@ def _shell_script(prog: str, words: Sequence[str], out: list[Finding]) -> None:
     """A shell with a script operand runs a file; without ``-c``/a script it reads commands from its
     input (interactive with a terminal). ``-c`` strings are analyzed by the intent (not here);
     stdin fed by a pipe or a here-document is judged by ``_fed_code``/``_heredoc_code``."""
-    n = len(words)
-    i = 1
-    info = False
-    while i < n:
-        w = words[i]
-        if w in ("--", "-"):
-            i += 1
-            break
-        if len(w) < 2 or w[0] not in "-+":
-            break
-        if w.startswith("--"):
-            if w in ("--version", "--help"):
-                info = True
-            elif w in ("--rcfile", "--init-file"):
-                i += 1
-            i += 1
-            continue
-        letters = w[1:]
-        if w[0] == "-" and "c" in letters:
-            return
-        if "o" in letters or "O" in letters:
-            i += 1
-        i += 1
-    if i < n:
-        if not _stdin_script(words[i]):
+    scan = scan_shell_options(words)
+    if scan.dash_c:
+        return
+    if scan.operand is not None:
+        if not _stdin_script(words[scan.operand]):
             out.append(Finding(HIGH, f"{prog} runs a script file"))
-    elif not info:
+    elif not scan.info:
         out.append(Finding(HIGH, f"{prog} runs commands from its input (interactive or stdin)"))
 
 
@@ -1353,31 +1333,13 @@ def _stdin_script(word: str) -> bool:
 
 def _shell_runs_input(words: Sequence[str]) -> bool:
     """A shell that executes its stdin, or a script/-c string that comes from a substitution."""
-    has_c = False
-    i = 1
-    n = len(words)
-    while i < n:
-        w = words[i]
-        if w in ("--", "-"):
-            i += 1
-            break
-        if len(w) < 2 or w[0] not in "-+":
-            break
-        if w.startswith("--"):
-            if w in ("--rcfile", "--init-file"):
-                i += 1
-            i += 1
-            continue
-        if w[0] == "-" and "c" in w:
-            has_c = True
-        if "s" in w[1:] and w[0] == "-":
-            return True
-        if "o" in w or "O" in w:
-            i += 1
-        i += 1
-    if i >= n:
-        return not has_c
-    return _stdin_script(words[i]) if not has_c else _substituted(words[i])
+    scan = scan_shell_options(words)
+    if scan.dash_s:
+        return True
+    if scan.operand is None:
+        return not scan.dash_c
+    word = words[scan.operand]
+    return _substituted(word) if scan.dash_c else _stdin_script(word)
 
 
 def _interpreter_runs_input(family: str, words: Sequence[str]) -> bool:

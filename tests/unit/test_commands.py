@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.gate.commands import CommandPattern, parse_command, program_name, resolve_long
+from orchestrator.gate.commands import (
+    CommandPattern,
+    ShellInvocation,
+    parse_command,
+    program_name,
+    resolve_long,
+    scan_shell_options,
+)
 
 
 def matches(pattern: str, command: str) -> bool:
@@ -235,3 +242,56 @@ def test_resolve_long() -> None:
     assert resolve_long("sed", "--s") == ("--s",)  # --sandbox, --separate, --silent: ambiguous
     assert resolve_long("sort", "--out") == ("--output",)
     assert resolve_long("nothing", "--x") == ("--x",)
+
+
+def _inv(
+    operand: int | None,
+    *,
+    dash_c: bool = False,
+    long_command: bool = False,
+    dash_s: bool = False,
+    info: bool = False,
+) -> ShellInvocation:
+    return ShellInvocation(operand, dash_c, long_command, dash_s, info)
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("bash", _inv(None)),
+        ("bash script.sh arg", _inv(1)),
+        ("bash -c 'echo hi' name", _inv(2, dash_c=True)),
+        ("bash -ec 'echo hi'", _inv(2, dash_c=True)),
+        ("bash -c", _inv(None, dash_c=True)),
+        ("bash +c x", _inv(2)),
+        ("bash -s arg", _inv(2, dash_s=True)),
+        ("bash -cs x", _inv(2, dash_c=True, dash_s=True)),
+        ("bash +s x", _inv(2)),
+        ("bash -o pipefail -c x", _inv(4, dash_c=True)),
+        ("bash +o errexit script", _inv(3)),
+        ("bash -O extglob script", _inv(3)),
+        ("bash -xo pipefail script", _inv(3)),
+        ("bash -o", _inv(None)),
+        ("bash -- -c", _inv(2)),
+        ("bash - -c", _inv(2)),
+        ("bash --", _inv(None)),
+        ("bash + x", _inv(1)),
+        ("bash --rcfile rc script", _inv(3)),
+        ("bash --init-file -c script", _inv(3)),
+        ("bash --rcfile", _inv(None)),
+        ("bash --login script", _inv(2)),
+        ("bash --version", _inv(None, info=True)),
+        ("bash --help x", _inv(2, info=True)),
+        ("fish --command 'echo hi'", _inv(2, long_command=True)),
+        ("bash ++o x y", _inv(3)),
+    ],
+)
+def test_scan_shell_options(command: str, expected: ShellInvocation) -> None:
+    assert scan_shell_options(shlex.split(command)) == expected
+
+
+@given(st.lists(st.sampled_from(["-c", "-s", "-o", "+o", "--", "-", "--rcfile", "--version", "x", "-xs"]), max_size=8))
+@settings(max_examples=200)
+def test_scan_shell_options_operand_in_range(words: list[str]) -> None:
+    scan = scan_shell_options(["sh", *words])
+    assert scan.operand is None or 1 <= scan.operand <= len(words)
