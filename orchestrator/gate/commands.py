@@ -92,6 +92,19 @@ _CHMOD = _table(
     "--version",
 )
 
+# git subcommands that take the diff options (and so --output, --ext-diff, --textconv)
+GIT_DIFF_FAMILY = (
+    "git diff",
+    "git log",
+    "git show",
+    "git whatchanged",
+    "git format-patch",
+    "git diff-tree",
+    "git diff-index",
+    "git diff-files",
+    "git range-diff",
+    "git stash",
+)
 _GIT_DIFF = _table(
     "--output",
     "--output-indicator-new",
@@ -225,21 +238,7 @@ FLAG_TABLE: Mapping[str, Mapping[str, tuple[str, ...]]] = {
         "--delete": ("--delete",),
         "-D": ("--delete", "--force"),
     },
-    **dict.fromkeys(
-        (
-            "git diff",
-            "git log",
-            "git show",
-            "git whatchanged",
-            "git format-patch",
-            "git diff-tree",
-            "git diff-index",
-            "git diff-files",
-            "git range-diff",
-            "git stash",
-        ),
-        _GIT_DIFF,
-    ),
+    **dict.fromkeys(GIT_DIFF_FAMILY, _GIT_DIFF),
     "git cat-file": _table("--textconv", "--filters"),
     "git clone": _table(("-u", "--upload-pack"), "--template", ("-c", "--config"), "--bare", "--mirror"),
     "git fetch": _table("--upload-pack", ("-u", "--update-head-ok")),

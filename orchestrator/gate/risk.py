@@ -53,7 +53,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.domain.sanitized import Risk, RiskLevel
-from orchestrator.gate.commands import parse_command, program_name, resolve_long, scan_shell_options
+from orchestrator.gate.commands import (
+    GIT_DIFF_FAMILY,
+    parse_command,
+    program_name,
+    resolve_long,
+    scan_shell_options,
+)
 from orchestrator.gate.intent import EVAL_REASON, ShellAnalysis, analyze_shell
 from orchestrator.gate.paths import SYSTEM_PREFIXES, credential_reason, glob_reason, has_glob
 
@@ -380,21 +386,7 @@ _GIT_DIFF_OPTIONS: Mapping[str, tuple[RiskLevel, str]] = {
 }
 
 DANGEROUS_OPTIONS: Mapping[str, Mapping[str, tuple[RiskLevel, str]]] = {
-    **dict.fromkeys(
-        (
-            "git diff",
-            "git log",
-            "git show",
-            "git whatchanged",
-            "git format-patch",
-            "git diff-tree",
-            "git diff-index",
-            "git diff-files",
-            "git range-diff",
-            "git stash",
-        ),
-        _GIT_DIFF_OPTIONS,
-    ),
+    **dict.fromkeys(GIT_DIFF_FAMILY, _GIT_DIFF_OPTIONS),
     "git cat-file": {
         "--textconv": (MEDIUM, "runs the text conversion filters of the configuration"),
         "--filters": (MEDIUM, "runs the filters of the configuration"),
