@@ -19,7 +19,7 @@ from orchestrator.domain.ids import new_execution_id
 from orchestrator.domain.requests import parse_request
 from orchestrator.evidence import EventType, verify
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
-from orchestrator.results import Redactor
+from orchestrator.results import Redactor, snapshot
 from orchestrator.service.executor import run_in_sandbox
 from orchestrator.service.launch import launch_spec
 
@@ -68,7 +68,7 @@ def _parse_probe(text: str) -> dict[str, str]:
 def _probe_verdict(profile: ResolvedProfile, seen: dict[str, str]) -> tuple[bool, str]:
     problems = []
     gvisor = profile.runtime == "runsc"
-    if seen.get("Seccomp") != "2" and not gvisor:
+    if seen.get("Seccomp") != "2":  # gVisor reports it too when registered with --oci-seccomp
         problems.append(f"seccomp mode {seen.get('Seccomp')!r} (want 2: filter)")
     if seen.get("CapEff", "0").strip("0"):
         problems.append(f"effective capabilities {seen.get('CapEff')} (want none)")
@@ -104,7 +104,12 @@ async def probe(backend: SandboxBackend, profile: ResolvedProfile) -> Check:
         spec = launch_spec(new_execution_id(), request, profile, workspace)
         try:
             outcome = await run_in_sandbox(
-                backend, spec, _noop_record, redactor=Redactor(builtin=False), workspace=workspace
+                backend,
+                spec,
+                _noop_record,
+                redactor=Redactor(builtin=False),
+                workspace=workspace,
+                before=snapshot(workspace),
             )
         except OrchestratorError as err:
             return Check(name, False, f"{err.code}: {err.message}", SETUP_FIX)

@@ -30,7 +30,7 @@ from orchestrator.domain.canonical import canonical_sha256
 from orchestrator.domain.errors import OrchestratorError, SandboxOOM, SandboxTimeout
 from orchestrator.evidence import EventType
 from orchestrator.profiles import ResolvedProfile
-from orchestrator.results import Redactor, SideEffects, diff, snapshot
+from orchestrator.results import Redactor, SideEffects, Snapshot, diff, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +106,11 @@ async def run_in_sandbox(
     *,
     redactor: Redactor,
     workspace: Path,
+    before: Snapshot,
 ) -> RunOutcome:
-    """Run ``spec`` once. ``record(event_type, **fields)`` appends evidence for this execution."""
+    """Run ``spec`` once. ``record(event_type, **fields)`` appends evidence for this execution;
+    ``before`` is the workspace as it was before the sandbox existed."""
     profile: ResolvedProfile = spec.profile
-    before = await asyncio.to_thread(snapshot, workspace)
     seen: dict[str, asyncio.Event] = {"destroy": asyncio.Event()}
     ready = asyncio.Event()
     follower = asyncio.create_task(_follow_events(backend, spec.execution_id, record, seen, ready))
@@ -202,7 +203,7 @@ def outputs_digest(outcome: RunOutcome) -> str:
 SIDE_EFFECTS_INLINE_BYTES = 128 * 1024
 
 
-def _side_effects_json(effects: SideEffects | None) -> dict[str, Any] | None:
+def side_effects_json(effects: SideEffects | None) -> dict[str, Any] | None:
     if effects is None:
         return None
     if len(effects.to_json()) <= SIDE_EFFECTS_INLINE_BYTES:
@@ -229,5 +230,5 @@ def finished_data(outcome: RunOutcome, profile: ResolvedProfile) -> dict[str, An
         "engine_started_at": state.started_at.isoformat() if state and state.started_at else None,
         "engine_finished_at": state.finished_at.isoformat() if state and state.finished_at else None,
         "engine_error": state.error if state else None,
-        "side_effects": _side_effects_json(outcome.side_effects),
+        "side_effects": side_effects_json(outcome.side_effects),
     }

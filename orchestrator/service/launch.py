@@ -81,6 +81,46 @@ def owner_alive(owner: str) -> bool | None:
     return _process_start_ticks(pid) == start
 
 
+# never mounted as a workspace (read-write, recursively), nor anything that contains them
+_PROTECTED = (
+    "/proc",
+    "/sys",
+    "/dev",
+    "/boot",
+    "/etc",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/run",
+    "/var/run",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/var/lib/sandbox-orchestrator",
+    "/root/.ssh",
+)
+
+
+def check_workspace(workspace: Path) -> None:
+    """Refuse a workspace that would hand the sandbox the host: /, system directories, the engine's
+    socket or state, or any directory that contains one of them."""
+    real = os.path.realpath(workspace)
+    protected = list(_PROTECTED)
+    docker_host = os.environ.get("DOCKER_HOST", "")
+    if docker_host.startswith("unix://"):
+        protected.append(os.path.dirname(docker_host[len("unix://") :]))
+    if real == "/":
+        raise InputInvalid("the workspace cannot be / (the whole host would be mounted into the sandbox)")
+    for path in protected:
+        if real == path or real.startswith(path + "/"):
+            raise InputInvalid(f"the workspace {real} is a system directory ({path}); use a project directory")
+        if path.startswith(real + "/"):
+            raise InputInvalid(f"the workspace {real} contains {path}; use a project directory")
+
+
 def command_argv(request: Request) -> tuple[str, ...]:
     """Exactly what runs: an argv as given, a shell string through bash -c as given."""
     if isinstance(request, (ShellExecRequest, SkillExecRequest)):

@@ -8,6 +8,7 @@ with its stable code and raised as an OrchestratorError.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -36,10 +37,21 @@ from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdin
 from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
-from orchestrator.profiles import ProfileRegistry
-from orchestrator.results import Redactor
-from orchestrator.service.executor import RunOutcome, finished_data, outputs_digest, run_in_sandbox
-from orchestrator.service.launch import active_execution, launch_spec, refuse_unavailable_escalations
+from orchestrator.profiles import ProfileRegistry, ResolvedProfile
+from orchestrator.results import Redactor, Snapshot, diff, snapshot
+from orchestrator.service.executor import (
+    RunOutcome,
+    finished_data,
+    outputs_digest,
+    run_in_sandbox,
+    side_effects_json,
+)
+from orchestrator.service.launch import (
+    active_execution,
+    check_workspace,
+    launch_spec,
+    refuse_unavailable_escalations,
+)
 
 log = logging.getLogger(__name__)
 
@@ -286,6 +298,7 @@ class Orchestrator:
         execution_id = auth.execution_id
         workspace = Path(workspace).resolve()  # the engine takes absolute bind sources only
         try:
+            check_workspace(workspace)
             refuse_unavailable_escalations(request)
             profile = self.profiles.resolve(
                 request.profile or self.gate.default_profile,
@@ -315,16 +328,28 @@ class Orchestrator:
             },
         )
         redactor = Redactor(literals=request.env.values())
+        before = await asyncio.to_thread(snapshot, workspace)  # the workspace before the sandbox exists
+        failed = functools.partial(
+            self._failed_while_running,
+            execution_id=execution_id,
+            gate=gate,
+            profile=profile,
+            before=before,
+            workspace=workspace,
+        )
         try:
             with active_execution(execution_id):
-                outcome = await run_in_sandbox(self.backend, spec, record, redactor=redactor, workspace=workspace)
+                outcome = await run_in_sandbox(
+                    self.backend, spec, record, redactor=redactor, workspace=workspace, before=before
+                )
         except asyncio.CancelledError:
-            await asyncio.shield(
-                self._refuse(execution_id, gate, ExecutionCancelled("cancelled; the sandbox was removed"))
-            )
+            await asyncio.shield(failed(ExecutionCancelled("cancelled while running")))
             raise
         except OrchestratorError as err:
-            raise await self._refuse(execution_id, gate, err) from None
+            raise await failed(err) from None
+        except Exception as exc:  # a bug: still an end record, never a silent begin-only execution
+            log.warning("execution %s failed unexpectedly: %s: %s", execution_id, type(exc).__name__, exc)
+            raise await failed(InternalError(f"unexpected {type(exc).__name__} while running")) from exc
 
         error = outcome.error
         if error is None and outcome.truncated:
@@ -346,6 +371,39 @@ class Orchestrator:
             data=finished_data(outcome, profile),
         )
         return ExecutionResult(auth, outcome, error)
+
+    async def _failed_while_running(
+        self,
+        err: OrchestratorError,
+        *,
+        execution_id: str,
+        gate: GateResult,
+        profile: ResolvedProfile,
+        before: Snapshot,
+        workspace: Path,
+    ) -> OrchestratorError:
+        """The end record of an execution that started but did not finish: its code, and what it
+        changed in the workspace so far (the sandbox itself was torn down by the executor)."""
+        effects: dict[str, Any] | None = None
+        try:
+            after = await asyncio.to_thread(snapshot, workspace)
+            effects = side_effects_json(await asyncio.to_thread(diff, before, after, workspace))
+        except OSError as exc:
+            effects = {"error": f"{type(exc).__name__}: {exc.strerror or exc}"}
+        err.details.setdefault("execution_id", execution_id)
+        err.details.setdefault("decision", gate.decision.decision.value)
+        await self._record(
+            EventType.RUN_FAILED,
+            execution_id,
+            gate,
+            durable=True,
+            status="cancelled" if isinstance(err, ExecutionCancelled) else "error",
+            error_code=err.code,
+            reason=err.message,
+            profile_hash=profile.profile_hash,
+            data={"side_effects": effects},
+        )
+        return err
 
     async def aclose(self) -> None:
         await self.evidence.close()

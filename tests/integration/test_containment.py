@@ -1063,7 +1063,7 @@ async def test_request_secret_is_redacted_and_never_recorded(tmp_path: Path, run
         assert token not in str(refused.value)
         refused_id = refused.value.details["execution_id"]
         (failed,) = iter_records(harness.evidence_path, execution_id=refused_id, event="run_failed")
-        assert (failed.status, failed.error_code) == ("refused", "INPUT.INVALID")
+        assert (failed.status, failed.error_code) == ("refused", "INPUT.INVALID")  # refused before any sandbox existed
         assert not list(iter_records(harness.evidence_path, execution_id=refused_id, event="execution_started"))
 
         command = 'echo "token is $TOKEN"; echo "$TOKEN" >&2; printf %s "$TOKEN" | base64 -w0; echo'

@@ -788,3 +788,23 @@ async def test_list_managed_sees_created_sandboxes(sandboxes: Sandboxes) -> None
     finally:
         await sandboxes.backend.destroy(handle)
     assert handle.sandbox_id not in {s.sandbox_id for s in await sandboxes.backend.list_managed()}
+
+
+def test_runsc_without_oci_seccomp_is_refused() -> None:
+    """gVisor ignores the seccomp profile unless registered with --oci-seccomp: never run it then."""
+    from orchestrator.backends.docker.backend import runsc_seccomp_problem
+
+    good = {"Runtimes": {"runc": {"path": "runc"}, "runsc": {"path": "/x/runsc", "runtimeArgs": ["--oci-seccomp"]}}}
+    assert runsc_seccomp_problem(good) is None
+    plain = {"Runtimes": {"runsc": {"path": "/x/runsc"}}}
+    assert "--oci-seccomp" in (runsc_seccomp_problem(plain) or "")
+    other = {"Runtimes": {"runsc": {"path": "/x/runsc", "runtimeArgs": ["--network=none"]}}}
+    assert "--oci-seccomp" in (runsc_seccomp_problem(other) or "")
+    assert "not registered" in (runsc_seccomp_problem({"Runtimes": {"runc": {}}}) or "")
+
+
+@integration
+def test_this_engines_runsc_applies_our_seccomp(docker_api: Any) -> None:
+    from orchestrator.backends.docker.backend import runsc_seccomp_problem
+
+    assert runsc_seccomp_problem(docker_api.info()) is None

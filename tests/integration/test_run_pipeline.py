@@ -225,3 +225,28 @@ def test_doctor_checks_everything_and_names_fixes(tmp_path: Path) -> None:
     assert down.returncode == 1
     assert "FAIL engine: SANDBOX.UNAVAILABLE" in down.stdout and "fix: run `make setup`" in down.stdout
     assert "Traceback" not in down.stdout + down.stderr
+
+
+async def test_a_cancelled_run_records_what_it_changed_and_leaves_nothing(orch: Orchestrator, tmp_path: Path) -> None:
+    import asyncio
+
+    ws = workspace_dir(tmp_path)
+    task = asyncio.create_task(
+        orch.execute({"tool": "shell_command", "command": "touch made-before-cancel; sleep 30"}, workspace=ws)
+    )
+    for _ in range(200):
+        if (ws / "made-before-cancel").exists():
+            break
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await orch.evidence.flush()
+    (failed,) = [r for r in iter_records(tmp_path / "evidence.jsonl") if r.event == "run_failed"]
+    assert (failed.status, failed.error_code) == ("cancelled", "EXECUTION.CANCELLED")
+    assert failed.profile_hash is not None
+    created = [c["path"] for c in failed.data["side_effects"]["created"]]  # type: ignore[index]
+    assert created == ["made-before-cancel"]
+    assert orch.backend is not None
+    left = [s for s in await orch.backend.list_managed() if s.execution_id == failed.execution_id]
+    assert left == []

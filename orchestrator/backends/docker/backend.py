@@ -175,6 +175,20 @@ def _since(now_ns: int) -> str:
     return f"{now_ns // 1_000_000_000}.{now_ns % 1_000_000_000:09d}"
 
 
+def runsc_seccomp_problem(info: JsonObject) -> str | None:
+    """Why the engine's runsc (from ``GET /info``) would not apply our seccomp profile, or None."""
+    registered = jobj(info, "Runtimes").get("runsc")
+    if not isinstance(registered, dict):
+        return "runtime runsc (gVisor) is not registered with this engine (`make setup` registers it)"
+    args = registered.get("runtimeArgs")
+    if not isinstance(args, list) or "--oci-seccomp" not in args:
+        return (
+            "runtime runsc is registered without --oci-seccomp: gVisor would ignore the seccomp profile"
+            ' (register it with "runtimeArgs": ["--oci-seccomp"]; `make setup` does)'
+        )
+    return None
+
+
 class DockerBackend:
     """SandboxBackend on a Docker engine. ``base_url=None`` discovers it (see ``endpoint``)."""
 
@@ -188,6 +202,7 @@ class DockerBackend:
         self._sandboxes: dict[str, _Sandbox] = {}
         self._pumps: set[_EventPump] = set()
         self._final_usage: OrderedDict[str, ResourceUsage] = OrderedDict()
+        self._runtimes_verified: set[str] = set()
         self._closed = False
 
     @property
@@ -292,12 +307,23 @@ class DockerBackend:
 
     # -- one sandbox -----------------------------------------------------------------------------------
 
+    async def _require_runtime(self, engine: EngineClient, runtime: str) -> None:
+        """gVisor applies our seccomp profile only when registered with --oci-seccomp; without it a
+        sandboxed process can unshare a user namespace and chroot. Refuse rather than run weaker."""
+        if runtime != "runsc" or runtime in self._runtimes_verified:
+            return
+        problem = runsc_seccomp_problem(await self._call(engine.info))
+        if problem is not None:
+            raise SandboxUnavailable(problem, details={"runtime": runtime})
+        self._runtimes_verified.add(runtime)
+
     async def create(self, spec: LaunchSpec) -> SandboxHandle:
         """A fresh container (never reused) with its stdio attached; nothing runs yet."""
         config = container_config(spec)
         name = container_name(spec.execution_id)
         profile = spec.profile
         engine = await self._engine()
+        await self._require_runtime(engine, profile.runtime)
         loop = asyncio.get_running_loop()
         creating = loop.run_in_executor(self._pool(), engine.create, config, name)
         try:

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.domain.errors import InputInvalid
+from orchestrator.service.launch import check_workspace
+
+
+@pytest.mark.parametrize("path", ["/", "/etc", "/usr/lib", "/var", "/var/run", "/run/sandbox-orchestrator", "/proc/1"])
+def test_workspaces_that_hand_over_the_host_are_refused(path: str) -> None:
+    with pytest.raises(InputInvalid):
+        check_workspace(Path(path))
+
+
+def test_a_symlink_to_a_system_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "ws").symlink_to("/etc")
+    with pytest.raises(InputInvalid) as err:
+        check_workspace(tmp_path / "ws")
+    assert "/etc" in err.value.message
+
+
+def test_the_engine_socket_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/engine/docker.sock")
+    with pytest.raises(InputInvalid):
+        check_workspace(tmp_path)
+    check_workspace(tmp_path / "engine-sibling")  # a sibling project directory is fine
+
+
+def test_a_project_directory_is_fine(tmp_path: Path) -> None:
+    check_workspace(tmp_path)
