@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except KeyboardInterrupt:  # Ctrl-C, and SIGTERM during `run` (see run_cmd.handle)
-        return fail("EXECUTION.CANCELLED", "interrupted; nothing is left running", 130)
+        return fail("EXECUTION.CANCELLED", "interrupted", 130)
     except Exception as err:  # the last line of defence: never a traceback
         from orchestrator.domain.errors import OrchestratorError
 

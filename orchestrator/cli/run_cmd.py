@@ -44,16 +44,36 @@ def _refusal_json(err: Any, decision: str | None) -> dict[str, Any]:
     }
 
 
+class _Progress:
+    """What is known so far, so that even a cancelled run can report its execution id."""
+
+    execution_id: str | None = None
+    decision: str | None = None
+
+
 def handle(args: argparse.Namespace) -> int:
     import asyncio
 
+    progress = _Progress()
     try:
-        return asyncio.run(_run(args))
-    except asyncio.CancelledError:  # SIGTERM cancelled the run: teardown already happened inside
+        return asyncio.run(_run(args, progress))
+    except (asyncio.CancelledError, KeyboardInterrupt):  # SIGTERM / Ctrl-C: teardown already happened inside
+        if args.json:
+            from orchestrator.domain.errors import ExecutionCancelled
+
+            cancelled = ExecutionCancelled("interrupted", details={"execution_id": progress.execution_id})
+            emit_json(_refusal_json(cancelled, progress.decision))
         raise KeyboardInterrupt from None
 
 
-async def _run(args: argparse.Namespace) -> int:
+def _report(args: argparse.Namespace, err: Any, decision: str | None) -> int:
+    if args.json:
+        emit_json(_refusal_json(err, decision))
+    sys.stderr.write(f"sandboxctl: {err.code}: {err.message}\n")
+    return int(err.exit_code) if err.exit_code in (2, 130) else REFUSED_EXIT
+
+
+async def _run(args: argparse.Namespace, progress: _Progress) -> int:
     import asyncio
     import contextlib
     import gc
@@ -74,26 +94,29 @@ async def _run(args: argparse.Namespace) -> int:
     if task is not None:  # SIGTERM ends the run like Ctrl-C: the sandbox is removed on the way out
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
 
-    workspace = Path(args.workspace or os.getcwd()).resolve()
-    raw = request_from_args(args)
-    if args.timeout is not None:
-        if not args.timeout > 0:
-            raise InputInvalid("--timeout must be a positive number of seconds")
-        raw["timeout_ms"] = max(1, round(args.timeout * 1000))
-    if not workspace.is_dir():
-        raise InputInvalid(f"workspace {workspace} is not a directory")
-    orch = build_orchestrator(
-        Path(args.config) if args.config else None,
-        workspace=workspace,
-        evidence_path=Path(args.evidence) if args.evidence else None,
-        backend=DockerBackend(),
-        profiles=ProfileRegistry(),
-    )
-    decision: str | None = None
+    try:
+        workspace = Path(args.workspace or os.getcwd()).resolve()
+        raw = request_from_args(args)
+        if args.timeout is not None:
+            if not args.timeout > 0:
+                raise InputInvalid("--timeout must be a positive number of seconds")
+            raw["timeout_ms"] = max(1, round(args.timeout * 1000))
+        if not workspace.is_dir():
+            raise InputInvalid(f"workspace {workspace} is not a directory")
+        orch = build_orchestrator(
+            Path(args.config) if args.config else None,
+            workspace=workspace,
+            evidence_path=Path(args.evidence) if args.evidence else None,
+            backend=DockerBackend(),
+            profiles=ProfileRegistry(),
+        )
+    except OrchestratorError as err:
+        return _report(args, err, None)
     try:
         try:
             auth = await orch.authorize(raw)
-            decision = auth.gate.decision.decision.value
+            progress.execution_id = auth.execution_id
+            progress.decision = auth.gate.decision.decision.value
             assert orch.backend is not None
             # orphans of earlier runs are collected beside this one (they never touch it: it is
             # registered as active before its sandbox exists), not before it: no added latency
@@ -104,10 +127,7 @@ async def _run(args: argparse.Namespace) -> int:
                 with contextlib.suppress(OrchestratorError):
                     await reaping
         except OrchestratorError as err:
-            if args.json:
-                emit_json(_refusal_json(err, decision))
-            sys.stderr.write(f"sandboxctl: {err.code}: {err.message}\n")
-            return err.exit_code if err.exit_code in (2, 130) else REFUSED_EXIT
+            return _report(args, err, progress.decision)
     finally:
         await asyncio.shield(orch.aclose())
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.approvals.rules import ApprovalRule, GrantOutcome
 from orchestrator.gate.config import SafetyConfig, default_safety_config, with_defaults
+from orchestrator.profiles import ProfileCaps
 from orchestrator.yamlfile import load_yaml_mapping, validate
 
 
@@ -37,6 +38,11 @@ class OrchestratorConfig(BaseModel):
     safety: SafetyConfig = Field(default_factory=default_safety_config)
     approvals: ApprovalsSection = Field(default_factory=ApprovalsSection)
     evidence: EvidenceSection = Field(default_factory=EvidenceSection)
+    caps: ProfileCaps | None = Field(
+        default=None,
+        description="Policy caps: the most any profile may get (memory, cpus, pids, wall time, output,"
+        " runtimes, images); the effective profile is the narrowest of profile, request and these.",
+    )
 
 
 def load_config(path: Path | None) -> OrchestratorConfig:

@@ -62,6 +62,7 @@ class RunOutcome:
     side_effects: SideEffects | None
     redactions: int
     usage: ResourceUsage | None
+    lifecycle: str
     error: OrchestratorError | None
 
     @property
@@ -149,6 +150,7 @@ async def run_in_sandbox(
         duration_ms = round((time.monotonic() - started) * 1000)
         if handle is not None:
             await asyncio.shield(_teardown(backend, handle, seen))
+        lifecycle = _lifecycle_status(follower, seen)
         if not follower.done():
             follower.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -176,8 +178,17 @@ async def run_in_sandbox(
         side_effects=side_effects,
         redactions=(stdout.count if stdout else 0) + (stderr.count if stderr else 0),
         usage=usage,
+        lifecycle=lifecycle,
         error=error,
     )
+
+
+def _lifecycle_status(follower: asyncio.Task[None], seen: dict[str, asyncio.Event]) -> str:
+    """Whether the evidence holds the whole lifecycle as the engine reported it, said plainly."""
+    if follower.done() and not follower.cancelled() and follower.exception() is not None:
+        err = follower.exception()
+        return f"failed: {type(err).__name__}: {err}"
+    return "complete" if seen["destroy"].is_set() else "incomplete: no destroy event within the wait"
 
 
 async def _teardown(backend: SandboxBackend, handle: SandboxHandle, seen: dict[str, asyncio.Event]) -> None:
@@ -225,6 +236,7 @@ def finished_data(outcome: RunOutcome, profile: ResolvedProfile) -> dict[str, An
         "image": profile.image,
         "image_id": state.image_id if state else None,
         "usage": dataclasses.asdict(outcome.usage) if outcome.usage else None,
+        "lifecycle_stream": outcome.lifecycle,
         "runtime": profile.runtime,
         "seccomp_sha256": profile.seccomp_sha256,
         "engine_started_at": state.started_at.isoformat() if state and state.started_at else None,

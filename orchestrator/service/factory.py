@@ -61,4 +61,5 @@ def build_orchestrator(
         workspace=workspace,
         backend=backend,
         profiles=profiles,
+        caps=config.caps,
     )

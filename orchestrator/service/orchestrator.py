@@ -37,7 +37,7 @@ from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdin
 from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
-from orchestrator.profiles import ProfileRegistry, ResolvedProfile
+from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
 from orchestrator.results import Redactor, Snapshot, diff, snapshot
 from orchestrator.service.executor import (
     RunOutcome,
@@ -92,6 +92,7 @@ class Orchestrator:
         grants: SessionGrants | None = None,
         backend: SandboxBackend | None = None,
         profiles: ProfileRegistry | None = None,
+        caps: ProfileCaps | None = None,
     ) -> None:
         self.gate = Gate(policy, workspace=workspace)
         self.evidence = evidence
@@ -99,6 +100,7 @@ class Orchestrator:
         self.grants = grants or SessionGrants()
         self.backend = backend
         self.profiles = profiles
+        self.caps = caps
 
     # -- evidence helpers ------------------------------------------------------------------
     async def _record(
@@ -303,6 +305,7 @@ class Orchestrator:
             profile = self.profiles.resolve(
                 request.profile or self.gate.default_profile,
                 request_timeout_s=request.timeout_ms / 1000 if request.timeout_ms else None,
+                caps=self.caps,
                 writable_root=request.sandbox_permissions.writable_root,
             )
             spec = launch_spec(execution_id, request, profile, workspace)

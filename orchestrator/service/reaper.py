@@ -20,14 +20,16 @@ class Reaped:
 
 
 def orphan_reason(sandbox: ManagedSandbox, now: float) -> str | None:
-    if sandbox.deadline_unix is not None and sandbox.deadline_unix < now:
-        return "deadline passed"
+    """Why a sandbox with our labels is an orphan, or None: its owner is gone, or its deadline (the
+    wall timeout plus a grace period, set before it was created) passed, or it belongs to this very
+    process but no execution here runs it any more (its removal failed, e.g. while the engine was down)."""
     if sandbox.owner is None:
         return "no owner label"
-    if sandbox.owner == owner_label() and not is_active_here(sandbox.execution_id):
-        return "its controller (this process) no longer runs it"
-    alive = owner_alive(sandbox.owner)
-    if alive is False:
+    if sandbox.deadline_unix is not None and sandbox.deadline_unix < now:
+        return "deadline passed"
+    if sandbox.owner == owner_label():
+        return None if is_active_here(sandbox.execution_id) else "its controller (this process) no longer runs it"
+    if owner_alive(sandbox.owner) is False:
         return f"owner {sandbox.owner} is gone"
     return None
 

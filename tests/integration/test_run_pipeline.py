@@ -89,6 +89,7 @@ async def test_evidence_follows_the_lifecycle_as_the_engine_reported_it(orch: Or
     }
     assert finished.data["runtime"] == "runc" and finished.data["image"].startswith("sandbox-orchestrator/")
     assert finished.data["image_id"].startswith("sha256:")  # the image the engine really ran
+    assert finished.data["lifecycle_stream"] == "complete"
     usage = finished.data["usage"]
     assert usage is not None and set(usage) == {"memory_peak_bytes", "cpu_total_ns", "pids_peak"}
     assert finished.outputs_digest is not None
@@ -250,3 +251,32 @@ async def test_a_cancelled_run_records_what_it_changed_and_leaves_nothing(orch: 
     assert orch.backend is not None
     left = [s for s in await orch.backend.list_managed() if s.execution_id == failed.execution_id]
     assert left == []
+
+
+def test_policy_caps_narrow_the_profile(tmp_path: Path) -> None:
+    ws = workspace_dir(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text(ALLOW_ALL + "caps:\n  max_memory: 128m\n  max_pids: 64\n")
+    evidence = str(tmp_path / "e.jsonl")
+    probe = "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max"
+    out = cli("run", "--config", str(config), "--evidence", evidence, "--json", "--shell", probe, cwd=ws)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["stdout"].split() == [str(128 * 1024 * 1024), "64"]
+    denied = tmp_path / "d.yaml"
+    denied.write_text(ALLOW_ALL + "caps:\n  allowed_runtimes: [runc]\n")
+    refused = cli(
+        "run", "--config", str(denied), "--evidence", evidence, "--profile", "untrusted", "--", "true", cwd=ws
+    )
+    # the caps and the profile disagree: a config error, refused — never silently run on runc instead
+    assert refused.returncode == 2 and "CONFIG.INVALID" in refused.stderr and "runsc" in refused.stderr
+
+
+def test_run_json_is_one_full_object_even_for_early_refusals(tmp_path: Path) -> None:
+    ws = workspace_dir(tmp_path)
+    out = cli("run", "--json", "--timeout", "-3", "--", "true", cwd=ws)
+    assert out.returncode == 2
+    body = json.loads(out.stdout)
+    assert body["ok"] is False and body["error"]["code"] == "INPUT.INVALID" and "exit_code" in body
+    root = cli("run", "--json", "--workspace", "/", "--", "true", cwd=ws)
+    assert root.returncode in (2, 125) and "INPUT.INVALID" in root.stderr
+    assert json.loads(root.stdout)["error"]["code"] == "INPUT.INVALID"

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from orchestrator.backends.base import ManagedSandbox
+from orchestrator.service.launch import active_execution, owner_label
+from orchestrator.service.reaper import orphan_reason
+
+
+def sandbox(owner: str | None, deadline: float | None, execution_id: str = "ex-1") -> ManagedSandbox:
+    return ManagedSandbox("id", "sbx-" + execution_id, execution_id, owner, deadline, "running")
+
+
+def test_orphan_rules() -> None:
+    now = time.time()
+    past, future = now - 60, now + 60
+    me = owner_label()
+    assert orphan_reason(sandbox(None, future), now) == "no owner label"
+    # this process: an orphan exactly when it no longer runs that execution
+    assert orphan_reason(sandbox(me, future), now) == "its controller (this process) no longer runs it"
+    with active_execution("ex-1"):
+        assert orphan_reason(sandbox(me, future), now) is None
+        assert orphan_reason(sandbox(me, past), now) == "deadline passed"  # a hard bound, owner or not
+    parent = f"{socket.gethostname()}:{os.getppid()}:" + owner_label_start(os.getppid())
+    assert orphan_reason(sandbox(parent, future), now) is None  # another live process on this host
+    # a dead owner on this host (a pid that cannot exist)
+    assert "is gone" in (orphan_reason(sandbox(f"{socket.gethostname()}:999999999:1", future), now) or "")
+    # an owner elsewhere: only its deadline counts
+    assert orphan_reason(sandbox("other-host:1:1", future), now) is None
+    assert orphan_reason(sandbox("other-host:1:1", past), now) == "deadline passed"
+
+
+def owner_label_start(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[19].decode()
