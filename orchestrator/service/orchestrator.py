@@ -209,6 +209,21 @@ class Orchestrator:
             )
         return Authorization(execution_id, request, gate, approval, approved_by)
 
+    async def _record_approval(
+        self, execution_id: str, gate: GateResult, result: ApprovalResult, *, cached: bool
+    ) -> None:
+        """Durable: an approval is what lets an execution start."""
+        await self._record(
+            EventType.APPROVAL_DECIDED,
+            execution_id,
+            gate,
+            durable=True,
+            decision=result.outcome.value,
+            approver=result.approver,
+            reason=result.reason,
+            data={"approval_key": gate.approval_key, "cached": cached},
+        )
+
     async def _approve(self, execution_id: ExecutionId, request: Request, gate: GateResult) -> ApprovalResult:
         key = gate.approval_key
         policy_hash = gate.decision.policy_version_hash
@@ -233,16 +248,7 @@ class Orchestrator:
                 reason=f"approved earlier in session {request.session_id}",
             )
         if cached is not None:
-            await self._record(
-                EventType.APPROVAL_DECIDED,
-                execution_id,
-                gate,
-                durable=True,
-                decision=cached.outcome.value,
-                approver=cached.approver,
-                reason=cached.reason,
-                data={"approval_key": key, "cached": True},
-            )
+            await self._record_approval(execution_id, gate, cached, cached=True)
             return cached
 
         if self.approvals is None:
@@ -269,16 +275,7 @@ class Orchestrator:
             result = await decide(self.approvals, ask)
         except OrchestratorError as err:
             raise await self._refuse(execution_id, gate, err) from None
-        await self._record(
-            EventType.APPROVAL_DECIDED,
-            execution_id,
-            gate,
-            durable=True,
-            decision=result.outcome.value,
-            approver=result.approver,
-            reason=result.reason,
-            data={"approval_key": key, "cached": False},
-        )
+        await self._record_approval(execution_id, gate, result, cached=False)
         if not result.outcome.grants:
             refusal = _REFUSALS[result.outcome]
             raise await self._refuse(execution_id, gate, refusal(f"{result.approver}: {result.reason}".rstrip(": ")))
