@@ -104,7 +104,7 @@ def validate(model: type[M], data: Any, located: _Located | None, source: str, r
         ) from None
 
 
-def load_yaml_mapping(path: Path) -> tuple[dict[str, Any], _Located]:
+def load_yaml_mapping(path: Path, what: str = "the document") -> tuple[dict[str, Any], _Located]:
     """Read ``path`` as one YAML mapping (an empty file is an empty mapping). Raises CONFIG.INVALID."""
     source = str(path)
     try:
@@ -117,7 +117,7 @@ def load_yaml_mapping(path: Path) -> tuple[dict[str, Any], _Located]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigInvalid(f"{source}:1: the document must be a mapping", details={"file": source, "line": 1})
+        raise ConfigInvalid(f"{source}:1: {what} must be a mapping", details={"file": source, "line": 1})
     return data, located
 
 

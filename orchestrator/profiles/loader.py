@@ -20,7 +20,7 @@ from orchestrator.profiles.models import NAME_RE, Profile, ProfileCaps, Resolved
 from orchestrator.profiles.paths import builtin_dir, check_dir, env_dirs, find_in
 from orchestrator.profiles.resolve import resolve
 from orchestrator.profiles.seccomp import SeccompProfile, load_seccomp
-from orchestrator.yamlfile import parse_yaml, validate
+from orchestrator.yamlfile import load_yaml_mapping, validate
 
 Loc = tuple[str | int, ...]
 _NOT_INHERITED = ("name", "description", "extends")
@@ -197,20 +197,7 @@ class ProfileRegistry:
     def _parse(self, path: Path) -> tuple[dict[str, Any], Any]:
         cached = self._parsed.get(path)
         if cached is None:
-            source = str(path)
-            try:
-                text = path.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                raise ConfigInvalid(f"{source}: file not found", details={"file": source}) from None
-            except (OSError, UnicodeDecodeError) as err:
-                raise ConfigInvalid(
-                    f"{source}: cannot read: {err.__class__.__name__}", details={"file": source}
-                ) from None
-            data, located = parse_yaml(text, source)
-            if data is None:
-                data = {}
-            if not isinstance(data, dict):
-                raise ConfigInvalid(f"{source}:1: a profile must be a mapping", details={"file": source, "line": 1})
+            data, located = load_yaml_mapping(path, what="a profile")
             cached = (data, located)
             self._parsed[path] = cached
         return cached

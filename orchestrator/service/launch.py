@@ -28,6 +28,7 @@ from orchestrator.domain.requests import (
     ShellRequest,
     SkillExecRequest,
 )
+from orchestrator.gate.paths import SYSTEM_PREFIXES
 from orchestrator.profiles import ResolvedProfile
 
 SHELL = ("/bin/bash", "-c")
@@ -83,17 +84,7 @@ def owner_alive(owner: str) -> bool | None:
 
 # never mounted as a workspace (read-write, recursively), nor anything that contains them
 _PROTECTED = (
-    "/proc",
-    "/sys",
-    "/dev",
-    "/boot",
-    "/etc",
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
+    *SYSTEM_PREFIXES,
     "/libx32",
     "/run",
     "/var/run",

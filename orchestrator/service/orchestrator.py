@@ -130,7 +130,16 @@ class Orchestrator:
         else:
             self.evidence.append_nowait(EvidenceEvent(**base))
 
-    async def _refuse(self, execution_id: str, gate: GateResult | None, err: OrchestratorError) -> OrchestratorError:
+    async def _refuse(
+        self,
+        execution_id: str,
+        gate: GateResult | None,
+        err: OrchestratorError,
+        *,
+        status: str = "refused",
+        **fields: Any,
+    ) -> OrchestratorError:
+        """Record why an execution ends without finishing (durable), and return the error to raise."""
         err.details.setdefault("execution_id", execution_id)
         if gate is not None:
             err.details.setdefault("decision", gate.decision.decision.value)
@@ -139,9 +148,10 @@ class Orchestrator:
             execution_id,
             gate,
             durable=True,
-            status="refused",
+            status=status,
             error_code=err.code,
             reason=err.message,
+            **fields,
         )
         return err
 
@@ -390,20 +400,14 @@ class Orchestrator:
             effects = side_effects_json(await asyncio.to_thread(diff, before, after, workspace))
         except OSError as exc:
             effects = {"error": f"{type(exc).__name__}: {exc.strerror or exc}"}
-        err.details.setdefault("execution_id", execution_id)
-        err.details.setdefault("decision", gate.decision.decision.value)
-        await self._record(
-            EventType.RUN_FAILED,
+        return await self._refuse(
             execution_id,
             gate,
-            durable=True,
+            err,
             status="cancelled" if isinstance(err, ExecutionCancelled) else "error",
-            error_code=err.code,
-            reason=err.message,
             profile_hash=profile.profile_hash,
             data={"side_effects": effects},
         )
-        return err
 
     async def aclose(self) -> None:
         await self.evidence.close()
