@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from orchestrator.cli import approvals_cmd, check_cmd, evidence_cmd, ops_cmd, profiles_cmd, run_cmd
+from orchestrator.cli import approvals_cmd, check_cmd, evidence_cmd, ops_cmd, profiles_cmd, run_cmd, warm_cmd
 from orchestrator.cli.output import fail
 
 
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     approvals_cmd.register(sub)
     profiles_cmd.register(sub)
     ops_cmd.register(sub)
+    warm_cmd.register(sub)
     return parser
 
 

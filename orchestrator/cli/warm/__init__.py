@@ -1,0 +1,1 @@
+"""The warm server: `sandboxctl` commands forked from a process that has already started up."""

@@ -1,0 +1,79 @@
+"""The warm server's wire format: length-prefixed JSON frames on a Unix stream socket, the first one
+carrying the client's file descriptors. Standard library only: the client imports this on every
+`sandboxctl` start."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator.domain.statedir import default_state_dir
+
+SOCKET_NAME = "warm.sock"
+_HEADER = struct.Struct("!I")
+# argv and the environment of one command; a frame larger than this is a broken peer
+MAX_FRAME = 4 * 1024 * 1024
+MAX_FDS = 8
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a frame of this protocol (or went away mid-frame)."""
+
+
+def socket_path(environ: Mapping[str, str] | None = None) -> Path:
+    return default_state_dir(environ) / SOCKET_NAME
+
+
+def send_frame(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
+    data = json.dumps(message, separators=(",", ":")).encode()
+    if len(data) > MAX_FRAME:
+        raise ProtocolError(f"frame of {len(data)} bytes is over the {MAX_FRAME}-byte limit")
+    frame = _HEADER.pack(len(data)) + data
+    sent = socket.send_fds(sock, [frame], list(fds)) if fds else sock.send(frame)
+    if sent < len(frame):
+        sock.sendall(frame[sent:])
+
+
+class FrameReader:
+    """Reads frames off one socket; bytes of a next frame that arrived early wait in a buffer."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buffer = bytearray()
+
+    def read(self) -> tuple[dict[str, Any], list[int]] | None:
+        """The next frame and the descriptors that came with it; None at a clean end of stream."""
+        fds: list[int] = []
+        try:
+            while len(self._buffer) < _HEADER.size:
+                if not self._fill(fds):
+                    if self._buffer:
+                        raise ProtocolError("the peer went away mid-frame")
+                    return None
+            (size,) = _HEADER.unpack_from(self._buffer)
+            if size > MAX_FRAME:
+                raise ProtocolError(f"frame of {size} bytes is over the {MAX_FRAME}-byte limit")
+            while len(self._buffer) < _HEADER.size + size:
+                if not self._fill(fds):
+                    raise ProtocolError("the peer went away mid-frame")
+            body = bytes(self._buffer[_HEADER.size : _HEADER.size + size])
+            del self._buffer[: _HEADER.size + size]
+            message = json.loads(body)
+            if not isinstance(message, dict):
+                raise ProtocolError("a frame is a JSON object")
+            return message, fds
+        except (ProtocolError, ValueError) as err:
+            for fd in fds:
+                os.close(fd)
+            raise ProtocolError(f"malformed frame: {err}") from None
+
+    def _fill(self, fds: list[int]) -> bool:
+        data, received, _flags, _addr = socket.recv_fds(self._sock, 64 * 1024, MAX_FDS)
+        fds.extend(received)
+        self._buffer += data
+        return bool(data)

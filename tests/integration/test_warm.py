@@ -1,0 +1,347 @@
+"""The warm server on a real engine: a command forked from it is the same `sandboxctl` as a cold start
+(streams, exit status, working directory, environment, evidence), signals reach it, a client killed
+with SIGKILL ends its command with the sandbox removed, and anything the server cannot honour runs
+cold instead of wrong."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.backends.base import ManagedSandbox
+from orchestrator.backends.docker import DockerBackend
+from orchestrator.evidence import iter_records, verify
+
+pytestmark = pytest.mark.integration
+
+SANDBOXCTL = str(Path(sys.executable).with_name("sandboxctl"))
+SANDBOX_UID = 1000
+BOUND_S = 60.0  # a hang is what these catch, not slowness
+
+CONFIG = """\
+safety:
+  allowlist: ["sleep", "true"]
+approvals:
+  provider: rules
+  default: approved  # these tests are about the way in, not about the policy
+"""
+
+
+def list_managed() -> list[ManagedSandbox]:
+    async def listed() -> list[ManagedSandbox]:
+        backend = DockerBackend()
+        try:
+            return await backend.list_managed()
+        finally:
+            await backend.close()
+
+    return asyncio.run(listed())
+
+
+@dataclass
+class Warm:
+    state: Path  # the server's state dir: short, AF_UNIX paths are limited to 107 bytes
+    workspace: Path
+    config: Path
+    evidence: Path
+    env: dict[str, str]
+
+    def cli(self, *args: str, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        kwargs.setdefault("cwd", self.workspace)
+        return subprocess.run(
+            [SANDBOXCTL, *args], capture_output=True, text=True, timeout=BOUND_S, env=env or self.env, **kwargs
+        )
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [SANDBOXCTL, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=self.workspace,
+        )
+
+    def status(self) -> dict[str, Any]:
+        out = self.cli("warm", "status", "--json")
+        return dict(json.loads(out.stdout))
+
+    def run_args(self, *argv: str) -> list[str]:
+        return ["run", "--config", str(self.config), "--", *argv]
+
+
+def _start(state: Path) -> Warm:
+    workspace = state / "ws"
+    workspace.mkdir()
+    os.chown(workspace, SANDBOX_UID, SANDBOX_UID)  # the sandbox user owns its workspace
+    config = state / "config.yaml"
+    config.write_text(CONFIG)
+    evidence = state / "evidence.jsonl"
+    env = {**os.environ, "SANDBOX_STATE_DIR": str(state), "SANDBOX_EVIDENCE_PATH": str(evidence)}
+    env.pop("SANDBOXCTL_WARM", None)
+    warm = Warm(state, workspace, config, evidence, env)
+    started = warm.cli("warm", "start")
+    assert started.returncode == 0, started.stderr
+    assert warm.status()["running"] is True
+    return warm
+
+
+def _stop(warm: Warm) -> None:
+    warm.cli("warm", "stop")
+    shutil.rmtree(warm.state, ignore_errors=True)
+
+
+@pytest.fixture
+def warm(run_sandboxes: Any) -> Iterator[Warm]:
+    state = Path(tempfile.mkdtemp(prefix="warm-", dir="/tmp"))
+    server = _start(state)
+    try:
+        yield server
+    finally:
+        for record in iter_records(server.evidence) if server.evidence.exists() else ():
+            if record.execution_id:
+                run_sandboxes.add(record.execution_id)
+        _stop(server)
+
+
+def _served(warm: Warm) -> int:
+    return int(warm.status()["served"])
+
+
+def _started_execution(warm: Warm, timeout: float = BOUND_S) -> str:
+    """The execution id of the sandbox the running command started, once its container runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if warm.evidence.exists():
+            started = [r.execution_id for r in iter_records(warm.evidence, event="execution_started")]
+            running = {s.execution_id for s in list_managed() if s.state == "running"}
+            for execution_id in started:
+                if execution_id in running:
+                    return str(execution_id)
+        time.sleep(0.1)
+    raise AssertionError(f"no running sandbox within {timeout:g}s")
+
+
+def _events(warm: Warm, execution_id: str) -> list[str]:
+    return [r.event for r in iter_records(warm.evidence, execution_id=execution_id)]
+
+
+# -- the same command, warm and cold ---------------------------------------------------------------------
+
+
+def test_a_warm_run_is_the_same_command_as_a_cold_one(warm: Warm) -> None:
+    script = 'pwd; echo "out"; echo "err" >&2; touch made-here; exit 3'
+    args = [*warm.run_args("sh", "-c", script)]
+    before = _served(warm)
+    hot = warm.cli(*args)
+    assert _served(warm) == before + 1, "the warm server did not take the command"
+    cold = warm.cli(*args, env={**warm.env, "SANDBOXCTL_WARM": "0"})
+    assert _served(warm) == before + 1
+    for result in (hot, cold):
+        assert result.returncode == 3, result.stderr
+        assert result.stdout == "/workspace\nout\n"
+        assert result.stderr == "err\n"
+    # the working directory is the caller's: it is the default workspace
+    assert (warm.workspace / "made-here").exists()
+    assert verify(warm.evidence).ok
+    finished = list(iter_records(warm.evidence, event="execution_finished"))
+    assert [r.status for r in finished] == ["failed", "failed"]
+    assert finished[0].data is not None and finished[1].data is not None
+    assert finished[0].data["side_effects"]["created"][0]["path"] == "made-here"
+
+
+def test_a_warm_run_json_has_the_cold_shape(warm: Warm) -> None:
+    args = ["run", "--json", "--config", str(warm.config), "--", "true"]
+    hot = warm.cli(*args)
+    cold = warm.cli(*args, env={**warm.env, "SANDBOXCTL_WARM": "0"})
+    assert (hot.returncode, cold.returncode) == (0, 0), hot.stderr + cold.stderr
+    hot_out, cold_out = json.loads(hot.stdout), json.loads(cold.stdout)
+    assert set(hot_out) == set(cold_out)
+    assert hot_out["ok"] is True and hot_out["decision"] == "allow"
+    assert hot_out["execution_id"] != cold_out["execution_id"]
+
+
+def test_the_callers_environment_and_stdin_are_the_commands(warm: Warm) -> None:
+    # SANDBOX_EVIDENCE_PATH is read by the forked worker from the client's environment
+    other = warm.state / "other-evidence.jsonl"
+    result = subprocess.run(
+        [SANDBOXCTL, *warm.run_args("sh", "-c", "cat")],
+        input="from the caller's stdin\n",
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+        env={**warm.env, "SANDBOX_EVIDENCE_PATH": str(other)},
+        cwd=warm.workspace,
+    )
+    assert result.returncode == 0, result.stderr
+    # a sandbox gets no stdin from the caller (README): the command sees end of input
+    assert result.stdout == ""
+    assert other.exists() and verify(other).ok
+    assert not warm.evidence.exists() or not list(iter_records(warm.evidence, event="execution_finished"))
+
+
+def test_a_usage_error_is_reported_by_the_worker_like_a_cold_start(warm: Warm) -> None:
+    before = _served(warm)
+    result = warm.cli("run", "--timeout")
+    assert result.returncode == 2
+    assert "sandboxctl: INPUT.INVALID:" in result.stderr
+    assert _served(warm) == before + 1
+
+
+# -- signals and a vanished client -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_client_reaches_the_command(warm: Warm, signame: str) -> None:
+    proc = warm.popen(*warm.run_args("sleep", "60"))
+    try:
+        execution_id = _started_execution(warm)
+        proc.send_signal(getattr(signal, signame))
+        _, stderr = proc.communicate(timeout=BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert stderr.startswith("sandboxctl: EXECUTION.CANCELLED"), stderr
+    assert "Traceback" not in stderr
+    assert not [s for s in list_managed() if s.execution_id == execution_id]
+    (failed,) = iter_records(warm.evidence, execution_id=execution_id, event="run_failed")
+    assert failed.error_code == "EXECUTION.CANCELLED"
+    assert "container_destroyed" in _events(warm, execution_id)
+    assert verify(warm.evidence).ok
+
+
+def test_a_sigkilled_client_ends_its_command_and_the_sandbox_goes(warm: Warm) -> None:
+    """Unlike a cold start killed so (its sandbox stays until the next start collects it), the worker
+    sees its client vanish and cancels at once."""
+    proc = warm.popen(*warm.run_args("sleep", "60"))
+    try:
+        execution_id = _started_execution(warm)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline and "run_failed" not in _events(warm, execution_id):
+        time.sleep(0.1)
+    (failed,) = iter_records(warm.evidence, execution_id=execution_id, event="run_failed")
+    assert failed.error_code == "EXECUTION.CANCELLED"
+    assert not [s for s in list_managed() if s.execution_id == execution_id]
+    assert verify(warm.evidence).ok
+    assert warm.status()["active"] == 0
+
+
+# -- what the server must not serve ------------------------------------------------------------------------
+
+
+def test_another_python_environment_runs_cold(warm: Warm) -> None:
+    before = _served(warm)
+    result = warm.cli(*warm.run_args("true"), env={**warm.env, "PYTHONHASHSEED": "123"})
+    assert result.returncode == 0, result.stderr
+    assert _served(warm) == before
+
+
+def test_another_user_is_not_served(warm: Warm) -> None:
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.getuid() != 0:
+        pytest.skip("needs root and setpriv to act as another user")
+    # open the way to the socket on purpose: the server itself must refuse the stranger
+    warm.state.chmod(0o755)
+    (warm.state / "warm.sock").chmod(0o666)
+    code = "from orchestrator.cli.warm.client import run_warm; print(run_warm(['--version']))"
+    env = {**warm.env, "HOME": "/nonexistent"}
+    stranger = subprocess.run(
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+        env=env,
+        cwd="/",
+    )
+    assert stranger.returncode == 0, stranger.stderr
+    assert stranger.stdout.strip() == "None"  # refused: it would run cold, as itself
+    assert _served(warm) == 0
+    assert "refused a connection from uid 65534" in (warm.state / "warm.log").read_text()
+
+
+def test_changed_code_stops_the_server_and_runs_cold(warm: Warm) -> None:
+    import orchestrator.cli.warm as package
+
+    marker = Path(package.__file__)
+    st = marker.stat()
+    try:
+        os.utime(marker, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        result = warm.cli("--version")
+    finally:
+        os.utime(marker, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert result.returncode == 0 and result.stdout == "sandboxctl 0.1.0\n", result.stderr
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline and warm.status()["running"]:
+        time.sleep(0.1)
+    assert warm.status()["running"] is False
+    assert "stale" in (warm.state / "warm.log").read_text()
+
+
+def test_start_is_idempotent_and_stop_lets_commands_run_cold(warm: Warm) -> None:
+    pid = warm.status()["pid"]
+    again = warm.cli("warm", "start")
+    assert again.returncode == 0 and f"already running: pid {pid}" in again.stdout
+    stopped = warm.cli("warm", "stop")
+    assert stopped.returncode == 0 and f"pid {pid}" in stopped.stdout
+    assert warm.status()["running"] is False
+    assert warm.cli("warm", "status").returncode == 1
+    result = warm.cli(*warm.run_args("true"))
+    assert result.returncode == 0, result.stderr
+    assert not (warm.state / "warm.sock").exists()
+
+
+def test_a_terminal_approval_is_asked_on_the_callers_terminal(warm: Warm) -> None:
+    import pty
+    import select
+
+    config = warm.state / "terminal.yaml"
+    config.write_text("approvals:\n  provider: terminal\n")
+    before = _served(warm)
+    pid, fd = pty.fork()
+    if pid == 0:  # the client, with the pty as its terminal and stdin
+        os.chdir(warm.workspace)
+        os.execve(SANDBOXCTL, ["sandboxctl", "run", "--config", str(config), "--", "sh", "-c", "echo ran"], warm.env)
+    seen, answered = b"", False
+    deadline = time.monotonic() + BOUND_S
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([fd], [], [], 0.2)[0]:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the pty closes when the client exits
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if b"Approve?" in seen and not answered:
+                os.write(fd, b"y\n")
+                answered = True
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert answered, seen.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, seen.decode(errors="replace")
+    assert seen.replace(b"\r\n", b"\n").endswith(b"ran\n")
+    assert _served(warm) == before + 1
+    (decided,) = iter_records(warm.evidence, event="approval_decided")
+    assert decided.approver is not None and decided.approver.startswith("terminal:")
