@@ -345,3 +345,37 @@ def test_a_terminal_approval_is_asked_on_the_callers_terminal(warm: Warm) -> Non
     assert _served(warm) == before + 1
     (decided,) = iter_records(warm.evidence, event="approval_decided")
     assert decided.approver is not None and decided.approver.startswith("terminal:")
+
+
+def test_the_worker_takes_the_callers_resource_limits(warm: Warm) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = min(321, soft)
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+    proc = subprocess.Popen(
+        [SANDBOXCTL, *warm.run_args("sleep", "60")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=warm.env,
+        cwd=warm.workspace,
+        preexec_fn=limited,  # noqa: PLW1509 - the caller's ulimit -n, set in the caller only
+    )
+    try:
+        execution_id = _started_execution(warm)
+        (sandbox,) = [s for s in list_managed() if s.execution_id == execution_id]
+        worker = int((sandbox.owner or "").split(":")[1])
+        assert worker != proc.pid  # the sandbox's owner is the forked worker
+        limits = Path(f"/proc/{worker}/limits").read_text()
+        line = next(x for x in limits.splitlines() if x.startswith("Max open files"))
+        assert line.split()[3] == str(wanted), line
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130

@@ -16,6 +16,7 @@ from orchestrator.gate.gate import Gate
 
 GATE = Gate()
 
+
 def decision(raw: dict[str, Any]) -> str:
     return str(GATE.evaluate(parse_request(raw)).decision.decision.value)
 

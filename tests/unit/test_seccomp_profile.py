@@ -369,8 +369,13 @@ def test_mknod_never_makes_a_device_node() -> None:
     profile = load_seccomp("default")
     for name, mode_index in (("mknod", 1), ("mknodat", 2)):
         for file_type, allowed in (
-            (0, True), (stat.S_IFREG, True), (stat.S_IFIFO, True), (stat.S_IFSOCK, True),
-            (stat.S_IFCHR, False), (stat.S_IFBLK, False), (stat.S_IFDIR, False),
+            (0, True),
+            (stat.S_IFREG, True),
+            (stat.S_IFIFO, True),
+            (stat.S_IFSOCK, True),
+            (stat.S_IFCHR, False),
+            (stat.S_IFBLK, False),
+            (stat.S_IFDIR, False),
         ):
             args = [0, 0, 0, 0]
             args[mode_index] = file_type | 0o666

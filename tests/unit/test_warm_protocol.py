@@ -259,3 +259,34 @@ def test_the_entry_point_imports_no_heavy_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("limits", "reason"),
+    [
+        ([], "malformed rlimits"),
+        ({"RLIMIT_NOPE": [1, 1]}, "malformed rlimit"),
+        ({"os.system": [1, 1]}, "malformed rlimit"),
+        ({"RLIMIT_CORE": [1]}, "malformed rlimit"),
+        ({"RLIMIT_CORE": ["0", "0"]}, "malformed rlimit"),
+        ({"RLIMIT_CORE": [2, 1]}, "cannot take the caller's RLIMIT_CORE"),
+    ],
+)
+def test_resource_limits_that_cannot_be_taken_are_refused(limits: object, reason: str) -> None:
+    from orchestrator.cli.warm.worker import _adopt_rlimits
+
+    got = _adopt_rlimits(limits)
+    assert got is not None and reason in got
+
+
+def test_the_callers_resource_limits_are_taken() -> None:
+    import resource
+
+    from orchestrator.cli.warm.worker import _adopt_rlimits
+
+    before = resource.getrlimit(resource.RLIMIT_CORE)
+    try:
+        assert _adopt_rlimits({"RLIMIT_CORE": [0, before[1]]}) is None
+        assert resource.getrlimit(resource.RLIMIT_CORE) == (0, before[1])
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, before)

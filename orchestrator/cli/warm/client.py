@@ -21,6 +21,17 @@ from orchestrator.cli.warm.protocol import FrameReader, ProtocolError, send_fram
 CONNECT_TIMEOUT_S = 2.0
 DISABLE_ENV = "SANDBOXCTL_WARM"  # "0": never use a warm server
 _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# the caller's resource limits, which its command would have inherited from a cold start
+RLIMITS = (
+    "RLIMIT_NOFILE",
+    "RLIMIT_NPROC",
+    "RLIMIT_CORE",
+    "RLIMIT_FSIZE",
+    "RLIMIT_AS",
+    "RLIMIT_DATA",
+    "RLIMIT_STACK",
+    "RLIMIT_CPU",
+)
 
 
 def _descriptors() -> list[int] | None:
@@ -31,6 +42,12 @@ def _descriptors() -> list[int] | None:
         return [0, 1, 2, os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
     except OSError:
         return None
+
+
+def _rlimits() -> dict[str, list[int]]:
+    import resource
+
+    return {name: list(resource.getrlimit(getattr(resource, name))) for name in RLIMITS}
 
 
 def _umask() -> int:
@@ -58,6 +75,7 @@ def run_warm(argv: Sequence[str]) -> int | None:
             "env": dict(os.environ),
             "executable": sys.executable,
             "umask": _umask(),
+            "rlimits": _rlimits(),
         }
         send_frame(conn, request, fds)
         reader = FrameReader(conn)

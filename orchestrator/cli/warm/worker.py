@@ -23,6 +23,25 @@ from orchestrator.cli.warm.protocol import FrameReader, ProtocolError, send_fram
 FORWARDED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
+def _adopt_rlimits(limits: Any) -> str | None:
+    """Take the caller's resource limits; why not, if they cannot be taken (the client then runs cold)."""
+    import resource
+
+    if not isinstance(limits, dict):
+        return "malformed rlimits"
+    for name, value in limits.items():
+        number = getattr(resource, name, None) if isinstance(name, str) and name.startswith("RLIMIT_") else None
+        if not isinstance(number, int) or not (
+            isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value)
+        ):
+            return f"malformed rlimit {name!r}"
+        try:
+            resource.setrlimit(number, (value[0], value[1]))
+        except (ValueError, OSError) as exc:
+            return f"cannot take the caller's {name}: {exc}"
+    return None
+
+
 def _adopt(message: dict[str, Any], fds: list[int]) -> None:
     stdin, stdout, stderr, cwd = fds
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
@@ -72,6 +91,10 @@ def run_worker(
         signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.setpgid(0, 0)  # the server's group is not this command's
+    reason = _adopt_rlimits(message.get("rlimits", {}))
+    if reason is not None:  # nothing has run yet: the client can still run the command cold
+        send_frame(conn, {"refused": reason})
+        return 0
     _adopt(message, fds)
     fds.clear()  # adopted and closed: the server's cleanup must not close them again
     send_frame(conn, {"accepted": True, "pid": os.getpid()})
