@@ -50,6 +50,7 @@ def _server_argv(args: argparse.Namespace) -> list[str]:
 def handle_start(args: argparse.Namespace) -> int:
     import subprocess
     import sys
+    from pathlib import Path
 
     from orchestrator.cli.warm.client import query
     from orchestrator.cli.warm.protocol import socket_path
@@ -57,7 +58,7 @@ def handle_start(args: argparse.Namespace) -> int:
 
     try:
         server_argv = _server_argv(args)
-        check_state_dir(socket_path().parent)
+        check_state_dir(Path(socket_path()).parent)
     except (ValueError, ServerError, OSError) as err:
         return fail("INPUT.INVALID", str(err), 2)
     if (running := query("status")) is not None:
@@ -67,7 +68,7 @@ def handle_start(args: argparse.Namespace) -> int:
         from orchestrator.cli.warm.server import main as serve
 
         return serve(server_argv)
-    log_path = socket_path().parent / "warm.log"
+    log_path = Path(socket_path()).parent / "warm.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [sys.executable, "-m", "orchestrator.cli.warm.server", *server_argv],

@@ -177,8 +177,12 @@ def test_the_fingerprint_follows_size_and_mtime(tmp_path: Path, monkeypatch: pyt
 
 
 def test_the_socket_lives_in_the_state_dir() -> None:
-    assert socket_path({"SANDBOX_STATE_DIR": "/srv/state"}) == Path("/srv/state/warm.sock")
-    assert socket_path({"XDG_STATE_HOME": "/x", "HOME": "/h"}) == Path("/x/sandbox-orchestrator/warm.sock")
+    assert socket_path({"SANDBOX_STATE_DIR": "/srv/state"}) == "/srv/state/warm.sock"
+    assert socket_path({"SANDBOX_STATE_DIR": "~/s"}) == os.path.expanduser("~/s/warm.sock")
+    assert socket_path({"XDG_STATE_HOME": "/x"}) == "/x/sandbox-orchestrator/warm.sock"
+    assert socket_path({"XDG_STATE_HOME": "relative"}) == os.path.expanduser(
+        "~/.local/state/sandbox-orchestrator/warm.sock"
+    )
 
 
 def test_no_server_means_a_cold_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,7 +258,8 @@ def test_the_entry_point_imports_no_heavy_library() -> None:
 
     code = (
         "import sys, orchestrator.cli.launcher, orchestrator.cli.warm.client\n"
-        "heavy = {'pydantic', 'docker', 'yaml', 'asyncio', 'requests', 'tree_sitter', 'argparse'}\n"
+        "heavy = {'pydantic', 'docker', 'yaml', 'asyncio', 'requests', 'tree_sitter', 'argparse', 'typing',"
+        " 'pathlib', 'contextlib'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

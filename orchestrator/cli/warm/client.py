@@ -7,16 +7,18 @@ relays: signals go to the worker, and the worker's exit status becomes ours.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
-from types import FrameType
-from typing import Any
 
 from orchestrator.cli.warm.protocol import FrameReader, ProtocolError, send_frame, socket_path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: this module is on every start's path
+    from collections.abc import Sequence
+    from types import FrameType
+    from typing import Any
 
 CONNECT_TIMEOUT_S = 2.0
 DISABLE_ENV = "SANDBOXCTL_WARM"  # "0": never use a warm server
@@ -65,7 +67,7 @@ def run_warm(argv: Sequence[str]) -> int | None:
     fds = None
     try:
         conn.settimeout(CONNECT_TIMEOUT_S)
-        conn.connect(str(path))
+        conn.connect(path)
         fds = _descriptors()
         if fds is None:
             return None
@@ -95,8 +97,11 @@ def run_warm(argv: Sequence[str]) -> int | None:
 
 def _relay(conn: socket.socket, reader: FrameReader) -> int:
     def forward(signum: int, _frame: FrameType | None) -> None:
-        with contextlib.suppress(OSError):
+        # not contextlib.suppress: contextlib costs an import on every start
+        try:  # noqa: SIM105
             send_frame(conn, {"signal": signum})
+        except OSError:
+            pass  # the worker is gone: its exit (or the lack of one) ends the loop below
 
     for signum in _RELAYED:
         signal.signal(signum, forward)
@@ -121,7 +126,7 @@ def query(op: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, Any] | 
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout_s)
         try:
-            conn.connect(str(socket_path()))
+            conn.connect(socket_path())
             send_frame(conn, {"op": op})
             reply = FrameReader(conn).read()
         except (OSError, ProtocolError):

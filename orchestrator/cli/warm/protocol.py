@@ -8,11 +8,13 @@ import json
 import os
 import socket
 import struct
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
 
-from orchestrator.domain.statedir import default_state_dir
+from orchestrator.domain.statedir import state_dir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: the entry point must not pay for typing's import
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 SOCKET_NAME = "warm.sock"
 _HEADER = struct.Struct("!I")
@@ -25,8 +27,8 @@ class ProtocolError(Exception):
     """The peer sent something that is not a frame of this protocol (or went away mid-frame)."""
 
 
-def socket_path(environ: Mapping[str, str] | None = None) -> Path:
-    return default_state_dir(environ) / SOCKET_NAME
+def socket_path(environ: Mapping[str, str] | None = None) -> str:
+    return os.path.join(state_dir(environ), SOCKET_NAME)
 
 
 def send_frame(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
