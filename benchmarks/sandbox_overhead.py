@@ -7,16 +7,25 @@ Phases (each can be skipped):
   docker SDK (``APIClient``: create from the backend's own raw config, start, wait, remove). Pairs are
   interleaved (A B, then B A, ...); prints p50/p95 of each and the median of the pairwise ratios A/B,
   for runc (profile ``workspace-write``) and runsc (``untrusted``). Target (issue 3): ≤ 1.15.
-* **CLI** — ``sandboxctl run -- true`` against a bare ``docker run --rm`` with the same hardening flags,
-  interleaved, DOCKER_HOST set for both. Target: ≤ 2.0. Plus where CLI time goes: interpreter start,
-  ``sandboxctl --version``, ``sandboxctl run`` up to its first engine call (an unreachable engine), and
+* **CLI** — three sides interleaved, the order changing every round (no side always first), DOCKER_HOST
+  set for all: (W) ``sandboxctl run -- true`` with a warm server, (A) the same run cold
+  (``SANDBOXCTL_WARM=0``) and (B) a bare ``docker run --rm`` with the same hardening flags. Prints
+  p50/p95/min of each and the median of the pairwise ratios W/B and A/B. Target (issue 3): W/B ≤ 2.0
+  (``sandboxctl run`` with its warm server); A/B, a cold start, is shown but is no target. The warm
+  server is the benchmark's own (``sandboxctl warm start``), in a private state dir under /tmp
+  (``SANDBOX_STATE_DIR``, also set for the cold runs) and with exactly the CLI runs' environment (else
+  it refuses and the client runs cold); it is stopped at the end, whatever happens. Afterwards its
+  ``served`` count must have grown by exactly the number of W runs, or the W figure is marked invalid.
+  Plus where CLI time goes: interpreter start, ``sandboxctl --version`` and ``sandboxctl check`` (cold
+  and warm), ``sandboxctl run`` up to its first engine call (an unreachable engine), and
   ``-X importtime`` of a real ``sandboxctl run``.
 * **concurrency** — N executions with C at a time (``asyncio.gather`` over one orchestrator):
   throughput and latency.
 * **leaks** — many executions, then: containers with our labels left (must be 0), open fds and threads
   back to their baseline, evidence verifies.
 
-Not a test: it prints figures (and exits 1 only if a leak check fails).
+Not a test: it prints figures (and exits 1 only if a leak check fails or the warm server did not serve
+every warm run).
 
     .venv/bin/python benchmarks/sandbox_overhead.py [--runs 30] [--runtime runc|runsc|both]
         [--concurrency 20] [--concurrent-runs 100] [--leak-runs 500] [--leak-concurrency 20]
@@ -32,13 +41,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +56,8 @@ from typing import Any
 from orchestrator.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
 from orchestrator.backends.docker import DockerBackend, discover_endpoint
 from orchestrator.backends.docker.config import container_config
+from orchestrator.cli.warm.client import DISABLE_ENV as WARM_ENV
+from orchestrator.cli.warm.protocol import socket_path
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.domain.requests import parse_request
 from orchestrator.evidence import verify
@@ -62,6 +74,8 @@ SANDBOX_UID = 1000
 CONFIG = 'safety:\n  allowlist: ["true"]\napprovals:\n  provider: none\n'
 TARGET_INPROC = 1.15
 TARGET_CLI = 2.0
+# the warm server's safety net should the benchmark die without stopping it (e.g. SIGKILL)
+WARM_IDLE_TIMEOUT_S = 600
 
 
 # -- figures ----------------------------------------------------------------------------------------
@@ -76,38 +90,63 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:7.1f} ms"
 
 
-def side_by_side(title: str, a_name: str, a: list[float], b_name: str, b: list[float], target: float) -> float:
-    ratios = [x / y for x, y in zip(a, b, strict=True)]
-    ratio = statistics.median(ratios)
-    print(f"  {title}  ({len(a)} interleaved pairs)")
-    width = max(len(a_name), len(b_name))
-    for name, samples in ((a_name, a), (b_name, b)):
+def print_samples(sides: list[tuple[str, list[float]]]) -> None:
+    width = max(len(name) for name, _ in sides)
+    for name, samples in sides:
         figures = f"p50 {ms(pct(samples, 0.5))}   p95 {ms(pct(samples, 0.95))}   min {ms(min(samples))}"
         print(f"    {name:<{width}}  {figures}")
-    verdict = "meets" if ratio <= target else "MISSES"
-    print(
-        f"    median ratio A/B {ratio:.3f}  (p25 {pct(ratios, 0.25):.3f}, p75 {pct(ratios, 0.75):.3f}; "
+
+
+def pairwise(label: str, a: list[float], b: list[float]) -> tuple[float, str]:
+    """The median of the ratios a/b of samples taken in the same round, and a line describing them."""
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    ratio = statistics.median(ratios)
+    return ratio, (
+        f"median ratio {label} {ratio:.3f}  (p25 {pct(ratios, 0.25):.3f}, p75 {pct(ratios, 0.75):.3f}; "
         f"median difference {ms(statistics.median(x - y for x, y in zip(a, b, strict=True))).strip()})"
-        f"  -> {verdict} target <= {target}"
     )
+
+
+def verdict(ratio: float, target: float) -> str:
+    return f"{'meets' if ratio <= target else 'MISSES'} target <= {target}"
+
+
+def side_by_side(title: str, a_name: str, a: list[float], b_name: str, b: list[float], target: float) -> float:
+    print(f"  {title}  ({len(a)} interleaved pairs)")
+    print_samples([(a_name, a), (b_name, b)])
+    ratio, line = pairwise("A/B", a, b)
+    print(f"    {line}  -> {verdict(ratio, target)}")
     return ratio
 
 
-async def interleave(
-    runs: int, warmup: int, a: Callable[[], Awaitable[None]], b: Callable[[], Awaitable[None]]
-) -> tuple[list[float], list[float]]:
-    """A and B alternately (A B, B A, A B, ...): drift and order effects hit both sides alike."""
+def round_orders(sides: int) -> list[tuple[int, ...]]:
+    """The orders of the sides, one a round, in turn: each rotation, then its reverse (duplicates
+    dropped). Two sides: A B, B A. Three: A B C, C B A, B C A, A C B, C A B, B A C: over six rounds
+    each side is first, middle and last twice and runs before each other side three times, and no side
+    is first twice in a row."""
+    orders: list[tuple[int, ...]] = []
+    for start in range(sides):
+        rotated = tuple((start + k) % sides for k in range(sides))
+        for order in (rotated, rotated[::-1]):
+            if order not in orders:
+                orders.append(order)
+    return orders
+
+
+async def interleave(runs: int, warmup: int, *sides: Callable[[], Awaitable[None]]) -> list[list[float]]:
+    """Every side once a round, the order changing each round (see round_orders): drift and order effects
+    hit every side alike. Sample i of each side comes from round i (pairwise ratios compare those)."""
     for _ in range(warmup):
-        await a()
-        await b()
-    times: dict[str, list[float]] = {"a": [], "b": []}
+        for side in sides:
+            await side()
+    orders = round_orders(len(sides))
+    times: list[list[float]] = [[] for _ in sides]
     for i in range(runs):
-        order = (("a", a), ("b", b)) if i % 2 == 0 else (("b", b), ("a", a))
-        for key, fn in order:
+        for k in orders[i % len(orders)]:
             began = time.perf_counter()
-            await fn()
-            times[key].append(time.perf_counter() - began)
-    return times["a"], times["b"]
+            await sides[k]()
+            times[k].append(time.perf_counter() - began)
+    return times
 
 
 # -- the process's own resources ---------------------------------------------------------------------
@@ -184,6 +223,8 @@ class Bench:
     workspace: Path
     config: Path
     registry: ProfileRegistry
+    state: Path  # SANDBOX_STATE_DIR of every CLI run: private, short (the warm server's socket lives there)
+    warm: WarmServer | None = None  # the benchmark's own, while the CLI phases run
 
     def evidence(self, name: str) -> Path:
         return self.tmp / f"{name}.jsonl"
@@ -295,11 +336,17 @@ def timed(argv: list[str], env: dict[str, str], *, expect: int | None = 0) -> fl
     return elapsed
 
 
-def cli_env(bench: Bench, *, as_is: bool = False, **extra: str) -> dict[str, str]:
-    """The CLI's environment. Unless ``as_is`` (or --no-bytecode-cache), Python may cache bytecode (in a
-    private prefix): an installed tool runs from cached bytecode, while with PYTHONDONTWRITEBYTECODE=1
-    (set in some sandboxes) an editable install compiles every module of the project at each start."""
-    env = {**os.environ, "DOCKER_HOST": bench.engine_url, "SANDBOX_STATE_DIR": str(bench.tmp / "state")}
+def cli_env(bench: Bench, *, as_is: bool = False, warm: bool = False, **extra: str) -> dict[str, str]:
+    """The CLI's environment, with the benchmark's private state dir. Cold (SANDBOXCTL_WARM=0) unless
+    ``warm``: then a command goes to the benchmark's warm server, started with this very environment.
+    Unless ``as_is`` (or --no-bytecode-cache), Python may cache bytecode (in a private prefix): an
+    installed tool runs from cached bytecode, while with PYTHONDONTWRITEBYTECODE=1 (set in some
+    sandboxes) an editable install compiles every module of the project at each start."""
+    env = {**os.environ, "DOCKER_HOST": bench.engine_url, "SANDBOX_STATE_DIR": str(bench.state)}
+    if warm:
+        env.pop(WARM_ENV, None)
+    else:
+        env[WARM_ENV] = "0"
     if not (as_is or bench.args.no_bytecode_cache):
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(bench.tmp / "pycache")
@@ -307,34 +354,145 @@ def cli_env(bench: Bench, *, as_is: bool = False, **extra: str) -> dict[str, str
     return env
 
 
-async def phase_cli(bench: Bench, runtime: str) -> float:
+def is_warm_server(pid: int) -> bool:
+    """Whether ``pid`` is (still) a warm server process (not a zombie, not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"orchestrator.cli.warm.server" in cmdline
+
+
+@dataclass
+class WarmServer:
+    """The benchmark's own warm server (see warm_server)."""
+
+    env: dict[str, str]  # what it was started with: exactly the warm CLI runs' environment
+    pid: int | None = None
+
+    def sandboxctl_warm(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [SANDBOXCTL, "warm", *args], env=self.env, capture_output=True, text=True, cwd=ROOT, check=False, timeout=90
+        )
+
+    def status(self) -> dict[str, Any]:
+        """``sandboxctl warm status --json``; {"running": false} when none answers."""
+        try:
+            status = json.loads(self.sandboxctl_warm("status", "--json").stdout)
+        except (ValueError, subprocess.TimeoutExpired):
+            return {"running": False}
+        return status if isinstance(status, dict) else {"running": False}
+
+    def served(self) -> int | None:
+        """Commands it has run so far; None when it does not answer."""
+        status = self.status()
+        return int(status["served"]) if status.get("running") else None
+
+    def check_served(self, before: int | None, expected: int, what: str) -> bool:
+        """Whether it ran exactly ``expected`` commands since it had served ``before`` (printed either way)."""
+        after = self.served()
+        grown = None if before is None or after is None else after - before
+        if grown == expected:
+            print(f"    warm server served {grown} of the {expected} {what} (served {before} -> {after})")
+            return True
+        print(
+            f"    !!! WARNING: the warm server served {'?' if grown is None else grown} of the {expected} {what} "
+            f"(served {before} -> {after}; None: not answering): the others ran cold, the warm figures are INVALID"
+        )
+        with contextlib.suppress(OSError):
+            for line in (Path(self.env["SANDBOX_STATE_DIR"]) / "warm.log").read_text().splitlines()[-5:]:
+                print(f"    !!! warm.log: {line}")
+        return False
+
+    def stop(self) -> None:
+        """``sandboxctl warm stop`` (it waits for the server to go); SIGTERM to its pid should it still run."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.sandboxctl_warm("stop")
+        if self.pid is None:
+            return
+        deadline = time.monotonic() + 5.0
+        while is_warm_server(self.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if is_warm_server(self.pid):
+            print(f"warm server pid {self.pid} still runs after `sandboxctl warm stop`: SIGTERM")
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+        else:
+            print(f"warm server pid {self.pid} stopped")
+
+
+@contextlib.contextmanager
+def warm_server(bench: Bench) -> Iterator[WarmServer]:
+    """A warm server of the benchmark's own, in its private state dir, started with exactly the warm CLI
+    runs' environment (a server refuses a client whose PYTHON* or locale variables differ from its own:
+    the client then runs cold), and stopped at the end, also on an error or an interrupt."""
+    server = WarmServer(cli_env(bench, warm=True))
+    path = socket_path(server.env)
+    if len(str(path).encode()) > 107:
+        raise RuntimeError(f"{path}: too long for an AF_UNIX socket")
+    try:
+        started = server.sandboxctl_warm("start", "--idle-timeout", str(WARM_IDLE_TIMEOUT_S))
+        status = server.status()
+        if started.returncode != 0 or not status.get("running"):
+            output = (started.stdout + started.stderr).strip()[-400:]
+            raise RuntimeError(f"sandboxctl warm start exited {started.returncode}: {output}")
+        server.pid = int(status["pid"])
+        print(f"warm server pid {server.pid} at {status['socket']} (the benchmark's own)")
+        yield server
+    finally:
+        server.stop()
+
+
+async def phase_cli(bench: Bench, runtime: str) -> dict[str, float | None]:
+    """W/B and A/B (see the module's docstring); W/B is None when not every W run was served warm."""
     docker = shutil.which("docker")
     if docker is None:
         print("  CLI: no docker CLI on PATH: skipped")
-        return float("nan")
+        return {}
+    server = bench.warm
+    if server is None:
+        raise RuntimeError("the CLI phase needs the benchmark's warm server")
     profile_name = PROFILES[runtime]
     profile = bench.registry.resolve(profile_name)
     seccomp_file = bench.tmp / f"seccomp-{runtime}.json"
     seccomp_file.write_text(profile.seccomp_json)  # the same resolved profile the orchestrator sends inline
     evidence = bench.evidence(f"cli-{runtime}")
-    env = cli_env(bench)
+    cold, warm = cli_env(bench), cli_env(bench, warm=True)
     ours = [SANDBOXCTL, "run", "--config", str(bench.config), "--evidence", str(evidence),
             "--workspace", str(bench.workspace), "--profile", profile_name, "--", "true"]  # fmt: skip
     bare = docker_run_argv(docker, profile, bench.workspace, seccomp_file)
 
+    async def w() -> None:
+        timed(ours, warm)
+
     async def a() -> None:
-        timed(ours, env)
+        timed(ours, cold)
 
     async def b() -> None:
-        timed(bare, env)
+        timed(bare, cold)
 
-    sa, sb = await interleave(bench.args.runs, bench.args.warmup, a, b)
-    ratio = side_by_side(
-        f"CLI, {runtime}", "A sandboxctl run -- true", sa, f"B docker run --rm ({Path(docker)})", sb, TARGET_CLI
+    runs, warmup = bench.args.runs, bench.args.warmup
+    served_before = server.served()
+    sw, sa, sb = await interleave(runs, warmup, w, a, b)
+    print(f"  CLI, {runtime}  ({runs} interleaved rounds of W, A and B, the order changing each round)")
+    print_samples(
+        [
+            ("W sandboxctl run -- true, warm server", sw),
+            ("A sandboxctl run -- true, cold", sa),
+            (f"B docker run --rm ({Path(docker)})", sb),
+        ]
     )
+    served = server.check_served(served_before, warmup + runs, f"W runs ({warmup} warm-up + {runs} measured)")
+    w_ratio, w_line = pairwise("W/B", sw, sb)
+    a_ratio, a_line = pairwise("A/B", sa, sb)
+    if served:
+        print(f"    {w_line}  -> {verdict(w_ratio, TARGET_CLI)} (sandboxctl run with its warm server)")
+    else:
+        print(f"    {w_line}  -> INVALID (not every W run was served warm): no verdict")
+    print(f"    {a_line}  -> cold start (no warm server), not a target")
     report = verify(evidence)
     print(f"    evidence {'verifies' if report.ok else 'DOES NOT VERIFY'} ({report.records} records)")
-    return ratio
+    return {f"CLI {runtime} warm": w_ratio if served else None, f"CLI {runtime} cold": a_ratio}
 
 
 @dataclass(frozen=True)
@@ -394,24 +552,29 @@ def print_imports(title: str, rows: list[ImportRow], n: int) -> None:
     )
 
 
-async def phase_startup(bench: Bench) -> None:
+async def phase_startup(bench: Bench) -> bool:
+    """Where CLI time goes. False when the warm server did not serve every warm start-up run."""
     runs = max(5, bench.args.runs // 2)
     env = cli_env(bench)
+    warm_env = cli_env(bench, warm=True)
     python = sys.executable
     evidence = bench.evidence("startup")
     unreachable = cli_env(bench, DOCKER_HOST="unix:///nonexistent/sandbox-orchestrator-bench.sock")
     run_args = ["run", "--config", str(bench.config), "--evidence", str(evidence), "--workspace", str(bench.workspace)]
     run_true = [SANDBOXCTL, *run_args, "--", "true"]
+    check_true = [SANDBOXCTL, "check", "--config", str(bench.config), "--", "true"]
+    warm_cases: list[tuple[str, list[str], dict[str, str], int | None]] = []
+    if bench.warm is not None:
+        warm_cases = [
+            ("sandboxctl --version, warm server", [SANDBOXCTL, "--version"], warm_env, 0),
+            ("sandboxctl check -- true (gate only), warm server", check_true, warm_env, 0),
+        ]
     cases: list[tuple[str, list[str], dict[str, str], int | None]] = [
         ("python -c pass (interpreter)", [python, "-c", "pass"], env, 0),
         ("python -S -c pass", [python, "-S", "-c", "pass"], env, 0),
         ("sandboxctl --version", [SANDBOXCTL, "--version"], env, 0),
-        (
-            "sandboxctl check -- true (gate only)",
-            [SANDBOXCTL, "check", "--config", str(bench.config), "--", "true"],
-            env,
-            0,
-        ),
+        ("sandboxctl check -- true (gate only)", check_true, env, 0),
+        *warm_cases,
         (
             "sandboxctl run, up to the engine (unreachable)",
             run_true,
@@ -428,6 +591,7 @@ async def phase_startup(bench: Bench) -> None:
     if os.environ.get("PYTHONDONTWRITEBYTECODE") and not bench.args.no_bytecode_cache:
         cases.append(("sandboxctl run -- true, PYTHONDONTWRITEBYTECODE=1", run_true, cli_env(bench, as_is=True), 0))
     samples: dict[str, list[float]] = {name: [] for name, *_ in cases}
+    served_before = bench.warm.served() if bench.warm is not None else None
     for _name, argv, case_env, expect in cases:  # warm: bytecode cached, files in the page cache
         timed(argv, case_env, expect=expect)
     for _ in range(runs):  # interleaved, like everything else
@@ -436,6 +600,10 @@ async def phase_startup(bench: Bench) -> None:
     print(f"  CLI start-up ({runs} runs each, interleaved)")
     for name, values in samples.items():
         print(f"    {name:<52} p50 {ms(pct(values, 0.5))}   p95 {ms(pct(values, 0.95))}")
+    served = True
+    if bench.warm is not None:
+        expected = len(warm_cases) * (1 + runs)
+        served = bench.warm.check_served(served_before, expected, f"warm start-up runs (1 + {runs} per warm line)")
 
     run_argv = ["-m", "orchestrator.cli.main", *run_args, "--", "true"]
     print_imports(
@@ -461,6 +629,7 @@ async def phase_startup(bench: Bench) -> None:
         importtime([python, "-X", "importtime", *run_argv], env),
         12,
     )
+    return served
 
 
 # -- phase: concurrency ------------------------------------------------------------------------------------------
@@ -574,7 +743,9 @@ async def amain(args: argparse.Namespace) -> int:
         os.chown(workspace, SANDBOX_UID, SANDBOX_UID)
     config = tmp / "config.yaml"
     config.write_text(CONFIG)
-    bench = Bench(args, tmp, url, workspace, config, ProfileRegistry())
+    # the CLI runs' state dir, the warm server's socket in it: short (AF_UNIX paths: 107 bytes at most)
+    state = Path(tempfile.mkdtemp(prefix="sbw-", dir="/tmp"))
+    bench = Bench(args, tmp, url, workspace, config, ProfileRegistry(), state)
     backend = DockerBackend()
     try:
         info = await backend.info()
@@ -589,32 +760,38 @@ async def amain(args: argparse.Namespace) -> int:
         )
         print(f"note: PYTHONDONTWRITEBYTECODE is set here; CLI runs are measured {how}")
     ok = True
-    ratios: dict[str, float] = {}
+    ratios: dict[str, float | None] = {}
     try:
         if not args.skip_inproc:
             for runtime in runtimes:
                 ratios[f"in process {runtime}"] = await phase_inprocess(bench, runtime)
-        if not args.skip_cli:
-            for runtime in runtimes:
-                ratios[f"CLI {runtime}"] = await phase_cli(bench, runtime)
-        if not args.skip_startup:
-            await phase_startup(bench)
+        if not (args.skip_cli and args.skip_startup):
+            with warm_server(bench) as bench.warm:
+                if not args.skip_cli:
+                    for runtime in runtimes:
+                        ratios.update(cli := await phase_cli(bench, runtime))
+                        ok = ok and None not in cli.values()
+                if not args.skip_startup:
+                    ok = await phase_startup(bench) and ok
+            bench.warm = None
         if not args.skip_concurrency:
             for runtime in runtimes:
                 await phase_concurrency(bench, runtime)
         if not args.skip_leaks:
-            ok = await phase_leaks(bench)
+            ok = await phase_leaks(bench) and ok
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
     if ratios:
-        print("summary: " + json.dumps({k: round(v, 3) for k, v in ratios.items()}) + f"; {load_note()}")
+        figures = {k: None if v is None else round(v, 3) for k, v in ratios.items()}
+        print(f"summary: {json.dumps(figures)}; {load_note()}")
     return 0 if ok else 1
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=30, help="interleaved pairs per side-by-side comparison")
-    parser.add_argument("--warmup", type=int, default=3, help="discarded pairs before each comparison")
+    parser.add_argument("--runs", type=int, default=30, help="interleaved rounds per side-by-side comparison")
+    parser.add_argument("--warmup", type=int, default=3, help="discarded rounds before each comparison")
     parser.add_argument("--runtime", choices=["runc", "runsc", "both"], default="both")
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--concurrent-runs", type=int, default=100)
