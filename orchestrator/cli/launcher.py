@@ -10,11 +10,13 @@ import sys
 def entry() -> None:
     from orchestrator.cli.warm.client import run_warm
 
-    code = run_warm(sys.argv[1:])
+    try:
+        code = run_warm(sys.argv[1:])
+    except KeyboardInterrupt:  # Ctrl-C before the command was handed over: nothing ran
+        sys.stderr.write("sandboxctl: EXECUTION.CANCELLED: interrupted\n")
+        os._exit(130)
     if code is None:
         from orchestrator.cli.main import entry as cold_entry
 
         cold_entry()  # exits
-    sys.stdout.flush()
-    sys.stderr.flush()
     os._exit(code if code is not None else 125)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from orchestrator.cli import approvals_cmd, check_cmd, evidence_cmd, ops_cmd, profiles_cmd, run_cmd, warm_cmd
-from orchestrator.cli.output import fail
+from orchestrator.cli.output import fail, flush_stdio
 
 
 class UsageError(Exception):
@@ -94,9 +94,7 @@ def entry() -> None:
     # Everything that matters is written and fsynced by now (evidence closes before main returns);
     # skipping the interpreter's teardown of every module saves tens of milliseconds per command.
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    os._exit(flush_stdio(code))
 
 
 if __name__ == "__main__":

@@ -91,8 +91,12 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
     gc.enable()
 
     task = asyncio.current_task()
-    if task is not None:  # SIGTERM ends the run like Ctrl-C: the sandbox is removed on the way out
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    if task is not None:
+        # SIGTERM and a hang-up end the run like Ctrl-C: the sandbox is removed on the way out. A signal
+        # the caller ignores (nohup, `trap '' TERM`) stays ignored.
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                asyncio.get_running_loop().add_signal_handler(signum, task.cancel)
 
     try:
         workspace = Path(args.workspace or os.getcwd()).resolve()

@@ -47,28 +47,53 @@ def _server_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
+def _another_installation(status: dict[str, Any]) -> int | None:
+    import sys
+
+    if status.get("python") == sys.executable:
+        return None
+    return fail(
+        "CONFIG.INVALID",
+        f"the warm server at {status['socket']} (pid {status['pid']}) belongs to another installation "
+        f"({status.get('python')}); stop it with that installation's sandboxctl, or set SANDBOX_STATE_DIR",
+        2,
+    )
+
+
 def handle_start(args: argparse.Namespace) -> int:
+    import os
     import subprocess
     import sys
     from pathlib import Path
 
     from orchestrator.cli.warm.client import query
-    from orchestrator.cli.warm.protocol import socket_path
+    from orchestrator.cli.warm.protocol import MAX_SOCKET_PATH, socket_path
     from orchestrator.cli.warm.server import ServerError, check_state_dir
 
+    path = socket_path()
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        return fail(
+            "INPUT.INVALID",
+            f"the warm server's socket {path} is longer than the {MAX_SOCKET_PATH} bytes a Unix socket path "
+            "may have: set SANDBOX_STATE_DIR to a shorter directory",
+            2,
+        )
     try:
         server_argv = _server_argv(args)
-        check_state_dir(Path(socket_path()).parent)
+        check_state_dir(Path(path).parent)
     except (ValueError, ServerError, OSError) as err:
         return fail("INPUT.INVALID", str(err), 2)
     if (running := query("status")) is not None:
+        refused = _another_installation(running)
+        if refused is not None:
+            return refused
         print(f"warm server already running: pid {running['pid']} at {running['socket']}")
         return 0
     if args.foreground:
         from orchestrator.cli.warm.server import main as serve
 
         return serve(server_argv)
-    log_path = Path(socket_path()).parent / "warm.log"
+    log_path = Path(path).parent / "warm.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [sys.executable, "-m", "orchestrator.cli.warm.server", *server_argv],
@@ -80,10 +105,14 @@ def handle_start(args: argparse.Namespace) -> int:
         )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
-        if (status := query("status")) is not None and status.get("pid") == proc.pid:
+        status = query("status")
+        if status is not None and status.get("pid") == proc.pid:
             print(f"warm server started: pid {proc.pid} at {status['socket']} (log: {log_path})")
             return 0
         if proc.poll() is not None:
+            if status is not None and _another_installation(status) is None:  # a concurrent start won
+                print(f"warm server already running: pid {status['pid']} at {status['socket']}")
+                return 0
             return fail("INTERNAL", f"the warm server exited with status {proc.returncode}: see {log_path}", 125)
         time.sleep(0.05)
     proc.terminate()

@@ -7,7 +7,7 @@ import os
 import posixpath
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from orchestrator.backends.base import (
@@ -95,9 +95,11 @@ _PROTECTED = (
 )
 
 
-def check_workspace(workspace: Path) -> None:
+def check_workspace(workspace: Path, *, own_state: Iterable[str | os.PathLike[str]] = ()) -> None:
     """Refuse a workspace that would hand the sandbox the host: /, system directories, the engine's
-    socket or state, or any directory that contains one of them."""
+    socket or state, or any directory that contains one of them; nor may it contain our own state
+    (``own_state``: the state directory with the warm server's socket and the approval queue, the
+    evidence file), which a sandbox could otherwise write to or connect through."""
     real = os.path.realpath(workspace)
     protected = list(_PROTECTED)
     docker_host = os.environ.get("DOCKER_HOST", "")
@@ -110,6 +112,13 @@ def check_workspace(workspace: Path) -> None:
             raise InputInvalid(f"the workspace {real} is a system directory ({path}); use a project directory")
         if path.startswith(real + "/"):
             raise InputInvalid(f"the workspace {real} contains {path}; use a project directory")
+    for item in own_state:
+        path = os.path.realpath(item)
+        if path == real or path.startswith(real + "/"):
+            raise InputInvalid(
+                f"the workspace {real} contains the orchestrator's own state ({path}); use a project directory "
+                "or move the state (SANDBOX_STATE_DIR, SANDBOX_EVIDENCE_PATH)"
+            )
 
 
 def command_argv(request: Request) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from orchestrator.domain.errors import (
 )
 from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
+from orchestrator.domain.statedir import state_dir
 from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
@@ -307,7 +308,7 @@ class Orchestrator:
         execution_id = auth.execution_id
         workspace = Path(workspace).resolve()  # the engine takes absolute bind sources only
         try:
-            check_workspace(workspace)
+            check_workspace(workspace, own_state=(state_dir(), self.evidence.path))
             refuse_unavailable_escalations(request)
             profile = self.profiles.resolve(
                 request.profile or self.gate.default_profile,

@@ -165,8 +165,11 @@ def test_a_warm_run_is_the_same_command_as_a_cold_one(warm: Warm) -> None:
 
 def test_a_warm_run_json_has_the_cold_shape(warm: Warm) -> None:
     args = ["run", "--json", "--config", str(warm.config), "--", "true"]
+    before = _served(warm)
     hot = warm.cli(*args)
+    assert _served(warm) == before + 1
     cold = warm.cli(*args, env={**warm.env, "SANDBOXCTL_WARM": "0"})
+    assert _served(warm) == before + 1
     assert (hot.returncode, cold.returncode) == (0, 0), hot.stderr + cold.stderr
     hot_out, cold_out = json.loads(hot.stdout), json.loads(cold.stdout)
     assert set(hot_out) == set(cold_out)
@@ -174,23 +177,16 @@ def test_a_warm_run_json_has_the_cold_shape(warm: Warm) -> None:
     assert hot_out["execution_id"] != cold_out["execution_id"]
 
 
-def test_the_callers_environment_and_stdin_are_the_commands(warm: Warm) -> None:
+def test_the_callers_environment_is_the_commands(warm: Warm) -> None:
     # SANDBOX_EVIDENCE_PATH is read by the forked worker from the client's environment
     other = warm.state / "other-evidence.jsonl"
-    result = subprocess.run(
-        [SANDBOXCTL, *warm.run_args("sh", "-c", "cat")],
-        input="from the caller's stdin\n",
-        capture_output=True,
-        text=True,
-        timeout=BOUND_S,
-        env={**warm.env, "SANDBOX_EVIDENCE_PATH": str(other)},
-        cwd=warm.workspace,
-    )
+    before = _served(warm)
+    result = warm.cli(*warm.run_args("true"), env={**warm.env, "SANDBOX_EVIDENCE_PATH": str(other)})
     assert result.returncode == 0, result.stderr
-    # a sandbox gets no stdin from the caller (README): the command sees end of input
-    assert result.stdout == ""
+    assert _served(warm) == before + 1
     assert other.exists() and verify(other).ok
-    assert not warm.evidence.exists() or not list(iter_records(warm.evidence, event="execution_finished"))
+    assert [r.event for r in iter_records(other)][-1] == "execution_finished"
+    assert not warm.evidence.exists()
 
 
 def test_a_usage_error_is_reported_by_the_worker_like_a_cold_start(warm: Warm) -> None:
@@ -204,8 +200,9 @@ def test_a_usage_error_is_reported_by_the_worker_like_a_cold_start(warm: Warm) -
 # -- signals and a vanished client -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_signal_to_the_client_reaches_the_command(warm: Warm, signame: str) -> None:
+    before = _served(warm)
     proc = warm.popen(*warm.run_args("sleep", "60"))
     try:
         execution_id = _started_execution(warm)
@@ -215,6 +212,7 @@ def test_a_signal_to_the_client_reaches_the_command(warm: Warm, signame: str) ->
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, stderr
+    assert _served(warm) == before + 1
     assert stderr.startswith("sandboxctl: EXECUTION.CANCELLED"), stderr
     assert "Traceback" not in stderr
     assert not [s for s in list_managed() if s.execution_id == execution_id]
@@ -261,21 +259,107 @@ def test_another_user_is_not_served(warm: Warm) -> None:
         pytest.skip("needs root and setpriv to act as another user")
     # open the way to the socket on purpose: the server itself must refuse the stranger
     warm.state.chmod(0o755)
-    (warm.state / "warm.sock").chmod(0o666)
-    code = "from orchestrator.cli.warm.client import run_warm; print(run_warm(['--version']))"
-    env = {**warm.env, "HOME": "/nonexistent"}
+    socket_file = str(warm.state / "warm.sock")
+    Path(socket_file).chmod(0o666)
+    code = (
+        "import socket, sys\n"
+        "from orchestrator.cli.warm.protocol import FrameReader, send_frame\n"
+        "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
+        "send_frame(s, {'op': 'status'})\n"
+        "try:\n"
+        "    print(FrameReader(s).read())\n"
+        "except ConnectionResetError:\n"
+        "    print(None)\n"
+    )
     stranger = subprocess.run(
-        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code, socket_file],
         capture_output=True,
         text=True,
         timeout=BOUND_S,
-        env=env,
+        env={**warm.env, "HOME": "/nonexistent"},
         cwd="/",
     )
     assert stranger.returncode == 0, stranger.stderr
-    assert stranger.stdout.strip() == "None"  # refused: it would run cold, as itself
-    assert _served(warm) == 0
+    assert stranger.stdout.strip() == "None"  # closed without a word
     assert "refused a connection from uid 65534" in (warm.state / "warm.log").read_text()
+
+
+def test_a_caller_in_other_namespaces_runs_cold(warm: Warm) -> None:
+    """What a sandboxed process of the same uid would be: the server refuses it (the client runs cold)."""
+    unshare = shutil.which("unshare")
+    if unshare is None or os.getuid() != 0:
+        pytest.skip("needs root and unshare")
+    before = _served(warm)
+    result = subprocess.run(
+        [unshare, "--mount", "--uts", SANDBOXCTL, "--version"],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+        env=warm.env,
+        cwd=warm.workspace,
+    )
+    assert result.returncode == 0 and result.stdout == "sandboxctl 0.1.0\n", result.stderr
+    assert _served(warm) == before
+    assert "ran nothing: the caller's ns/" in (warm.state / "warm.log").read_text()
+
+
+def test_a_caller_without_the_servers_groups_runs_cold(warm: Warm) -> None:
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.getuid() != 0:
+        pytest.skip("needs root and setpriv")
+    before = _served(warm)
+    result = subprocess.run(
+        [setpriv, "--groups=4242", SANDBOXCTL, "--version"],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+        env=warm.env,
+        cwd=warm.workspace,
+    )
+    assert result.returncode == 0, result.stderr
+    assert _served(warm) == before
+    assert "ran nothing: the caller's Groups differs" in (warm.state / "warm.log").read_text()
+
+
+def test_a_workspace_holding_the_state_is_refused(warm: Warm) -> None:
+    """A sandbox must never reach the warm socket, the approval queue or the evidence file."""
+    result = warm.cli("run", "--json", "--config", str(warm.config), "--workspace", str(warm.state), "--", "true")
+    assert result.returncode == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "INPUT.INVALID"
+    assert "own state" in error["message"]
+
+
+def test_an_ignored_hangup_stays_ignored(warm: Warm) -> None:
+    """nohup: the caller ignores SIGHUP, and so does its command (warm as cold)."""
+    for cold in (False, True):
+        evidence = warm.state / f"hangup-{cold}.jsonl"
+        env = {**warm.env, "SANDBOX_EVIDENCE_PATH": str(evidence), **({"SANDBOXCTL_WARM": "0"} if cold else {})}
+        before = _served(warm)
+        proc = subprocess.Popen(
+            [SANDBOXCTL, *warm.run_args("sleep", "4")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=warm.workspace,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),  # noqa: PLW1509
+        )
+        try:
+            deadline = time.monotonic() + BOUND_S
+            while time.monotonic() < deadline and not (
+                evidence.exists() and list(iter_records(evidence, event="execution_started"))
+            ):
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGHUP)
+            _, stderr = proc.communicate(timeout=BOUND_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, stderr
+        assert _served(warm) == before + (0 if cold else 1)
+        (finished,) = iter_records(evidence, event="execution_finished")
+        assert finished.status == "succeeded"
 
 
 def test_changed_code_stops_the_server_and_runs_cold(warm: Warm) -> None:
@@ -309,7 +393,9 @@ def test_start_is_idempotent_and_stop_lets_commands_run_cold(warm: Warm) -> None
     assert not (warm.state / "warm.sock").exists()
 
 
-def test_a_terminal_approval_is_asked_on_the_callers_terminal(warm: Warm) -> None:
+def test_a_terminal_on_stdin_runs_cold_and_its_prompt_works(warm: Warm) -> None:
+    """Job control and the approval prompt belong to the terminal's foreground job: with a terminal on
+    stdin the command runs in the caller's own process."""
     import pty
     import select
 
@@ -342,7 +428,7 @@ def test_a_terminal_approval_is_asked_on_the_callers_terminal(warm: Warm) -> Non
     assert answered, seen.decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 0, seen.decode(errors="replace")
     assert seen.replace(b"\r\n", b"\n").endswith(b"ran\n")
-    assert _served(warm) == before + 1
+    assert _served(warm) == before
     (decided,) = iter_records(warm.evidence, event="approval_decided")
     assert decided.approver is not None and decided.approver.startswith("terminal:")
 
@@ -379,3 +465,63 @@ def test_the_worker_takes_the_callers_resource_limits(warm: Warm) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130
+
+
+def test_a_client_that_never_says_go_runs_nothing(warm: Warm) -> None:
+    """Accepted is not yet running: a client that gives up (and runs cold) after "accepted" must not
+    get its command run twice."""
+    import socket
+
+    from orchestrator.cli.warm.protocol import FrameReader, send_frame
+
+    marker = warm.workspace / "ran-twice"
+    before = _served(warm)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    cwd = os.open(warm.workspace, os.O_RDONLY | os.O_DIRECTORY)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        conn.connect(str(warm.state / "warm.sock"))
+        request = {
+            "op": "run",
+            "argv": [*warm.run_args("sh", "-c", f"touch {marker.name}")],
+            "env": warm.env,
+            "executable": sys.executable,
+            "umask": 0o022,
+            "rlimits": {},
+            "ignored_signals": [],
+        }
+        send_frame(conn, request, [devnull, devnull, devnull, cwd])
+        reply = FrameReader(conn).read(within_s=BOUND_S)
+        assert reply is not None and reply[0].get("accepted") is True
+    finally:
+        conn.close()  # instead of go
+        os.close(cwd)
+        os.close(devnull)
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline and warm.status()["active"]:
+        time.sleep(0.05)
+    assert warm.status()["active"] == 0
+    assert _served(warm) == before
+    assert not marker.exists()
+    assert not warm.evidence.exists()
+
+
+def test_stop_waits_for_running_commands(warm: Warm) -> None:
+    proc = warm.popen(*warm.run_args("sleep", "3"))
+    try:
+        _started_execution(warm)
+        stopped = warm.cli("warm", "stop")
+        assert stopped.returncode == 0
+        assert warm.status()["running"] is False  # no new command is taken
+        _, stderr = proc.communicate(timeout=BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    log = (warm.state / "warm.log").read_text()
+    assert "waiting for 1 running command(s)" in log
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline and "stopped after 1 commands" not in log:
+        time.sleep(0.05)
+        log = (warm.state / "warm.log").read_text()
+    assert "stopped after 1 commands" in log

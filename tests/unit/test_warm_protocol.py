@@ -297,3 +297,114 @@ def test_the_callers_resource_limits_are_taken() -> None:
         assert resource.getrlimit(resource.RLIMIT_CORE) == (0, before[1])
     finally:
         resource.setrlimit(resource.RLIMIT_CORE, before)
+
+
+# -- who is on the other end -------------------------------------------------------------------------------
+
+
+def test_a_state_dir_of_someone_else_is_never_connected_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDBOX_STATE_DIR", str(tmp_path))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "warm.sock"))
+    listener.listen(1)
+    listener.settimeout(0.2)
+    try:
+        for owner, mode in ((65534, 0o700), (os.getuid(), 0o770), (os.getuid(), 0o702)):
+            os.chown(tmp_path, owner, -1)
+            tmp_path.chmod(mode)
+            assert client.run_warm(["--version"]) is None
+            with pytest.raises(TimeoutError):
+                listener.accept()  # nothing even connected
+    finally:
+        os.chown(tmp_path, os.getuid(), -1)
+        tmp_path.chmod(0o700)
+        listener.close()
+
+
+def test_a_server_of_another_uid_gets_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    monkeypatch.setenv("SANDBOX_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(client, "peer_credentials", lambda conn: (1, os.getuid() + 4242, 0))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "warm.sock"))
+    listener.listen(1)
+    received: list[bytes] = []
+
+    def listen() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(5)
+            received.append(conn.recv(65536))
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    try:
+        assert client.run_warm(["run", "--", "true"]) is None
+        assert client.query("status") is None
+    finally:
+        thread.join(10)
+        listener.close()
+    assert received == [b""]  # connected, then closed without a byte: no env, no descriptors
+
+
+def test_a_process_has_its_own_identity_and_a_gone_one_none() -> None:
+    from orchestrator.cli.warm.peer import difference, identity
+
+    own = identity(os.getpid())
+    assert {"Uid", "Groups", "CapEff", "NoNewPrivs", "Seccomp", "ns/mnt", "ns/pid", "root"} <= set(own)
+    assert difference(os.getpid(), own) is None
+    assert (
+        difference(os.getpid(), {**own, "CapEff": "0000000000000000x"})
+        == "the caller's CapEff differs from the server's"
+    )
+    gone = difference(2**22 + 1, own)
+    assert gone is not None and gone.startswith("cannot read the caller's credentials")
+
+
+def test_a_trickling_peer_cannot_hold_a_read_past_its_deadline(pair: tuple[socket.socket, socket.socket]) -> None:
+    import threading
+    import time
+
+    a, b = pair
+    stop = threading.Event()
+
+    def trickle() -> None:
+        a.sendall(struct.pack("!I", 100))
+        while not stop.wait(0.05):
+            a.sendall(b" ")
+
+    thread = threading.Thread(target=trickle)
+    thread.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError):
+            FrameReader(b).read(within_s=0.3)
+    finally:
+        stop.set()
+        thread.join()
+    assert time.monotonic() - started < 2
+
+
+def test_a_deeply_nested_frame_is_a_protocol_error(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    body = b"[" * 100_000
+    a.sendall(struct.pack("!I", len(body)) + body)
+    with pytest.raises(ProtocolError, match="malformed frame"):
+        FrameReader(b).read()
+
+
+def test_output_that_cannot_be_written_is_a_failure(tmp_path: Path) -> None:
+    import subprocess
+
+    code = "import os\nfrom orchestrator.cli.output import flush_stdio\nprint('x' * 10)\nos._exit(flush_stdio(0))\n"
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": ""},
+        )
+    assert result.returncode == 120
+    assert result.stderr == "sandboxctl: INTERNAL: cannot write the output: No space left on device\n"

@@ -1,8 +1,10 @@
 """The client half: hand this command to a warm server if one of ours answers, else say so (None) and
 let the caller run it cold. Standard library only, imported on every `sandboxctl` start.
 
-Until the worker accepts, nothing has run and falling back is safe; after that this process only
-relays: signals go to the worker, and the worker's exit status becomes ours.
+Nothing is sent before the server is known to be ours: the state directory belongs to this user and
+is closed to others, and the process listening on the socket runs as this user. Until this client
+says "go", nothing has run and falling back is safe; after that it only relays: signals go to the
+worker, and the worker's exit status becomes ours.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import sys
 
-from orchestrator.cli.warm.protocol import FrameReader, ProtocolError, send_frame, socket_path
+from orchestrator.cli.warm.peer import peer_credentials
+from orchestrator.cli.warm.protocol import RELAYED_SIGNALS, FrameReader, ProtocolError, send_frame, socket_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: this module is on every start's path
@@ -22,7 +26,6 @@ if TYPE_CHECKING:  # annotations only: this module is on every start's path
 
 CONNECT_TIMEOUT_S = 2.0
 DISABLE_ENV = "SANDBOXCTL_WARM"  # "0": never use a warm server
-_RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # the caller's resource limits, which its command would have inherited from a cold start
 RLIMITS = (
     "RLIMIT_NOFILE",
@@ -58,18 +61,50 @@ def _umask() -> int:
     return current
 
 
+def _ours(path: str) -> bool:
+    """The socket's directory belongs to this user and nobody else may write to it (so nobody else
+    can have put a socket there)."""
+    try:
+        st = os.lstat(os.path.dirname(path))
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _connect(path: str) -> socket.socket | None:
+    if not _ours(path):
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(CONNECT_TIMEOUT_S)
+        conn.connect(path)
+        _pid, uid, _gid = peer_credentials(conn)
+    except OSError:
+        conn.close()
+        return None
+    if uid != os.getuid():  # never hand our environment or streams to someone else's process
+        conn.close()
+        return None
+    return conn
+
+
 def run_warm(argv: Sequence[str]) -> int | None:
     """The command's exit status, run by a warm server; None when no server took it."""
     if os.environ.get(DISABLE_ENV) == "0" or (argv and argv[0] == "warm"):
         return None
-    path = socket_path()
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # a terminal on stdin belongs to the foreground job: job control (Ctrl-Z, background reads) and the
+    # approval prompt must act on this process, which they cannot do through a worker
+    if os.isatty(0):
+        return None
+    conn = _connect(socket_path())
+    if conn is None:
+        return None
+    ignored = [int(s) for s in RELAYED_SIGNALS if signal.getsignal(s) is signal.SIG_IGN]
     fds = None
     try:
-        conn.settimeout(CONNECT_TIMEOUT_S)
-        conn.connect(path)
         fds = _descriptors()
         if fds is None:
+            conn.close()
             return None
         request = {
             "op": "run",
@@ -78,41 +113,46 @@ def run_warm(argv: Sequence[str]) -> int | None:
             "executable": sys.executable,
             "umask": _umask(),
             "rlimits": _rlimits(),
+            "ignored_signals": ignored,
         }
         send_frame(conn, request, fds)
         reader = FrameReader(conn)
         reply = reader.read()
-    except (OSError, ProtocolError, ValueError):  # no server, or not one that speaks to us
+        if reply is None or not reply[0].get("accepted"):
+            conn.close()
+            return None
+        send_frame(conn, {"go": True})  # from here on the command is the worker's: no falling back
+    except (OSError, ProtocolError):  # no server, or not one that speaks to us: nothing ran
         conn.close()
         return None
     finally:
         if fds is not None:
             os.close(fds[3])
-    if reply is None or not reply[0].get("accepted"):
-        conn.close()
-        return None
     conn.settimeout(None)
-    return _relay(conn, reader)
+    return _relay(conn, reader, ignored)
 
 
-def _relay(conn: socket.socket, reader: FrameReader) -> int:
+def _relay(conn: socket.socket, reader: FrameReader, ignored: list[int]) -> int:
+    relayed: list[int] = []
+
     def forward(signum: int, _frame: FrameType | None) -> None:
+        relayed.append(signum)
         # not contextlib.suppress: contextlib costs an import on every start
         try:  # noqa: SIM105
             send_frame(conn, {"signal": signum})
         except OSError:
             pass  # the worker is gone: its exit (or the lack of one) ends the loop below
 
-    for signum in _RELAYED:
-        signal.signal(signum, forward)
+    for signum in RELAYED_SIGNALS:
+        if signum not in ignored:
+            signal.signal(signum, forward)
     while True:
         try:
             frame = reader.read()
         except (OSError, ProtocolError):
             frame = None
         if frame is None:
-            sys.stderr.write("sandboxctl: INTERNAL: the warm worker ended without an exit status\n")
-            return 125
+            return _ended_without_status(relayed)
         message, received = frame
         for fd in received:
             os.close(fd)
@@ -121,12 +161,24 @@ def _relay(conn: socket.socket, reader: FrameReader) -> int:
             return code
 
 
+def _ended_without_status(relayed: list[int]) -> int:
+    if relayed:  # the worker died of the signal we passed on: so do we, as a cold start would have
+        signum = relayed[-1]
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return 128 + signum
+    sys.stderr.write("sandboxctl: INTERNAL: the warm worker ended without an exit status\n")
+    return 125
+
+
 def query(op: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, Any] | None:
-    """A server's answer to ``status`` or ``stop``; None when none answers at the socket."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(timeout_s)
+    """A server's answer to ``status`` or ``stop``; None when none of ours answers at the socket."""
+    conn = _connect(socket_path())
+    if conn is None:
+        return None
+    with conn:
         try:
-            conn.connect(socket_path())
+            conn.settimeout(timeout_s)
             send_frame(conn, {"op": op})
             reply = FrameReader(conn).read()
         except (OSError, ProtocolError):

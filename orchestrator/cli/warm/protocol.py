@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import struct
+import time
 
 from orchestrator.domain.statedir import state_dir
 
@@ -17,6 +19,10 @@ if TYPE_CHECKING:  # annotations only: the entry point must not pay for typing's
     from typing import Any
 
 SOCKET_NAME = "warm.sock"
+# the signals a client relays to its worker (others end the client, which the worker sees as its end)
+RELAYED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# AF_UNIX paths: sun_path is 108 bytes with its terminating NUL
+MAX_SOCKET_PATH = 107
 _HEADER = struct.Struct("!I")
 # argv and the environment of one command; a frame larger than this is a broken peer
 MAX_FRAME = 4 * 1024 * 1024
@@ -47,10 +53,13 @@ class FrameReader:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._buffer = bytearray()
+        self._deadline: float | None = None
 
-    def read(self) -> tuple[dict[str, Any], list[int]] | None:
-        """The next frame and the descriptors that came with it; None at a clean end of stream."""
+    def read(self, *, within_s: float | None = None) -> tuple[dict[str, Any], list[int]] | None:
+        """The next frame and the descriptors that came with it; None at a clean end of stream.
+        ``within_s``: the whole frame must arrive by then (TimeoutError), however it trickles in."""
         fds: list[int] = []
+        self._deadline = None if within_s is None else time.monotonic() + within_s
         try:
             while len(self._buffer) < _HEADER.size:
                 if not self._fill(fds):
@@ -69,12 +78,19 @@ class FrameReader:
             if not isinstance(message, dict):
                 raise ProtocolError("a frame is a JSON object")
             return message, fds
-        except (ProtocolError, ValueError) as err:
+        except BaseException as err:
             for fd in fds:
                 os.close(fd)
-            raise ProtocolError(f"malformed frame: {err}") from None
+            if isinstance(err, (ValueError, RecursionError)):  # not JSON, or nested beyond reason
+                raise ProtocolError(f"malformed frame: {type(err).__name__}") from None
+            raise
 
     def _fill(self, fds: list[int]) -> bool:
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the peer did not send a whole frame in time")
+            self._sock.settimeout(left)
         data, received, _flags, _addr = socket.recv_fds(self._sock, 64 * 1024, MAX_FDS)
         fds.extend(received)
         self._buffer += data

@@ -24,7 +24,6 @@ import pkgutil
 import signal
 import socket
 import stat
-import struct
 import sys
 import time
 from pathlib import Path
@@ -32,13 +31,14 @@ from typing import Any
 
 import orchestrator
 from orchestrator.cli.warm.fingerprint import code_fingerprint
-from orchestrator.cli.warm.protocol import FrameReader, ProtocolError, send_frame
+from orchestrator.cli.warm.peer import difference, identity, peer_credentials
+from orchestrator.cli.warm.protocol import RELAYED_SIGNALS, FrameReader, ProtocolError, send_frame
 from orchestrator.cli.warm.worker import run_worker
 
 log = logging.getLogger("sandboxctl.warm")
-_PEERCRED = struct.Struct("3i")  # pid, uid, gid
 ACCEPT_TICK_S = 1.0
-REQUEST_READ_TIMEOUT_S = 5.0
+# a client sends its request right after connecting: one that dawdles holds up everyone else
+REQUEST_READ_TIMEOUT_S = 1.0
 
 
 class ServerError(Exception):
@@ -107,6 +107,9 @@ def mismatch(message: dict[str, Any], fds: list[int], *, fingerprint: str) -> st
         return "malformed argv"
     if not isinstance(message.get("umask"), int):
         return "malformed umask"
+    ignored = message.get("ignored_signals", [])
+    if not isinstance(ignored, list) or not all(s in RELAYED_SIGNALS for s in ignored):
+        return "malformed ignored_signals"
     if message.get("executable") != sys.executable:
         return "another interpreter"
     if _startup_env(env) != _startup_env(dict(os.environ)):
@@ -114,11 +117,6 @@ def mismatch(message: dict[str, Any], fds: list[int], *, fingerprint: str) -> st
     if code_fingerprint() != fingerprint:
         return "stale: the code on disk changed since the server started"
     return None
-
-
-def peer_uid(conn: socket.socket) -> int:
-    _pid, uid, _gid = _PEERCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-    return int(uid)
 
 
 def check_state_dir(directory: Path) -> None:
@@ -164,10 +162,13 @@ class Server:
         self.inode = path.stat().st_ino
         self.idle_timeout_s = idle_timeout_s
         self.fingerprint = code_fingerprint()
+        self.identity = identity(os.getpid())
         self.started_unix = time.time()
-        self.served = 0
+        self.served = 0  # commands a worker ran (each reports through the pipe once the client said go)
         self.children: set[int] = set()
         self.stopping = False
+        self._ran_r, self._ran_w = os.pipe()
+        os.set_blocking(self._ran_r, False)
 
     def status(self) -> dict[str, Any]:
         self._reap()
@@ -196,17 +197,19 @@ class Server:
                 continue
             last_activity = time.monotonic()
             with conn:
-                self._handle(conn)
+                try:
+                    self._handle(conn)
+                except Exception as exc:  # one bad client must not end the server
+                    log.warning("dropped a client: %s: %s", type(exc).__name__, exc)
 
     def _handle(self, conn: socket.socket) -> None:
-        uid = peer_uid(conn)
+        pid, uid, _gid = peer_credentials(conn)
         if uid != os.getuid():
             log.warning("refused a connection from uid %d", uid)
             return
-        conn.settimeout(REQUEST_READ_TIMEOUT_S)
         reader = FrameReader(conn)
         try:
-            frame = reader.read()
+            frame = reader.read(within_s=REQUEST_READ_TIMEOUT_S)
         except (OSError, ProtocolError) as exc:
             log.warning("dropped a client: %s", exc)
             return
@@ -221,7 +224,7 @@ class Server:
                 send_frame(conn, {"ok": True, "pid": os.getpid()})
                 self.stopping = True
             elif op == "run":
-                reason = mismatch(message, fds, fingerprint=self.fingerprint)
+                reason = mismatch(message, fds, fingerprint=self.fingerprint) or difference(pid, self.identity)
                 if reason is None:
                     self._fork(conn, reader, message, fds)
                 else:
@@ -231,8 +234,6 @@ class Server:
                         self.stopping = True
             else:
                 send_frame(conn, {"refused": f"unknown op {op!r}"})
-        except OSError as exc:
-            log.warning("a client went away: %s", exc)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -243,17 +244,18 @@ class Server:
             code = 125
             try:
                 self.listener.close()
+                os.close(self._ran_r)
                 conn.settimeout(None)
-                code = run_worker(conn, reader, message, fds)
+                code = run_worker(conn, reader, message, fds, ran_fd=self._ran_w)
             except BaseException as exc:
-                with contextlib.suppress(Exception):
-                    os.write(2, f"sandboxctl: INTERNAL: warm worker: {type(exc).__name__}\n".encode())
+                log.warning("a worker failed: %s", type(exc).__name__)
             finally:
                 os._exit(code)
         self.children.add(pid)
-        self.served += 1
 
     def _reap(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            self.served += len(os.read(self._ran_r, 4096))
         for pid in list(self.children):
             with contextlib.suppress(ChildProcessError):
                 done, _status = os.waitpid(pid, os.WNOHANG)
@@ -267,13 +269,27 @@ class Server:
             if self.path.stat().st_ino == self.inode:  # never remove a successor's socket
                 self.path.unlink()
 
+    def wait_for_workers(self) -> None:
+        """Running commands finish on their own; the server outlives them so that they are reaped."""
+        if self.children:
+            log.info("waiting for %d running command(s)", len(self.children))
+        for pid in list(self.children):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            self.children.discard(pid)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestrator.cli.warm.server")
     parser.add_argument("--socket", required=True, type=Path)
     parser.add_argument("--idle-timeout", type=float, default=None, metavar="S")
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s warm[%(process)d] %(message)s")
+    # on a descriptor of its own: a worker's fd 2 becomes its client's stderr, the log must not follow
+    handler = logging.StreamHandler(os.fdopen(os.dup(2), "a", buffering=1))  # the log file, or a terminal
+    handler.setFormatter(logging.Formatter("%(asctime)s warm[%(process)d] %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # detached: a closing terminal is not a stop
     started = time.monotonic()
     gc.disable()
@@ -299,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.serve_forever()
     finally:
-        server.close()
+        server.close()  # no new command from here on
+        server.wait_for_workers()
+        server._reap()
         log.info("stopped after %d commands", server.served)
     return 0
 
