@@ -14,6 +14,8 @@ from pydantic import BaseModel, ValidationError
 from orchestrator.domain.errors import ConfigInvalid
 
 M = TypeVar("M", bound=BaseModel)
+# libyaml's parser when PyYAML was built with it (the wheels are): the same nodes and marks, ~10x faster
+_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Located:
@@ -21,6 +23,8 @@ class _Located:
 
     def __init__(self) -> None:
         self.lines: dict[tuple[str | int, ...], int] = {}
+        # PyYAML's safe constructor: the same types safe_load gives (an empty value is None)
+        self._constructor = yaml.constructor.SafeConstructor()
 
     def build(self, node: yaml.Node, path: tuple[str | int, ...]) -> Any:
         self.lines[path] = node.start_mark.line + 1
@@ -39,10 +43,8 @@ class _Located:
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
         return self._scalar(node)
 
-    @staticmethod
-    def _scalar(node: yaml.Node) -> Any:
-        # PyYAML's safe constructor: the same types safe_load gives (an empty value is None)
-        return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+    def _scalar(self, node: yaml.Node) -> Any:
+        return self._constructor.construct_object(node, deep=True)
 
     def line_for(self, loc: tuple[str | int, ...]) -> int | None:
         # the deepest known ancestor of the failing field
@@ -60,11 +62,19 @@ class _DuplicateKey(Exception):
         self.line = line
 
 
+def _compose(text: str) -> yaml.Node | None:
+    try:
+        return yaml.compose(text, Loader=_FAST_LOADER)
+    except yaml.YAMLError:
+        # say what is wrong as PyYAML's own parser does (its messages are the clearer ones)
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
 def parse_yaml(text: str, source: str) -> tuple[Any, _Located]:
     """Parse one YAML document safely, keeping line numbers. Raises CONFIG.INVALID."""
     located = _Located()
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = _compose(text)
         data = None if node is None else located.build(node, ())
     except _DuplicateKey as dup:
         raise ConfigInvalid(

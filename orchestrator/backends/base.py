@@ -116,6 +116,10 @@ class SandboxBackend(Protocol):
     """Async; every method may raise SandboxUnavailable / SandboxStartFailed (with the engine's payload
     in ``details``), never a client library's own exception."""
 
+    def prepare(self) -> None:
+        """Begin connecting to the engine in the background (a speed-up only: never raises; what
+        fails is reported by the first real call)."""
+
     async def info(self) -> BackendInfo: ...
 
     def events(self, execution_id: str | None = None) -> AsyncGenerator[LifecycleEvent, None]:

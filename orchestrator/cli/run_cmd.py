@@ -98,6 +98,7 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
             if signal.getsignal(signum) is not signal.SIG_IGN:
                 asyncio.get_running_loop().add_signal_handler(signum, task.cancel)
 
+    backend: DockerBackend | None = None
     try:
         workspace = Path(args.workspace or os.getcwd()).resolve()
         raw = request_from_args(args)
@@ -107,14 +108,18 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
             raw["timeout_ms"] = max(1, round(args.timeout * 1000))
         if not workspace.is_dir():
             raise InputInvalid(f"workspace {workspace} is not a directory")
+        backend = DockerBackend()
+        backend.prepare()  # the engine connection is set up while the gate decides
         orch = build_orchestrator(
             Path(args.config) if args.config else None,
             workspace=workspace,
             evidence_path=Path(args.evidence) if args.evidence else None,
-            backend=DockerBackend(),
+            backend=backend,
             profiles=ProfileRegistry(),
         )
     except OrchestratorError as err:
+        if backend is not None:
+            await backend.close()
         return _report(args, err, None)
     try:
         try:

@@ -224,10 +224,22 @@ class DockerBackend:
     def _connect(self) -> EngineClient:
         with self._client_lock:
             if self._client is None:
-                self._client = EngineClient.connect(
-                    self._endpoint.url, tls_from_env=self._endpoint.source == "DOCKER_HOST"
-                )
+                client = EngineClient.connect(self._endpoint.url, tls_from_env=self._endpoint.source == "DOCKER_HOST")
+                if self._closed:  # closed while connecting (see prepare): nobody would close it later
+                    client.close()
+                    raise EngineError("unreachable", "connect", "the backend was closed")
+                self._client = client
             return self._client
+
+    def prepare(self) -> None:
+        """Start connecting (client set-up, API version negotiation) on a backend thread now, so that
+        the first real call does not wait for it; a failure is left for that call to report."""
+        if self._client is None and not self._closed:
+            self._pool().submit(self._connect_quietly)
+
+    def _connect_quietly(self) -> None:
+        with contextlib.suppress(EngineError):
+            self._connect()
 
     async def _engine(self) -> EngineClient:
         if self._closed:
