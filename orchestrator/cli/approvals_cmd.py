@@ -40,13 +40,11 @@ def _store(args: argparse.Namespace) -> Any:
 
     from orchestrator.approvals.queue import ApprovalStore
     from orchestrator.service.config import load_config
-    from orchestrator.service.factory import state_dir
+    from orchestrator.service.factory import queue_path
 
     if args.db:
         return ApprovalStore(Path(args.db))
-    config = load_config(Path(args.config) if args.config else None)
-    path = config.approvals.queue_path
-    return ApprovalStore(Path(path) if path else state_dir() / "approvals.db")
+    return ApprovalStore(queue_path(load_config(Path(args.config) if args.config else None)))
 
 
 def _list(args: argparse.Namespace) -> int:

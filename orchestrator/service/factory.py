@@ -25,13 +25,17 @@ def state_dir() -> Path:
     return default_evidence_path().parent
 
 
+def queue_path(config: OrchestratorConfig) -> Path:
+    section = config.approvals
+    return (Path(section.queue_path) if section.queue_path else state_dir() / "approvals.db").resolve()
+
+
 def approval_provider(config: OrchestratorConfig) -> ApprovalProvider | None:
     section = config.approvals
     if section.provider == "rules":
         return RuleApprover(RuleApprovalsConfig(rules=section.rules, default=section.default))
     if section.provider == "queue":
-        path = Path(section.queue_path) if section.queue_path else state_dir() / "approvals.db"
-        return QueueApprover(ApprovalStore(path))
+        return QueueApprover(ApprovalStore(queue_path(config)))
     if section.provider in ("terminal", "auto"):
         try:
             return TerminalApprover()
@@ -62,4 +66,5 @@ def build_orchestrator(
         backend=backend,
         profiles=profiles,
         caps=config.caps,
+        own_state=(queue_path(config),) if config.approvals.provider == "queue" else (),
     )

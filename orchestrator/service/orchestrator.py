@@ -94,8 +94,11 @@ class Orchestrator:
         backend: SandboxBackend | None = None,
         profiles: ProfileRegistry | None = None,
         caps: ProfileCaps | None = None,
+        own_state: tuple[Path, ...] = (),
     ) -> None:
         self.gate = Gate(policy, workspace=workspace)
+        # what no workspace may contain, beside the state dirs and the evidence file (e.g. the queue db)
+        self.own_state = own_state
         self.evidence = evidence
         self.approvals = approvals
         self.grants = grants or SessionGrants()
@@ -308,7 +311,8 @@ class Orchestrator:
         execution_id = auth.execution_id
         workspace = Path(workspace).resolve()  # the engine takes absolute bind sources only
         try:
-            check_workspace(workspace, own_state=(state_dir(), self.evidence.path))
+            # this run's state dir, the default one (another run may use it), the evidence, the rest
+            check_workspace(workspace, own_state=(state_dir(), state_dir({}), self.evidence.path, *self.own_state))
             refuse_unavailable_escalations(request)
             profile = self.profiles.resolve(
                 request.profile or self.gate.default_profile,

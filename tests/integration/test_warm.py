@@ -300,7 +300,7 @@ def test_a_caller_in_other_namespaces_runs_cold(warm: Warm) -> None:
     )
     assert result.returncode == 0 and result.stdout == "sandboxctl 0.1.0\n", result.stderr
     assert _served(warm) == before
-    assert "ran nothing: the caller's ns/" in (warm.state / "warm.log").read_text()
+    assert "refused a connection: the caller's ns/" in (warm.state / "warm.log").read_text()
 
 
 def test_a_caller_without_the_servers_groups_runs_cold(warm: Warm) -> None:
@@ -318,7 +318,7 @@ def test_a_caller_without_the_servers_groups_runs_cold(warm: Warm) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert _served(warm) == before
-    assert "ran nothing: the caller's Groups differs" in (warm.state / "warm.log").read_text()
+    assert "refused a connection: the caller's Groups differs" in (warm.state / "warm.log").read_text()
 
 
 def test_a_workspace_holding_the_state_is_refused(warm: Warm) -> None:
@@ -328,6 +328,51 @@ def test_a_workspace_holding_the_state_is_refused(warm: Warm) -> None:
     error = json.loads(result.stdout)["error"]
     assert error["code"] == "INPUT.INVALID"
     assert "own state" in error["message"]
+
+
+def test_a_queue_db_inside_the_workspace_is_refused(warm: Warm) -> None:
+    """A sandbox must not be able to answer the approval queue (relative paths count from the caller)."""
+    config = warm.state / "queue.yaml"
+    config.write_text("approvals:\n  provider: queue\n  queue_path: approvals.db\n")
+    result = warm.cli("run", "--json", "--config", str(config), "--", "true")
+    assert result.returncode == 2, result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "INPUT.INVALID"
+    assert str(warm.workspace / "approvals.db") in error["message"]
+
+
+def test_a_listener_in_other_namespaces_gets_nothing_from_a_client(warm: Warm) -> None:
+    """What a sandbox of the caller's uid that planted a socket would be: the client sends it nothing
+    (no environment, no descriptors) and runs cold."""
+    unshare = shutil.which("unshare")
+    if unshare is None or os.getuid() != 0:
+        pytest.skip("needs root and unshare")
+    state = warm.state / "planted"
+    state.mkdir(mode=0o700)
+    sock = state / "warm.sock"
+    listener_code = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)\n"
+        "print('ready', flush=True)\n"
+        "c, _ = s.accept(); c.settimeout(10)\n"
+        "print(repr(c.recv(65536)), flush=True)\n"
+    )
+    listener = subprocess.Popen(
+        [unshare, "--mount", "--uts", sys.executable, "-c", listener_code, str(sock)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert listener.stdout is not None and listener.stdout.readline().strip() == "ready"
+        result = warm.cli(
+            *warm.run_args("true"), env={**warm.env, "SANDBOX_STATE_DIR": str(state), "SECRET_VALUE": "hunter2"}
+        )
+        received, _ = listener.communicate(timeout=BOUND_S)
+    finally:
+        if listener.poll() is None:
+            listener.kill()
+    assert result.returncode == 0, result.stderr  # ran cold
+    assert received.strip() == "b''"  # connected, checked, closed: not a byte sent
 
 
 def test_an_ignored_hangup_stays_ignored(warm: Warm) -> None:

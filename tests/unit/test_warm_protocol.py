@@ -348,18 +348,36 @@ def test_a_server_of_another_uid_gets_nothing(tmp_path: Path, monkeypatch: pytes
     assert received == [b""]  # connected, then closed without a byte: no env, no descriptors
 
 
-def test_a_process_has_its_own_identity_and_a_gone_one_none() -> None:
-    from orchestrator.cli.warm.peer import difference, identity
+def test_the_peer_is_compared_with_this_process(pair: tuple[socket.socket, socket.socket]) -> None:
+    from orchestrator.cli.warm.peer import identity, peer_difference
 
     own = identity(os.getpid())
-    assert {"Uid", "Groups", "CapEff", "NoNewPrivs", "Seccomp", "ns/mnt", "ns/pid", "root"} <= set(own)
-    assert difference(os.getpid(), own) is None
-    assert (
-        difference(os.getpid(), {**own, "CapEff": "0000000000000000x"})
-        == "the caller's CapEff differs from the server's"
-    )
-    gone = difference(2**22 + 1, own)
-    assert gone is not None and gone.startswith("cannot read the caller's credentials")
+    assert {"Uid", "Groups", "CapEff", "NoNewPrivs", "Seccomp", "ns/mnt", "ns/pid", "root", "lsm"} <= set(own)
+    _, b = pair  # the peer is this very process
+    assert peer_difference(b, own, role="caller") is None
+    assert peer_difference(b, {**own, "CapEff": "0"}, role="caller") == "the caller's CapEff differs"
+    assert peer_difference(b, {**own, "ns/mnt": "mnt:[1]"}, role="server") == "the server's ns/mnt differs"
+
+
+def test_a_peer_gone_before_it_is_looked_at_is_refused(tmp_path: Path) -> None:
+    """Its pid may already belong to another process: nothing read by pid may count."""
+    import subprocess
+
+    from orchestrator.cli.warm.peer import identity, peer_difference
+
+    path = str(tmp_path / "s")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    try:
+        code = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({path!r})"
+        subprocess.run([sys.executable, "-c", code], check=True)  # connects, then exits
+        conn, _ = listener.accept()
+        with conn:
+            reason = peer_difference(conn, identity(os.getpid()), role="caller")
+    finally:
+        listener.close()
+    assert reason is not None and reason.startswith("cannot"), reason
 
 
 def test_a_trickling_peer_cannot_hold_a_read_past_its_deadline(pair: tuple[socket.socket, socket.socket]) -> None:

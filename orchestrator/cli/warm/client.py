@@ -15,7 +15,7 @@ import socket
 import stat
 import sys
 
-from orchestrator.cli.warm.peer import peer_credentials
+from orchestrator.cli.warm.peer import identity, peer_credentials, peer_difference
 from orchestrator.cli.warm.protocol import RELAYED_SIGNALS, FrameReader, ProtocolError, send_frame, socket_path
 
 TYPE_CHECKING = False
@@ -82,7 +82,13 @@ def _connect(path: str) -> socket.socket | None:
     except OSError:
         conn.close()
         return None
-    if uid != os.getuid():  # never hand our environment or streams to someone else's process
+    # never hand our environment or streams to another user's process, nor to a confined one of ours
+    # (a sandbox running as our uid could have put a socket in a state dir it can write to)
+    try:
+        refused = uid != os.getuid() or peer_difference(conn, identity(os.getpid()), role="server") is not None
+    except OSError:
+        refused = True
+    if refused:
         conn.close()
         return None
     return conn

@@ -9,10 +9,12 @@ confinement are the server's own; anyone else runs cold, as itself.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import struct
 
 _PEERCRED = struct.Struct("iII")  # pid, uid, gid
+SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)  # Linux 6.5; Python 3.11 lacks the name
 _STATUS_FIELDS = (
     "Uid",
     "Gid",
@@ -53,13 +55,37 @@ def identity(pid: int) -> dict[str, str]:
     return found
 
 
-def difference(pid: int, own: dict[str, str]) -> str | None:
-    """The first way ``pid`` differs from ``own`` (the server's identity), or None."""
+def _pidfd(conn: socket.socket, pid: int) -> int:
+    """A descriptor of the very process at the other end: the kernel's own (SO_PEERPIDFD) where it
+    has one, else one opened now (which a peer that already exited cannot pass, see peer_difference)."""
     try:
-        theirs = identity(pid)
+        return int(conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD))
+    except OSError:
+        return os.pidfd_open(pid)
+
+
+def peer_difference(conn: socket.socket, own: dict[str, str], *, role: str) -> str | None:
+    """The first way the process at the other end of ``conn`` differs from ``own`` (this process's
+    identity), or None. ``role`` names it in the reason ("caller", "server").
+
+    /proc is read by pid, and a pid can be reused once its process is gone: the peer's pidfd, taken
+    before and checked alive after the read, proves the read was of the peer itself."""
+    pid, _uid, _gid = peer_credentials(conn)
+    if pid <= 0:  # in a pid namespace this one cannot see into
+        return f"the {role} is in another pid namespace"
+    try:
+        pidfd = _pidfd(conn, pid)
     except OSError as exc:
-        return f"cannot read the caller's credentials: {exc.strerror or exc}"
+        return f"cannot follow the {role}'s process: {exc.strerror or exc}"
+    try:
+        try:
+            theirs = identity(pid)
+            signal.pidfd_send_signal(pidfd, 0)  # still the same, living process
+        except OSError as exc:
+            return f"cannot read the {role}'s credentials: {exc.strerror or exc}"
+    finally:
+        os.close(pidfd)
     for key, value in own.items():
         if theirs.get(key) != value:
-            return f"the caller's {key} differs from the server's"
+            return f"the {role}'s {key} differs"
     return None

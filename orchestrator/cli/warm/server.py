@@ -31,7 +31,7 @@ from typing import Any
 
 import orchestrator
 from orchestrator.cli.warm.fingerprint import code_fingerprint
-from orchestrator.cli.warm.peer import difference, identity, peer_credentials
+from orchestrator.cli.warm.peer import identity, peer_credentials, peer_difference
 from orchestrator.cli.warm.protocol import RELAYED_SIGNALS, FrameReader, ProtocolError, send_frame
 from orchestrator.cli.warm.worker import run_worker
 
@@ -203,9 +203,14 @@ class Server:
                     log.warning("dropped a client: %s: %s", type(exc).__name__, exc)
 
     def _handle(self, conn: socket.socket) -> None:
-        pid, uid, _gid = peer_credentials(conn)
+        _pid, uid, _gid = peer_credentials(conn)
         if uid != os.getuid():
             log.warning("refused a connection from uid %d", uid)
+            return
+        # every op, status and stop too: a confined process of this uid gets nothing from here
+        refused = peer_difference(conn, self.identity, role="caller")
+        if refused is not None:
+            log.warning("refused a connection: %s", refused)
             return
         reader = FrameReader(conn)
         try:
@@ -224,7 +229,7 @@ class Server:
                 send_frame(conn, {"ok": True, "pid": os.getpid()})
                 self.stopping = True
             elif op == "run":
-                reason = mismatch(message, fds, fingerprint=self.fingerprint) or difference(pid, self.identity)
+                reason = mismatch(message, fds, fingerprint=self.fingerprint)
                 if reason is None:
                     self._fork(conn, reader, message, fds)
                 else:

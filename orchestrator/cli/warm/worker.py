@@ -103,7 +103,10 @@ class _Client:
                 frame = None
             if frame is None:  # the client is gone: nobody waits for this command any more
                 if not self.done.is_set():
-                    os.kill(os.getpid(), signal.SIGTERM)
+                    # as SIGTERM (a run cancels, its sandbox removed); where the caller ignored SIGTERM,
+                    # as a cold start killed with its caller: SIGKILL (the next start collects the orphan)
+                    ignored = signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+                    os.kill(os.getpid(), signal.SIGKILL if ignored else signal.SIGTERM)
                 return
             message, fds = frame
             for fd in fds:
