@@ -240,6 +240,8 @@ def test_a_sigkilled_client_ends_its_command_and_the_sandbox_goes(warm: Warm) ->
     assert failed.error_code == "EXECUTION.CANCELLED"
     assert not [s for s in list_managed() if s.execution_id == execution_id]
     assert verify(warm.evidence).ok
+    while time.monotonic() < deadline and warm.status()["active"]:  # the worker exits after its record
+        time.sleep(0.05)
     assert warm.status()["active"] == 0
 
 
