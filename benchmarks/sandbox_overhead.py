@@ -329,7 +329,8 @@ def docker_run_argv(docker: str, profile: ResolvedProfile, workspace: Path, secc
 
 def timed(argv: list[str], env: dict[str, str], *, expect: int | None = 0) -> float:
     began = time.perf_counter()
-    done = subprocess.run(argv, env=env, capture_output=True, cwd=ROOT, check=False)
+    # stdin from /dev/null, as an agent's or a CI job's: a terminal on stdin makes sandboxctl run cold
+    done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, cwd=ROOT, check=False)
     elapsed = time.perf_counter() - began
     if expect is not None and done.returncode != expect:
         raise RuntimeError(f"{argv[:3]}... exited {done.returncode}: {done.stderr.decode(errors='replace')[-400:]}")
