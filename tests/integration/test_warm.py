@@ -286,14 +286,22 @@ def test_another_user_is_not_served(warm: Warm) -> None:
     assert "refused a connection from uid 65534" in (warm.state / "warm.log").read_text()
 
 
-def test_a_caller_in_other_namespaces_runs_cold(warm: Warm) -> None:
-    """What a sandboxed process of the same uid would be: the server refuses it (the client runs cold)."""
-    unshare = shutil.which("unshare")
-    if unshare is None or os.getuid() != 0:
-        pytest.skip("needs root and unshare")
+@pytest.mark.parametrize(
+    ("wrapper", "reason"),
+    [
+        # what a sandboxed process of the same uid would be
+        (["unshare", "--mount", "--uts"], "the caller's ns/"),
+        (["setpriv", "--groups=4242"], "the caller's Groups differs"),
+    ],
+    ids=["other-namespaces", "other-groups"],
+)
+def test_a_caller_with_other_credentials_or_confinement_runs_cold(warm: Warm, wrapper: list[str], reason: str) -> None:
+    tool = shutil.which(wrapper[0])
+    if tool is None or os.getuid() != 0:
+        pytest.skip(f"needs root and {wrapper[0]}")
     before = _served(warm)
     result = subprocess.run(
-        [unshare, "--mount", "--uts", SANDBOXCTL, "--version"],
+        [tool, *wrapper[1:], SANDBOXCTL, "--version"],
         capture_output=True,
         text=True,
         timeout=BOUND_S,
@@ -302,25 +310,7 @@ def test_a_caller_in_other_namespaces_runs_cold(warm: Warm) -> None:
     )
     assert result.returncode == 0 and result.stdout == "sandboxctl 0.1.0\n", result.stderr
     assert _served(warm) == before
-    assert "refused a connection: the caller's ns/" in (warm.state / "warm.log").read_text()
-
-
-def test_a_caller_without_the_servers_groups_runs_cold(warm: Warm) -> None:
-    setpriv = shutil.which("setpriv")
-    if setpriv is None or os.getuid() != 0:
-        pytest.skip("needs root and setpriv")
-    before = _served(warm)
-    result = subprocess.run(
-        [setpriv, "--groups=4242", SANDBOXCTL, "--version"],
-        capture_output=True,
-        text=True,
-        timeout=BOUND_S,
-        env=warm.env,
-        cwd=warm.workspace,
-    )
-    assert result.returncode == 0, result.stderr
-    assert _served(warm) == before
-    assert "refused a connection: the caller's Groups differs" in (warm.state / "warm.log").read_text()
+    assert f"refused a connection: {reason}" in (warm.state / "warm.log").read_text()
 
 
 def test_a_workspace_holding_the_state_is_refused(warm: Warm) -> None:
