@@ -544,7 +544,7 @@ def test_a_client_that_never_says_go_runs_nothing(warm: Warm) -> None:
 
 
 def test_stop_waits_for_running_commands(warm: Warm) -> None:
-    proc = warm.popen(*warm.run_args("sleep", "3"))
+    proc = warm.popen(*warm.run_args("sleep", "10"))  # still running when stop comes, even on a loaded machine
     try:
         _started_execution(warm)
         stopped = warm.cli("warm", "stop")
