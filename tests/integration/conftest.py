@@ -3,47 +3,15 @@ left on it when the session ends (other runs may share the engine: only this run
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
+from engine_helpers import list_managed
 
 from orchestrator.backends.base import ManagedSandbox
-from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.service.launch import owner_label
-
-
-def run_async(coro: Any) -> Any:
-    """Run ``coro`` to completion on a private loop in another thread: safe from sync fixtures, whatever
-    loop pytest-asyncio has (or has not) set for the tests."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
-async def _list_managed() -> list[ManagedSandbox]:
-    backend = DockerBackend()
-    try:
-        return await backend.list_managed()
-    finally:
-        await backend.close()
-
-
-def list_managed(attempts: int = 10) -> list[ManagedSandbox]:
-    """The engine's sandboxes with our labels; retried while the engine is briefly unavailable (another
-    run's fault tests may restart a shared engine)."""
-    for attempt in range(attempts):
-        try:
-            return run_async(_list_managed())  # type: ignore[no-any-return]
-        except SandboxUnavailable:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(1)
-    raise AssertionError("unreachable")
 
 
 class RunSandboxes:

@@ -5,7 +5,6 @@ cold instead of wrong."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -20,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_helpers import list_managed
 
-from orchestrator.backends.base import ManagedSandbox
-from orchestrator.backends.docker import DockerBackend
 from orchestrator.evidence import iter_records, verify
 
 pytestmark = pytest.mark.integration
@@ -38,17 +36,6 @@ approvals:
   provider: rules
   default: approved  # these tests are about the way in, not about the policy
 """
-
-
-def list_managed() -> list[ManagedSandbox]:
-    async def listed() -> list[ManagedSandbox]:
-        backend = DockerBackend()
-        try:
-            return await backend.list_managed()
-        finally:
-            await backend.close()
-
-    return asyncio.run(listed())
 
 
 @dataclass

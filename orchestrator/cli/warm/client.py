@@ -12,11 +12,17 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import stat
 import sys
 
 from orchestrator.cli.warm.peer import identity, peer_credentials, peer_difference
-from orchestrator.cli.warm.protocol import RELAYED_SIGNALS, FrameReader, ProtocolError, send_frame, socket_path
+from orchestrator.cli.warm.protocol import (
+    RELAYED_SIGNALS,
+    FrameReader,
+    ProtocolError,
+    send_frame,
+    socket_path,
+    state_dir_problem,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: this module is on every start's path
@@ -61,18 +67,8 @@ def _umask() -> int:
     return current
 
 
-def _ours(path: str) -> bool:
-    """The socket's directory belongs to this user and nobody else may write to it (so nobody else
-    can have put a socket there)."""
-    try:
-        st = os.lstat(os.path.dirname(path))
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-
-
 def _connect(path: str) -> socket.socket | None:
-    if not _ours(path):
+    if state_dir_problem(os.path.dirname(path)) is not None:
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import struct
 import time
 
@@ -31,6 +32,22 @@ MAX_FDS = 8
 
 class ProtocolError(Exception):
     """The peer sent something that is not a frame of this protocol (or went away mid-frame)."""
+
+
+def state_dir_problem(directory: str) -> str | None:
+    """Why the socket's directory cannot be trusted, or None: it must be a real directory (not a
+    link) of this user that nobody else may write to, so nobody else can have put a socket there."""
+    try:
+        st = os.lstat(directory)
+    except OSError as exc:
+        return f"{directory}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{directory} is not a directory"
+    if st.st_uid != os.getuid():
+        return f"{directory} belongs to uid {st.st_uid}, not to this user"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{directory} is writable by others: chmod 700 it"
+    return None
 
 
 def socket_path(environ: Mapping[str, str] | None = None) -> str:

@@ -23,7 +23,6 @@ import os
 import pkgutil
 import signal
 import socket
-import stat
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 import orchestrator
 from orchestrator.cli.warm.fingerprint import code_fingerprint
 from orchestrator.cli.warm.peer import identity, peer_credentials, peer_difference
-from orchestrator.cli.warm.protocol import RELAYED_SIGNALS, FrameReader, ProtocolError, send_frame
+from orchestrator.cli.warm.protocol import RELAYED_SIGNALS, FrameReader, ProtocolError, send_frame, state_dir_problem
 from orchestrator.cli.warm.worker import run_worker
 
 log = logging.getLogger("sandboxctl.warm")
@@ -122,11 +121,9 @@ def mismatch(message: dict[str, Any], fds: list[int], *, fingerprint: str) -> st
 def check_state_dir(directory: Path) -> None:
     """The socket's directory: ours and closed to everyone else (or created so)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = directory.stat()
-    if st.st_uid != os.getuid():
-        raise ServerError(f"{directory} belongs to uid {st.st_uid}, not to this user")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ServerError(f"{directory} is writable by others: chmod 700 it")
+    problem = state_dir_problem(str(directory))  # what a client checks before it connects
+    if problem is not None:
+        raise ServerError(problem)
 
 
 def _answers(path: Path) -> bool:

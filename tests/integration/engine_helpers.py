@@ -1,0 +1,40 @@
+"""Engine helpers shared by the integration tests (a module, not a conftest: tests import it)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from orchestrator.backends.base import ManagedSandbox
+from orchestrator.backends.docker import DockerBackend
+from orchestrator.domain.errors import SandboxUnavailable
+
+
+def run_async(coro: Any) -> Any:
+    """Run ``coro`` to completion on a private loop in another thread: safe from sync fixtures, whatever
+    loop pytest-asyncio has (or has not) set for the tests."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def _list_managed() -> list[ManagedSandbox]:
+    backend = DockerBackend()
+    try:
+        return await backend.list_managed()
+    finally:
+        await backend.close()
+
+
+def list_managed(attempts: int = 10) -> list[ManagedSandbox]:
+    """The engine's sandboxes with our labels; retried while the engine is briefly unavailable (another
+    run's fault tests may restart a shared engine)."""
+    for attempt in range(attempts):
+        try:
+            return run_async(_list_managed())  # type: ignore[no-any-return]
+        except SandboxUnavailable:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1)
+    raise AssertionError("unreachable")
