@@ -38,6 +38,11 @@ class Intent(_Frozen):
     argv: list[str] | None = Field(description="The single command's argv when it is simple; else the first one.")
     is_complex: bool = Field(description="True for pipes, chains, substitutions, wrappers, parse failures.")
     reason: str = Field(description="Why it is complex, or 'simple command'.")
+    unseen: list[str] = Field(
+        default_factory=list,
+        description="What the gate could not see of what would run (a request with any is never allowed"
+        " without approval).",
+    )
 
 
 class Risk(_Frozen):

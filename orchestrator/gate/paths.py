@@ -33,12 +33,8 @@ import os
 import posixpath
 import re
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
-
 from orchestrator.domain.sanitized import RiskLevel
-
-if TYPE_CHECKING:
-    from orchestrator.gate.risk import Finding
+from orchestrator.gate.findings import Finding
 
 __all__ = [
     "GLOB_NAMES",
@@ -598,8 +594,6 @@ def assess_paths(
 ) -> list[Finding]:
     """Findings for paths a request touches: a credential path is HIGH; leaving the workspace is
     HIGH, CRITICAL when the target is a system path (``SYSTEM_PREFIXES`` or ``/``)."""
-    from orchestrator.gate.risk import Finding  # noqa: PLC0415 (risk imports this module)
-
     findings: list[Finding] = []
     for path in paths:
         credential = credential_reason(path)

@@ -35,7 +35,7 @@ def test_check_json_is_one_object_and_exit_0(args: list[str], decision: str) -> 
     assert out["decision"] == decision
     assert set(out) >= {"decision", "reason", "matched_rule", "risk", "intent", "approval_key", "sanitized"}
     assert set(out["risk"]) == {"risk_level", "reason"}
-    assert set(out["intent"]) == {"argv", "is_complex", "reason"}
+    assert set(out["intent"]) == {"argv", "is_complex", "reason", "unseen"}
     assert len(out["approval_key"]) == 64
 
 

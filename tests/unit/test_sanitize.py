@@ -67,7 +67,7 @@ def test_sanitized_shape_is_stable() -> None:
         "env_keys": ["K"],
         "tty": False,
         "sandbox_permissions": {"network": False, "writable_root": False, "extra_mounts": []},
-        "intent": {"argv": ["ls"], "is_complex": False, "reason": "simple command"},
+        "intent": {"argv": ["ls"], "is_complex": False, "reason": "simple command", "unseen": []},
         "risk": {"risk_level": "low", "reason": s.risk.reason},
         "context": {"tenant": "t", "subject": "u", "call_id": "c"},
     }
