@@ -748,7 +748,8 @@ def _unwrap(index: int, words: tuple[str, ...], dynamic: tuple[bool, ...], st: W
     if found.leftover:
         # a wrapper whose command could not be found: complex, and its words checked as they are
         st.reasons[f"wrapper '{found.label}' runs another command"] = None
-        st.unanalyzed.extend(found.leftover)
+        for words in found.leftover:
+            _unanalyzed(st, words)
     if found.values:
         st.opaque.append((found.label, tuple(found.values)))
     if not found.inners:
@@ -759,7 +760,7 @@ def _unwrap(index: int, words: tuple[str, ...], dynamic: tuple[bool, ...], st: W
         st.blind(WRAPPERS_TOO_DEEP)
         for inner in found.inners:
             if isinstance(inner, Argv):
-                st.unanalyzed.append(inner.words)
+                _unanalyzed(st, inner.words)
             elif inner.text is not None:
                 st.unanalyzed.extend(_segments(inner.text))
         return []
@@ -789,6 +790,14 @@ def _unwrap(index: int, words: tuple[str, ...], dynamic: tuple[bool, ...], st: W
     return out
 
 
+def _unanalyzed(st: WalkState, words: tuple[str, ...]) -> None:
+    """Keep words the gate could not analyze, and the command words inside any of them that is a
+    quoted command string (``sh -c 'rm -rf x'``), for the denylist."""
+    st.unanalyzed.append(words)
+    for word in words:
+        st.unanalyzed.extend(_inside(word, 0))
+
+
 def _wrapped_chain(st: WalkState, index: int) -> list[int]:
     """``index`` and every command it runs through wrappers (they inherit its input)."""
     chain = [index]
@@ -803,6 +812,9 @@ def _feed(index: int, text: str | None, st: WalkState, depth: int) -> list[int]:
     """A here-document or here-string (``text``; None when it expands) is the input of ``index``:
     where a shell reads its input as commands, they are parsed as what it runs."""
     out: list[int] = []
+    if text is not None and text != FROM_FILE and WRAPPERS_TOO_DEEP in st.unseen:
+        # who reads it was cut off at the nesting limit: its words are checked as they are
+        st.unanalyzed.extend(_segments(text))
     for j in _wrapped_chain(st, index):
         st.stdin[j] = text
         words = st.commands[j]
@@ -819,6 +831,7 @@ def _feed(index: int, text: str | None, st: WalkState, depth: int) -> list[int]:
         finally:
             st.wrap_level -= 1
         st.wraps.extend((j, k) for k in ran)
+        st.from_input.update(ran)
         out += ran
     return out
 
@@ -831,10 +844,33 @@ _SEPARATORS = frozenset(";&|()<>")
 _MAX_SEGMENT_CHARS = 64 * 1024
 
 
-def _segments(text: str) -> list[tuple[str, ...]]:
+def _segments(text: str, depth: int = 0) -> list[tuple[str, ...]]:
     """Best-effort command words of text the parser could not read: split like a shell would at
-    ``; & | ( ) < >``, backticks and newlines. Only for matching the denylist on what is visible."""
-    text = text[:_MAX_SEGMENT_CHARS].replace("`", " ; ").replace("\n", " ; ")
+    ``; & | ( ) < >``, backticks and newlines, and again inside quoted words (a quoted word may be a
+    command string: ``sh -c 'rm -rf x'``). Only for matching the denylist on what is visible."""
+    out = _split_segments(text[:_MAX_SEGMENT_CHARS])
+    if depth < MAX_WRAPPER_DEPTH:
+        for words in list(out):
+            for word in words:
+                out.extend(_inside(word, depth + 1))
+    return out
+
+
+_OPTION_OR_NAME = re.compile(r"-{0,2}[\w.-]+")
+"""What precedes ``=`` in ``--to-command=CMD`` or ``NAME=VALUE``."""
+
+
+def _inside(word: str, depth: int) -> list[tuple[str, ...]]:
+    """The command words inside a word that holds a command string (``'rm -rf x'``, ``--to-command=rm -rf x``)."""
+    head, eq, tail = word.partition("=")
+    value = tail if eq and _OPTION_OR_NAME.fullmatch(head) else word
+    if len(value) > 2 and any(ch in value for ch in " \t\n;&|'\""):
+        return _segments(value, depth)
+    return [(value,)] if value != word else []
+
+
+def _split_segments(text: str) -> list[tuple[str, ...]]:
+    text = text.replace("`", " ; ").replace("\n", " ; ")
     lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|()<>")
     lexer.whitespace_split = True
     lexer.commenters = ""
@@ -866,7 +902,7 @@ def _finish(st: WalkState) -> None:
     fed = {j for _, j in st.flows}
     inherited: dict[int, str | None] = {}
     for i, j in st.wraps:
-        if i in st.stdin and j not in st.stdin:
+        if i in st.stdin and j not in st.stdin and j not in st.from_input:
             inherited[j] = st.stdin[i]
     for j, words in enumerate(st.commands):
         if not words:

@@ -105,10 +105,22 @@ def _glob_program(glob: str) -> str:
 class RequestFacts:
     """What rules look at, computed once per decision (commands parsed once, not once per rule)."""
 
-    __slots__ = ("_joined", "commands", "is_complex", "parsed", "paths", "profile", "risk", "sanitized", "tool")
+    __slots__ = (
+        "_joined",
+        "analysis",
+        "commands",
+        "is_complex",
+        "parsed",
+        "paths",
+        "profile",
+        "risk",
+        "sanitized",
+        "tool",
+    )
 
     def __init__(self, sanitized: SanitizedRequest, analysis: ShellAnalysis | None, profile: str) -> None:
         self.sanitized = sanitized
+        self.analysis = analysis
         self.tool = sanitized.tool
         self.profile = profile
         self.risk = RiskLevel.parse(sanitized.risk.risk_level)

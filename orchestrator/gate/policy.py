@@ -1,7 +1,12 @@
 """The deterministic policy: the same sanitized request and config always give the same decision.
 
-Order: denylist → mode deny → ordered rules (first match wins) → asked escalation → allowlist
-(simple single command) → mode allow → default.
+Order: denylist (also over words the gate could not analyze) → mode deny → ordered rules (first match
+wins) → asked escalation → allowlist (simple single command) → mode allow → default.
+
+The invariant, in every mode: a request is allowed without approval only if the gate established its
+complete intent (``ShellAnalysis.unseen`` is empty, and no program opaque to the gate has a denylisted
+program among its words). Otherwise every allow — rule, allowlist or mode — asks, saying what could
+not be seen.
 An allow — from the allowlist or a rule — never lets through a complex shell string, an escalation,
 a risk above allow_max_risk (unless the rule states its own risk condition) or a program that is
 not named bare or from a trusted directory: those ask.
@@ -20,14 +25,18 @@ from orchestrator.domain.canonical import canonical_sha256
 from orchestrator.domain.decisions import Decision, Mode, PolicyDecision
 from orchestrator.domain.errors import ConfigInvalid
 from orchestrator.domain.sanitized import RiskLevel, SanitizedRequest
-from orchestrator.gate.commands import CommandPattern, ParsedCommand
+from orchestrator.gate.commands import CommandPattern, ParsedCommand, parse_command, program_name
 from orchestrator.gate.config import PolicyRule, SafetyConfig, default_safety_config, load_safety_config
 from orchestrator.gate.intent import ShellAnalysis
 from orchestrator.gate.matching import WILDCARD, Matcher, RequestFacts
 
 log = logging.getLogger(__name__)
 
-POLICY_ENGINE_VERSION = 1
+POLICY_ENGINE_VERSION = 2
+_SUFFIX_WORDS = 256
+"""Words of an unanalyzed sequence a denylist pattern is matched against, from each program name on."""
+_SUFFIX_PARSES = 64
+"""Parses spent per decision on unanalyzed words (what is left unmatched still asks: it is unseen)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,26 @@ class _PatternIndex:
         found = [(i, p) for i, p in self._by_program.get(parsed.program, ()) if p.matches_parsed(parsed)]
         found += [(i, p) for i, p in self._globs if p.matches_parsed(parsed)]
         return min(found, key=lambda item: item[0])[1] if found else None
+
+    def names_program(self, word: str) -> bool:
+        """Whether some pattern's program is the basename of ``word`` (``rm`` for ``/bin/rm``)."""
+        name = program_name((word,))
+        return name in self._by_program or any(p.program_matches(name) for _, p in self._globs)
+
+    def match_in(self, words: tuple[str, ...], budget: list[int]) -> tuple[CommandPattern, tuple[str, ...]] | None:
+        """The first pattern matching ``words`` from any word on (words the gate could not analyze:
+        ``nice nice … rm -rf x`` past the nesting limit). ``budget`` bounds the parses across calls."""
+        for k in range(len(words)):
+            if budget[0] <= 0:
+                return None
+            if not self.names_program(words[k]):
+                continue
+            budget[0] -= 1
+            suffix = words[k : k + _SUFFIX_WORDS]
+            found = self.first_match(parse_command(suffix))
+            if found is not None:
+                return found, suffix
+        return None
 
 
 class Policy:
@@ -117,6 +146,9 @@ class Policy:
         self, facts: RequestFacts, complex_reason: str | None, asked: list[str], *, check_risk: bool
     ) -> str | None:
         """Why an allow must become an ask, or None."""
+        blind = self._blind(facts.analysis)
+        if blind is not None:
+            return blind
         if complex_reason is not None:
             return f"an allow does not cover a complex command ({complex_reason})"
         if asked:
@@ -127,6 +159,35 @@ class Policy:
             untrusted = self._untrusted_program(words[0])
             if untrusted is not None:
                 return f"program {untrusted!r} is not in a trusted directory"
+        return None
+
+    def _blind(self, analysis: ShellAnalysis | None) -> str | None:
+        """Why the gate has not established the request's complete intent, or None. In every mode, a
+        request is allowed without approval only when this is None."""
+        if analysis is None:
+            return None
+        if analysis.unseen:
+            more = f" (and {len(analysis.unseen) - 1} more)" if len(analysis.unseen) > 1 else ""
+            return f"the gate cannot see what would run: {analysis.unseen[0]}{more}"
+        for program, words in analysis.opaque:
+            for word in words:
+                for token in word.split() if any(ch.isspace() for ch in word) else (word,):
+                    if self._deny.names_program(token):
+                        return (
+                            f"'{program}' is opaque to the gate and {token!r} (denylisted) is among its words:"
+                            " what it runs cannot be told"
+                        )
+        return None
+
+    def _denied_unanalyzed(self, analysis: ShellAnalysis | None) -> tuple[CommandPattern, tuple[str, ...]] | None:
+        """A denylist match in words the gate saw but could not analyze as commands."""
+        if analysis is None or not analysis.unanalyzed:
+            return None
+        budget = [_SUFFIX_PARSES]
+        for words in analysis.unanalyzed:
+            found = self._deny.match_in(words, budget)
+            if found is not None:
+                return found
         return None
 
     def _untrusted_program(self, word: str) -> str | None:
@@ -147,6 +208,17 @@ class Policy:
                     f"denylist:{denied.text}",
                     sanitized,
                 )
+
+        hidden = self._denied_unanalyzed(analysis)
+        if hidden is not None:
+            pattern, words = hidden
+            return self._decision(
+                Decision.DENY,
+                f"denylisted: {pattern.text!r} matches {shlex.join(words)[:200]!r} in words the gate could not"
+                " analyze as a command",
+                f"denylist:{pattern.text}",
+                sanitized,
+            )
 
         if self.config.mode is Mode.DENY:
             return self._decision(Decision.DENY, "policy mode is deny", "mode:deny", sanitized)
@@ -185,6 +257,9 @@ class Policy:
                 return self._decision(Decision.ALLOW, f"allowlisted: {allowed.text!r}", label, sanitized)
 
         if self.config.mode is Mode.ALLOW:
+            blind = self._blind(analysis)
+            if blind is not None:
+                return self._decision(Decision.ASK, f"policy mode is allow, but {blind}", "mode:allow", sanitized)
             return self._decision(Decision.ALLOW, "policy mode is allow", "mode:allow", sanitized)
 
         why = f"complex command ({complex_reason})" if complex_reason else "no rule or allowlist entry matched"

@@ -336,6 +336,9 @@ def _git_config(site: _Site) -> None:
         key, _, value = hit.value.partition("=")
         if SAFE_CONFIG.fullmatch(key):
             continue
+        if key.lower() == "core.hookspath":
+            out.blind.append("'git -c core.hooksPath' runs hooks from another directory")
+            continue
         if not COMMAND_CONFIG.fullmatch(key):
             out.blind.append(f"'git -c {key[:60]}' may make git run a program the gate cannot see")
             continue

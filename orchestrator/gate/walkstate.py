@@ -13,6 +13,7 @@ class WalkState:
         "bg",
         "commands",
         "flows",
+        "from_input",
         "opaque",
         "parse_ok",
         "pipes",
@@ -49,6 +50,8 @@ class WalkState:
         self.unseen: dict[str, None] = {}
         self.unanalyzed: list[tuple[str, ...]] = []
         self.opaque: list[tuple[str, tuple[str, ...]]] = []
+        self.from_input: set[int] = set()
+        """Commands parsed out of a here-document a shell reads: they do not inherit it as input."""
         self.stdin: dict[int, str | None] = {}
         """Command index → the here-document or here-string it reads (None: one with expansions)."""
 

@@ -70,7 +70,7 @@ PRIVILEGE: tuple[Program, ...] = (
         ),
         findings=_PRIVILEGE,
     ),
-    Program(names("sudoedit"), "edit files as another user", W, findings=_PRIVILEGE, permute=False, command=None),
+    Program(names("sudoedit"), "edit files as another user", Family.TOOL, findings=_PRIVILEGE),
     Program(
         names("doas"),
         "run a command as another user (OpenBSD)",
@@ -872,7 +872,7 @@ MULTIPLEXERS: tuple[Program, ...] = (
         "GNU parallel: a command (joined, run by a shell) for each input after ':::'; no command: the inputs",
         W,
         options=(
-            *(value(f"-{c}") for c in "aCdEIjLnNPSX"),
+            *(value(f"-{c}") for c in "aCdEIjLnNPS"),
             *(
                 value(long)
                 for long in names(
