@@ -83,6 +83,7 @@ from orchestrator.gate.expansions import (
     note_assignment,
     numeric,
 )
+from orchestrator.gate.paths import MAX_BRACE_WORDS, expand_braces
 from orchestrator.gate.programs import SHELL, Family, lookup, program_name
 from orchestrator.gate.scripts import reads_code_from_input
 from orchestrator.gate.shellwords import (
@@ -168,7 +169,12 @@ def _literal(node: Node, st: WalkState, depth: int, subs: _Subs) -> str | None:
     """The unquoted value of a word node, or None if it contains an expansion."""
     t = node.type
     if t in ("word", "number"):
-        return unescape_word(node_text(node))
+        text = node_text(node)
+        if _BLANK_IN_WORD.search(text):
+            # the grammar read blanks into one word (``{ {``): bash splits there; unreliable
+            st.parse_ok = False
+            st.blind(f"parse error at {position(st.src, *node.start_point)}")
+        return unescape_word(text)
     if t == "raw_string":
         return node_text(node)[1:-1]
     if t in ("string", "translated_string"):
@@ -211,7 +217,9 @@ def _literal(node: Node, st: WalkState, depth: int, subs: _Subs) -> str | None:
                 else:
                     parts.append(value)
         return None if dynamic else "".join(parts)
-    if not node.is_named or t in ("variable_name", "word_content"):
+    if not node.is_named:
+        return unescape_word(node_text(node))  # an unnamed token in a word (``''\\$``): as bash unquotes it
+    if t in ("variable_name", "word_content"):
         return node_text(node)
     # expansions, substitutions, brace expressions, anything else: dynamic
     _scan(node, st, depth, subs)
@@ -296,7 +304,13 @@ def _container(node: Node, st: WalkState, depth: int) -> list[int]:
     out: list[int] = []
     seen_statement = False
     separator = ""
+    previous_end = -1
     for child in node.children:
+        if previous_end >= 0 and child.start_byte - previous_end > 1 and st.src:
+            gap = st.src[previous_end : child.start_byte].replace(b"\\\n", b"")
+            if gap.strip(b" \t\n"):
+                _skipped(child, st)  # text the grammar dropped between statements (``x \  ;``)
+        previous_end = child.end_byte
         if child.is_named:
             if child.type == "comment":
                 continue
@@ -319,7 +333,15 @@ def _container(node: Node, st: WalkState, depth: int) -> list[int]:
                 separator = "&"
                 st.bg += 1
                 st.reasons["background job (&)"] = None
+            elif ct in _CASE_TERMINATORS and node.type != "case_item":
+                # ``;;`` outside a case: bash refuses the whole string (the grammar lets it pass)
+                st.parse_ok = False
+                st.blind(f"parse error at {position(st.src, *child.start_point)}")
     return out
+
+
+_CASE_TERMINATORS = frozenset({";;", ";&", ";;&"})
+_BLANK_IN_WORD = re.compile(r"(?<!\\)[ \t\n]")
 
 
 def _pipeline(node: Node, st: WalkState, depth: int) -> list[int]:
@@ -500,6 +522,7 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
     words: list[str] = []
     dynamic: list[bool] = []
     given: _Input | None = None
+    spans: list[list[int]] = []
     index = -1
     last_end = -1
     word_start = 0
@@ -520,6 +543,7 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
             dynamic.append(value is None)
             word_start = inner.start_byte
             last_end = child.end_byte
+            spans.append([word_start, last_end])
         elif t == "variable_assignment" and index < 0:
             st.reasons["variable assignment"] = None
             note_assignment(child, st)
@@ -548,13 +572,23 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
                     dynamic[-1] = True
                 else:
                     words[-1] += value
+                spans[-1][1] = child.end_byte
             else:
                 words.append(node_text(child) if value is None else value)
                 dynamic.append(value is None)
                 word_start = start
+                spans.append([start, child.end_byte])
             last_end = child.end_byte
     if index < 0:
         return subs.into + subs.out_of
+    for a, b in spans:
+        if _unquoted_blank(src[a:b]):
+            # the grammar read across a blank into one word (``sudo `` id``): bash splits there
+            st.parse_ok = False
+            st.blind(f"parse error at {position(src, *node.start_point)}")
+            st.unanalyzed.extend(_segments(src[a:b].decode("utf-8", "replace")))
+    if any(b"{" in src[a:b] for a, b in spans[1:]):
+        words, dynamic = _brace_expanded(words, dynamic, [src[a:b] for a, b in spans], st)
     command = tuple(words)
     st.commands[index] = command
     builtin_evaluates(command, st, depth, _parse_into)
@@ -568,6 +602,98 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
         out += subs.into
         out += subs.out_of
     return out
+
+
+def _unquoted_blank(text: bytes) -> bool:
+    """A blank outside quotes, substitutions and escapes: where bash ends a word."""
+    quote = 0
+    nest: list[int] = []  # open ``$(``/``${``/backtick, innermost last
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == 0x5C:  # backslash
+            i += 2
+            continue
+        if quote == 0x27:  # inside '…'
+            if ch == 0x27:
+                quote = 0
+        elif ch == 0x60:  # backtick
+            if nest and nest[-1] == 0x60:
+                nest.pop()
+            else:
+                nest.append(0x60)
+        elif ch == 0x24 and i + 1 < n and text[i + 1] in (0x28, 0x7B):  # $( ${
+            nest.append(text[i + 1])
+            i += 1
+        elif ch == 0x28 and i and text[i - 1] == 0x3D and not quote:  # =( an array assignment's list
+            nest.append(0x28)
+        elif nest and ch in (0x29, 0x7D) and nest[-1] == (0x28 if ch == 0x29 else 0x7B):
+            nest.pop()
+        elif ch == 0x22 and not nest:  # "…" at top level
+            quote = 0 if quote else 0x22
+        elif ch == 0x27 and not quote and not nest:
+            quote = 0x27
+        elif ch in (0x20, 0x09, 0x0A) and not quote and not nest:
+            return True
+        i += 1
+    return False
+
+
+def _brace_expanded(
+    words: list[str], dynamic: list[bool], sources: list[bytes], st: WalkState
+) -> tuple[list[str], list[bool]]:
+    """bash expands ``{a,b}`` and ``{1..3}`` in arguments into several words (``rm {-rf,x}`` is
+    ``rm -rf x``): the gate reads them expanded; where it cannot, it says so."""
+    out_words: list[str] = [words[0]]
+    out_dynamic: list[bool] = [dynamic[0]]
+    for word, dyn, source in zip(words[1:], dynamic[1:], sources[1:], strict=True):
+        text = source.decode("utf-8", "replace")
+        if not _brace_expression(text):
+            out_words.append(word)
+            out_dynamic.append(dyn)
+            continue
+        st.reasons["brace expansion"] = None
+        plain = not any(ch in text for ch in "'\"\\$`")  # only the braces made it look dynamic
+        expanded = expand_braces(text, MAX_BRACE_WORDS + 1) if plain else []
+        if not expanded or len(expanded) > MAX_BRACE_WORDS:
+            st.blind("brace expansion the gate cannot expand (quoted or computed parts, or too many words)")
+            out_words.append(word)
+            out_dynamic.append(dyn)
+            continue
+        out_words.extend(expanded)
+        out_dynamic.extend([False] * len(expanded))
+    return out_words, out_dynamic
+
+
+def _brace_expression(text: str) -> bool:
+    """An unquoted ``{…}`` with a ``,`` or ``..`` at its own level (not ``${…}``): bash expands it."""
+    depth = 0
+    found = False
+    quote = ""
+    i = 0
+    opened: list[bool] = []
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == quote:
+                quote = ""
+            elif ch == "\\" and quote == '"':
+                i += 1
+        elif ch == "\\":
+            i += 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "{" and not (i and text[i - 1] == "$"):
+            depth += 1
+            opened.append(False)
+        elif ch == "}" and depth:
+            depth -= 1
+            found = found or opened.pop()
+        elif depth and (ch == "," or text.startswith("..", i)):
+            opened[-1] = True
+        i += 1
+    return found
 
 
 def _skipped(node: Node, st: WalkState) -> None:
@@ -748,8 +874,8 @@ def _unwrap(index: int, words: tuple[str, ...], dynamic: tuple[bool, ...], st: W
     if found.leftover:
         # a wrapper whose command could not be found: complex, and its words checked as they are
         st.reasons[f"wrapper '{found.label}' runs another command"] = None
-        for words in found.leftover:
-            _unanalyzed(st, words)
+        for leftover in found.leftover:
+            _unanalyzed(st, leftover)
     if found.values:
         st.opaque.append((found.label, tuple(found.values)))
     if not found.inners:

@@ -33,6 +33,7 @@ import os
 import posixpath
 import re
 from collections.abc import Iterable, Iterator
+
 from orchestrator.domain.sanitized import RiskLevel
 from orchestrator.gate.findings import Finding
 

@@ -29,7 +29,8 @@ from orchestrator.gate.intent import MAX_WRAPPER_DEPTH, ShellAnalysis, analyze_a
         ("echo 'it'\"'\"'s'", ("echo", "it's")),
         ("echo a'b'\"c\"d", ("echo", "abcd")),
         ("echo '' \"\"", ("echo", "", "")),
-        ("echo *.py ~/x {a,b} [ab]", ("echo", "*.py", "~/x", "{a,b}", "[ab]")),
+        ("echo *.py ~/x [ab]", ("echo", "*.py", "~/x", "[ab]")),
+        ("echo '{a,b}' \\{a,b} {a} ${x:-a,b}", ("echo", "{a,b}", "{a,b}", "{a}", "${x:-a,b}")),
         ("echo a\\\nb", ("echo", "ab")),
         ("\\rm -f x", ("rm", "-f", "x")),
         ("/usr/bin/env", ("/usr/bin/env",)),
@@ -45,6 +46,25 @@ def test_words_are_unquoted(command: str, words: tuple[str, ...]) -> None:
     assert not a.is_complex, a.reason
     assert a.reason == "simple command"
     assert a.parse_ok
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        ("rm {-rf,build}", ("rm", "-rf", "build")),
+        ("cp f{,.bak}", ("cp", "f", "f.bak")),
+        ("echo a{b,c{d,e}}f {1..3} {a..c}", ("echo", "abf", "acdf", "acef", "1", "2", "3", "a", "b", "c")),
+    ],
+)
+def test_brace_expansion_is_read_as_bash_expands_it(command: str, words: tuple[str, ...]) -> None:
+    """bash makes several words of ``{a,b}``: ``rm {-rf,build}`` runs ``rm -rf build``."""
+    a = analyze_shell(command)
+    assert a.commands == (words,) and a.reason == "brace expansion" and not a.unseen
+
+
+@pytest.mark.parametrize("command", ["echo {a,'b c'}", "echo ${x}{a,b}", "echo {a,$(id)}"])
+def test_brace_expansion_the_gate_cannot_expand_is_unseen(command: str) -> None:
+    assert any("brace expansion" in u for u in analyze_shell(command).unseen)
 
 
 @pytest.mark.parametrize(

@@ -57,13 +57,13 @@ def test_every_entry_is_complete(program: Program) -> None:
     for opt in program.options:
         assert opt.spellings, program.names
         for spelling in opt.spellings:
-            assert spelling == "-" or spelling[:1] in ("-", "+") and len(spelling) >= 2, (program.names, spelling)
+            assert spelling == "-" or (spelling[:1] in ("-", "+") and len(spelling) >= 2), (program.names, spelling)
         spellings.extend(opt.spellings)
         if opt.runs is not None or opt.placeholder:
             # what is run is the option's value: the option must take one
             assert opt.takes is not Takes.NONE or opt.runs in (Runs.LOAD,), (program.names, opt.spellings)
         if opt.risk is not None:
-            level, what = opt.risk
+            _, what = opt.risk
             assert what.strip() and not what[0].isupper(), (program.names, opt.spellings)
     assert len(spellings) == len(set(spellings)), f"{program.names}: a spelling is listed twice"
     command = program.command
@@ -156,7 +156,7 @@ def wrapped(draw: st.DrawFn) -> tuple[str, list[str]]:
 @settings(max_examples=800, deadline=None)
 @given(case=wrapped())
 def test_the_command_after_any_known_options_is_found(case: tuple[str, list[str]]) -> None:
-    name, words = case
+    _, words = case
     found = locate(tuple(words), (False,) * len(words))
     assert found is not None, words
     assert not found.leftover and not any("does not know" in b for b in found.blind), (words, found.blind)
@@ -222,7 +222,7 @@ def test_scanner_reads_getopt_spellings() -> None:
     sort = lookup("sort")
     found = scan(sort, ["sort", "-uo", "out", "-k2", "f"])
     assert found.values("--output") == ["out"] and found.values("--key") == ["2"]
-    assert [w for w in (["sort", "-uo", "out", "-k2", "f"][i] for i in found.positionals)] == ["f"]
+    assert [["sort", "-uo", "out", "-k2", "f"][i] for i in found.positionals] == ["f"]
     shell = lookup("bash")
     found = scan(shell, ["bash", "-xo", "pipefail", "-c", "ls"])
     assert found.has("-c") and found.values("-o") == ["pipefail"] and found.end == 4
