@@ -119,16 +119,17 @@ def handle(args: argparse.Namespace) -> int:
         emit_json(result.to_json())
         return 0
     d = result.decision
-    p = printable
+    p = printable  # every line quotes what the request chose: nothing a terminal would act on
     lines = [
         f"decision:     {d.decision.value}",
         f"reason:       {p(d.reason)}",
         f"matched_rule: {p(str(d.matched_rule))}",
-        f"risk:         {d.risk.risk_level} ({p(d.risk.reason)})",
+        f"risk:         {p(d.risk.risk_level)} ({p(d.risk.reason)})",
     ]
     if d.intent is not None:
         argv = p(shlex.join(d.intent.argv)) if d.intent.argv is not None else "-"
-        lines.append(f"intent:       {argv}  [{'complex' if d.intent.is_complex else 'simple'}: {d.intent.reason}]")
+        kind = "complex" if d.intent.is_complex else "simple"
+        lines.append(f"intent:       {argv}  [{kind}: {p(d.intent.reason)}]")
     lines.append(f"approval_key: {result.approval_key}")
     lines.append(f"policy:       {d.policy_version_hash[:16]}")
     print("\n".join(lines))
