@@ -36,7 +36,7 @@ class YamlLimits:
     max_depth: int = 64
     """How deep mappings and sequences nest (aliases expanded)."""
     max_values: int = 100_000
-    """Mappings, sequences and scalars in the document once every alias is expanded."""
+    """Nodes (mappings, sequences, scalars, keys included) in the document once every alias is expanded."""
 
 
 DEFAULT_LIMITS = YamlLimits()

@@ -48,13 +48,14 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def _list(args: argparse.Namespace) -> int:
+    import dataclasses
     import time
 
     from orchestrator.domain.text import printable as p  # what an approver reads: exactly as asked
 
     pending = _store(args).pending()
     if args.json:
-        emit_json([{**p.__dict__, "expires_in_s": round(p.deadline - time.time(), 1)} for p in pending])
+        emit_json([{**dataclasses.asdict(a), "expires_in_s": round(a.deadline - time.time(), 1)} for a in pending])
         return 0
     if not pending:
         print("no pending approvals")

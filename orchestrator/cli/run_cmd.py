@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
-from orchestrator.cli.check_cmd import add_request_arguments, request_from_args
+from orchestrator.cli.check_cmd import add_request_arguments, request_from_args, workspace_from_args
 from orchestrator.cli.output import Subparsers, emit_json, report_error
 
 REFUSED_EXIT = 125
@@ -100,7 +99,7 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
 
     backend: DockerBackend | None = None
     try:
-        workspace = Path(args.workspace or os.getcwd()).resolve()
+        workspace = workspace_from_args(args)
         raw = request_from_args(args)
         if args.timeout is not None:
             if not args.timeout > 0:
