@@ -11,6 +11,7 @@ escape) or holds NUL. Every refusal is CONFIG.INVALID naming file, line and fiel
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -222,11 +223,10 @@ def _bad_character(text: str, position: int, source: str, limits: YamlLimits) ->
     line = text.count("\n", 0, position) + 1
     code = ord(text[position]) if position < len(text) else 0
     cleaned = yaml.reader.Reader.NON_PRINTABLE.sub(" ", text)
-    try:
-        _, located = parse_yaml(cleaned, source, limits)
-        loc = located.field_at(line)
-    except ConfigInvalid:
-        loc = None
+    loc = None
+    if cleaned != text:  # parse it again without them, to learn which field the line belongs to
+        with contextlib.suppress(ConfigInvalid):
+            loc = parse_yaml(cleaned, source, limits)[1].field_at(line)
     return _refuse(source, line, loc, f"the character U+{code:04X} is not allowed in YAML")
 
 

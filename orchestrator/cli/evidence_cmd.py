@@ -62,13 +62,17 @@ def register(subparsers: Subparsers) -> None:
     _add_path(show)
     show.add_argument("--execution-id", metavar="ID", help="only the records of this execution")
     show.add_argument("--event", metavar="E", help="only records of this event (e.g. decision_made)")
-    show.add_argument("--json", action="store_true", help="print the raw JSONL lines")
+    show.add_argument(
+        "--json", action="store_true", help="print the stored JSONL lines (controls and bidi characters as \\uXXXX)"
+    )
     show.set_defaults(handler=_show)
 
     tail = commands.add_parser("tail", help="print the last records (read from the end of the file)")
     _add_path(tail)
     tail.add_argument("-n", "--lines", dest="n", type=_count, default=10, metavar="N", help="how many (default 10)")
-    tail.add_argument("--json", action="store_true", help="print the raw JSONL lines")
+    tail.add_argument(
+        "--json", action="store_true", help="print the stored JSONL lines (controls and bidi characters as \\uXXXX)"
+    )
     tail.set_defaults(handler=_tail)
 
 
