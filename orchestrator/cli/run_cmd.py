@@ -76,6 +76,7 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
     import asyncio
     import contextlib
     import gc
+    import math
     import signal
     from pathlib import Path
 
@@ -102,7 +103,7 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
         workspace = workspace_from_args(args)
         raw = request_from_args(args)
         if args.timeout is not None:
-            if not args.timeout > 0:
+            if not (math.isfinite(args.timeout) and args.timeout > 0):  # nan and inf too
                 raise InputInvalid("--timeout must be a positive number of seconds")
             raw["timeout_ms"] = max(1, round(args.timeout * 1000))
         if not workspace.is_dir():

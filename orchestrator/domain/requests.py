@@ -14,6 +14,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StringConstraints,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -63,8 +64,18 @@ def _valid_text(value: Any) -> Any:
     return value
 
 
-#: any text of a request: valid Unicode (what a str from undecodable bytes is not)
-Text = Annotated[str, BeforeValidator(_valid_text)]
+_TEXT = BeforeValidator(_valid_text)
+# Any text of a request is valid Unicode (what a str from undecodable bytes is not). The length
+# constraints come first in each type: pydantic then says "at most N characters".
+Text = Annotated[str, _TEXT]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=256), _TEXT]
+OptionalName = Annotated[str, StringConstraints(max_length=256), _TEXT]
+ProfileName = Annotated[str, StringConstraints(max_length=128), _TEXT]
+PathText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_BYTES), _TEXT]
+ShellText = Annotated[str, StringConstraints(min_length=1), _TEXT]
+StdinText = Annotated[str, StringConstraints(max_length=MAX_STDIN_CHARS), _TEXT]
+ContentText = Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS), _TEXT]
+PatchText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS), _TEXT]
 
 
 def _utf8_size(value: str) -> int:
@@ -93,8 +104,8 @@ class _Frozen(BaseModel):
 class ExtraMount(_Frozen):
     """A host path the request asks to see inside the sandbox: an escalation, always asked."""
 
-    source: Text = Field(min_length=1, max_length=MAX_PATH_BYTES, description="Host path.")
-    target: Text = Field(min_length=1, max_length=MAX_PATH_BYTES, description="Absolute path inside the sandbox.")
+    source: PathText = Field(description="Host path.")
+    target: PathText = Field(description="Absolute path inside the sandbox.")
     read_only: bool = Field(default=True, description="Mount read-only.")
 
     @field_validator("source", "target")
@@ -129,14 +140,14 @@ class _RequestBase(_Frozen):
     env: dict[Text, Text] = Field(default_factory=dict, description="Environment values (secret).")
     timeout_ms: int | None = Field(default=None, ge=1, le=_MAX_TIMEOUT_MS, description="Wall-clock limit.")
     tty: bool = Field(default=False, description="Allocate a terminal.")
-    profile: Text | None = Field(default=None, max_length=128, description="Execution profile name.")
+    profile: ProfileName | None = Field(default=None, description="Execution profile name.")
     sandbox_permissions: SandboxPermissions = Field(
         default_factory=SandboxPermissions, description="Escalations asked for."
     )
-    tenant: Text = Field(default="default", min_length=1, max_length=256, description="Owning tenant.")
-    subject: Text = Field(default="anonymous", min_length=1, max_length=256, description="Who asks.")
-    call_id: Text | None = Field(default=None, max_length=256, description="The agent's tool-call id.")
-    session_id: Text | None = Field(default=None, max_length=256, description="Agent or exec session id.")
+    tenant: Name = Field(default="default", description="Owning tenant.")
+    subject: Name = Field(default="anonymous", description="Who asks.")
+    call_id: OptionalName | None = Field(default=None, description="The agent's tool-call id.")
+    session_id: OptionalName | None = Field(default=None, description="Agent or exec session id.")
 
     @field_validator("env", mode="before")
     @classmethod
@@ -211,7 +222,7 @@ class ShellRequest(_RequestBase):
 
 class ShellCommandRequest(_RequestBase):
     tool: Literal["shell_command"] = Field(description="Run a shell string.")
-    command: Text = Field(min_length=1, description="Shell command string (at most 128 KiB in UTF-8).")
+    command: ShellText = Field(description="Shell command string (at most 128 KiB in UTF-8).")
     _v = field_validator("command")(lambda v: _shell_string(v, "command"))
 
     @model_validator(mode="after")
@@ -222,7 +233,7 @@ class ShellCommandRequest(_RequestBase):
 
 class ExecCommandRequest(_RequestBase):
     tool: Literal["exec_command"] = Field(description="Start an interactive shell session.")
-    cmd: Text = Field(min_length=1, description="Shell command string (at most 128 KiB in UTF-8).")
+    cmd: ShellText = Field(description="Shell command string (at most 128 KiB in UTF-8).")
     _v = field_validator("cmd")(lambda v: _shell_string(v, "cmd"))
 
     @model_validator(mode="after")
@@ -233,25 +244,25 @@ class ExecCommandRequest(_RequestBase):
 
 class WriteStdinRequest(_RequestBase):
     tool: Literal["write_stdin"] = Field(description="Write to a running exec session.")
-    session_id: Text = Field(min_length=1, max_length=256, description="The exec session.")
-    chars: Text = Field(default="", max_length=MAX_STDIN_CHARS, description="Characters to write (secret).")
+    session_id: Name = Field(description="The exec session.")
+    chars: StdinText = Field(default="", description="Characters to write (secret).")
 
 
 class FileWriteRequest(_RequestBase):
     tool: Literal["file_write"] = Field(description="Write a file in the workspace.")
-    path: Text = Field(min_length=1, max_length=MAX_PATH_BYTES, description="Target path.")
-    content: Text = Field(max_length=MAX_CONTENT_CHARS, description="File content (secret).")
+    path: PathText = Field(description="Target path.")
+    content: ContentText = Field(description="File content (secret).")
     _v = field_validator("path")(lambda v: _kernel_string(v, "path", MAX_PATH_BYTES))
 
 
 class ApplyPatchRequest(_RequestBase):
     tool: Literal["apply_patch"] = Field(description="Apply a patch in the workspace.")
-    patch: Text = Field(min_length=1, max_length=MAX_CONTENT_CHARS, description="Patch text (secret).")
+    patch: PatchText = Field(description="Patch text (secret).")
 
 
 class SkillExecRequest(_RequestBase):
     tool: Literal["skill_exec"] = Field(description="Run a skill, resolved to an argv.")
-    skill: Text = Field(min_length=1, max_length=256, description="Skill name.")
+    skill: Name = Field(description="Skill name.")
     argv: list[Text] = Field(min_length=1, description="The argv the skill resolved to.")
     _v = field_validator("argv")(_argv_ok)
 

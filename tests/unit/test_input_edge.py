@@ -150,6 +150,12 @@ def test_argv_and_env_together_are_bounded() -> None:
     assert "argv and env together" in _refused({"tool": "shell_exec", "argv": ["ls"], "env": env}).message
 
 
+def test_constrained_text_keeps_pydantic_s_own_clear_messages() -> None:
+    assert _refused({**BASES[0], "profile": "p" * 129}).message == "profile: String should have at most 128 characters"
+    assert _refused({**BASES[0], "tenant": ""}).message == "tenant: String should have at least 1 character"
+    assert _refused({**BASES[0], "subject": 7}).message == "subject: Input should be a valid string"
+
+
 def test_paths_and_stdin_are_bounded() -> None:
     assert (
         "cwd is longer" in _refused({"tool": "shell_exec", "argv": ["ls"], "cwd": "d" * (MAX_PATH_BYTES + 1)}).message
@@ -237,6 +243,12 @@ def test_the_cli_refuses_undecodable_arguments(verb: str, args: list[str | bytes
 )
 def test_every_verb_refuses_undecodable_arguments(args: list[str | bytes], name: str) -> None:
     _assert_input_invalid(sandboxctl(*args), name)
+
+
+@pytest.mark.parametrize("timeout", ["inf", "1e400", "nan", "0", "-1e-9"])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_refused(timeout: str) -> None:
+    proc = sandboxctl("run", f"--timeout={timeout}", "--", "true")
+    assert proc.returncode == 2 and "INPUT.INVALID: --timeout must be a positive number of seconds" in proc.stderr
 
 
 @pytest.mark.parametrize("verb", ["check", "run"])
