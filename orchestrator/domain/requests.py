@@ -91,12 +91,6 @@ def _kernel_string(value: str, what: str, limit: int = MAX_ARG_BYTES) -> str:
     return value
 
 
-def _no_nul(value: str, what: str) -> str:
-    if "\x00" in value:
-        raise ValueError(f"{what} must not contain NUL bytes")
-    return value
-
-
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True, str_strip_whitespace=False)
 
@@ -137,7 +131,7 @@ class SandboxPermissions(_Frozen):
 
 class _RequestBase(_Frozen):
     cwd: Text | None = Field(default=None, description="Working directory, relative to the workspace.")
-    env: dict[Text, Text] = Field(default_factory=dict, description="Environment values (secret).")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment values (secret).")
     timeout_ms: int | None = Field(default=None, ge=1, le=_MAX_TIMEOUT_MS, description="Wall-clock limit.")
     tty: bool = Field(default=False, description="Allocate a terminal.")
     profile: ProfileName | None = Field(default=None, description="Execution profile name.")
@@ -152,14 +146,17 @@ class _RequestBase(_Frozen):
     @field_validator("env", mode="before")
     @classmethod
     def _env_text(cls, env: Any) -> Any:
-        # keys and values checked by position and name before pydantic's own messages could show them
+        # Keys and values are checked here, by position and valid name, before pydantic could name a
+        # failing entry by its key: a malformed key may be a whole 'NAME=secret'.
         if isinstance(env, dict):
             for number, (key, value) in enumerate(env.items(), start=1):
-                if isinstance(key, str) and has_surrogates(key):
-                    raise ValueError(f"env key #{number} {_NOT_UTF8}")
-                if isinstance(value, str) and has_surrogates(value):
-                    name = key if isinstance(key, str) and _ENV_KEY.match(key) else f"#{number}"
-                    raise ValueError(f"the env value of {name} {_NOT_UTF8}")
+                if not isinstance(key, str) or has_surrogates(key):
+                    raise ValueError(f"env key #{number} {_NOT_UTF8 if isinstance(key, str) else 'must be a string'}")
+                name = key if _ENV_KEY.match(key) else f"#{number}"
+                if not isinstance(value, str) or has_surrogates(value):
+                    raise ValueError(
+                        f"the env value of {name} {_NOT_UTF8 if isinstance(value, str) else 'must be a string'}"
+                    )
         return env
 
     @field_validator("env")

@@ -92,6 +92,10 @@ def test_shared_fields_are_checked_for_every_tool(base: dict[str, Any], extra: d
 def test_an_env_value_is_named_by_its_key_and_a_bad_key_by_its_position() -> None:
     assert "env value of TOKEN" in _refused({**BASES[0], "env": {"A": "1", "TOKEN": BAD}}).message
     assert "env key #2" in _refused({**BASES[0], "env": {"A": "1", BAD: "2"}}).message
+    # a value of the wrong type is named by position when its key is malformed (it may be 'NAME=secret')
+    message = _refused({**BASES[0], "env": {"A": "1", f"TOKEN={SECRET}": 5}}).message
+    assert message == "env: Value error, the env value of #2 must be a string" and SECRET not in message
+    assert _refused({**BASES[0], "env": {7: "x"}}).message == "env: Value error, env key #1 must be a string"
 
 
 @pytest.mark.parametrize(
