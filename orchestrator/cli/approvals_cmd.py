@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from orchestrator.cli.output import Subparsers, emit_json
+from orchestrator.cli.output import Subparsers, emit_json, say
 
 
 def register(sub: Subparsers) -> None:
@@ -48,22 +48,25 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def _list(args: argparse.Namespace) -> int:
+    import dataclasses
     import time
+
+    from orchestrator.domain.text import printable as p  # what an approver reads: exactly as asked
 
     pending = _store(args).pending()
     if args.json:
-        emit_json([{**p.__dict__, "expires_in_s": round(p.deadline - time.time(), 1)} for p in pending])
+        emit_json([{**dataclasses.asdict(a), "expires_in_s": round(a.deadline - time.time(), 1)} for a in pending])
         return 0
     if not pending:
         print("no pending approvals")
-    for p in pending:
-        s = p.sanitized
+    for ask in pending:
+        s = ask.sanitized
         what = s.get("command") or " ".join(s.get("argv") or []) or s.get("path") or s.get("tool")
         risk = s.get("risk", {})
-        print(f"{p.id}  {p.subject}@{p.tenant}  {s.get('tool')}: {what}")
+        print(f"{p(ask.id)}  {p(ask.subject)}@{p(ask.tenant)}  {p(str(s.get('tool')))}: {p(str(what))}")
         print(
-            f"    risk {risk.get('risk_level')} ({risk.get('reason')}); asked because: {p.policy_reason};"
-            f" expires in {p.deadline - time.time():.0f}s"
+            f"    risk {p(str(risk.get('risk_level')))} ({p(str(risk.get('reason')))});"
+            f" asked because: {p(ask.policy_reason)}; expires in {ask.deadline - time.time():.0f}s"
         )
     return 0
 
@@ -96,5 +99,5 @@ def _decide(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"id": args.id, "outcome": outcome.value})
     else:
-        print(f"{args.id}: {outcome.value}")
+        say(f"{args.id}: {outcome.value}")
     return 0

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.output import Subparsers, emit_json
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 ARGV_TOOLS = ("shell_exec", "shell", "skill_exec")
 STRING_TOOLS = ("shell_command", "exec_command")
@@ -42,6 +45,21 @@ def register(sub: Subparsers) -> None:
     add_request_arguments(p)
     p.add_argument("--workspace", default=None, help="workspace for path analysis (default: current dir)")
     p.set_defaults(handler=handle)
+
+
+def workspace_from_args(args: argparse.Namespace) -> Path:
+    """--workspace, else the current directory, resolved: a path the engine can take (UTF-8 text)."""
+    import os
+    from pathlib import Path
+
+    from orchestrator.domain.errors import InputInvalid
+    from orchestrator.domain.text import has_surrogates
+
+    workspace = Path(args.workspace or os.getcwd()).resolve()
+    if has_surrogates(str(workspace)):
+        what = "--workspace" if args.workspace else "the current directory (the default workspace)"
+        raise InputInvalid(f"{what} is not valid UTF-8: give --workspace a directory whose path is UTF-8 text")
+    return workspace
 
 
 def request_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -96,7 +114,6 @@ def request_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import os
     import shlex
     from pathlib import Path
 
@@ -110,25 +127,23 @@ def handle(args: argparse.Namespace) -> int:
     if config is not None:
         load_config(config)  # the whole file must be valid, not only its safety section
     request = parse_request(request_from_args(args))
-    gate = Gate(
-        PolicySource(config),
-        workspace=args.workspace or os.getcwd(),
-    )
+    gate = Gate(PolicySource(config), workspace=workspace_from_args(args))
     result = gate.evaluate(request)
     if args.json:
         emit_json(result.to_json())
         return 0
     d = result.decision
-    p = printable
+    p = printable  # every line quotes what the request chose: nothing a terminal would act on
     lines = [
         f"decision:     {d.decision.value}",
         f"reason:       {p(d.reason)}",
         f"matched_rule: {p(str(d.matched_rule))}",
-        f"risk:         {d.risk.risk_level} ({p(d.risk.reason)})",
+        f"risk:         {p(d.risk.risk_level)} ({p(d.risk.reason)})",
     ]
     if d.intent is not None:
         argv = p(shlex.join(d.intent.argv)) if d.intent.argv is not None else "-"
-        lines.append(f"intent:       {argv}  [{'complex' if d.intent.is_complex else 'simple'}: {d.intent.reason}]")
+        kind = "complex" if d.intent.is_complex else "simple"
+        lines.append(f"intent:       {argv}  [{kind}: {p(d.intent.reason)}]")
     lines.append(f"approval_key: {result.approval_key}")
     lines.append(f"policy:       {d.policy_version_hash[:16]}")
     print("\n".join(lines))

@@ -22,6 +22,7 @@ from orchestrator.domain.errors import (
     InputInvalid,
     OrchestratorError,
 )
+from orchestrator.domain.text import json_safe, printable, terminal_safe
 
 if TYPE_CHECKING:
     from orchestrator.evidence.records import EvidenceRecord
@@ -31,11 +32,8 @@ EXIT_CORRUPT = 1
 EXIT_UNAVAILABLE = 2
 _REASON_WIDTH = 160
 
-# C0/C1 controls, DEL and bidi overrides are shown escaped: records hold text that agents chose.
-_UNPRINTABLE = {
-    cp: f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}"
-    for cp in [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-}
+__all__ = ["printable", "register"]  # printable: controls and bidi characters escaped (records hold
+# text that agents chose), the same function the approval prompt and `check` use
 
 
 def register(subparsers: Subparsers) -> None:
@@ -64,13 +62,17 @@ def register(subparsers: Subparsers) -> None:
     _add_path(show)
     show.add_argument("--execution-id", metavar="ID", help="only the records of this execution")
     show.add_argument("--event", metavar="E", help="only records of this event (e.g. decision_made)")
-    show.add_argument("--json", action="store_true", help="print the raw JSONL lines")
+    show.add_argument(
+        "--json", action="store_true", help="print the stored JSONL lines (controls and bidi characters as \\uXXXX)"
+    )
     show.set_defaults(handler=_show)
 
     tail = commands.add_parser("tail", help="print the last records (read from the end of the file)")
     _add_path(tail)
     tail.add_argument("-n", "--lines", dest="n", type=_count, default=10, metavar="N", help="how many (default 10)")
-    tail.add_argument("--json", action="store_true", help="print the raw JSONL lines")
+    tail.add_argument(
+        "--json", action="store_true", help="print the stored JSONL lines (controls and bidi characters as \\uXXXX)"
+    )
     tail.set_defaults(handler=_tail)
 
 
@@ -99,13 +101,13 @@ def _verify(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
         for warning in report.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
+            print(terminal_safe(f"warning: {warning}"), file=sys.stderr)
         if not report.ok:
-            print(f"{EvidenceCorrupt.code}: {report.location()}: {report.problem}", file=sys.stderr)
+            print(terminal_safe(f"{EvidenceCorrupt.code}: {report.location()}: {report.problem}"), file=sys.stderr)
             return EXIT_CORRUPT
         if not args.json:
             anchored = f"head anchor matches (seq {report.head_seq})" if report.head_checked else "no head anchor"
-            print(f"OK: {report.records} record(s), chain intact, {anchored}: {report.path}")
+            print(terminal_safe(f"OK: {report.records} record(s), chain intact, {anchored}: {report.path}"))
         return EXIT_OK
 
     return _guarded(run)
@@ -151,7 +153,7 @@ def _guarded(run: Callable[[], int]) -> int:
         return EXIT_OK
     except OrchestratorError as err:
         sys.stdout.flush()
-        print(str(err), file=sys.stderr)
+        print(terminal_safe(str(err)), file=sys.stderr)
         if isinstance(err, EvidenceCorrupt):
             return EXIT_CORRUPT
         if isinstance(err, EvidenceUnavailable | InputInvalid):
@@ -160,7 +162,7 @@ def _guarded(run: Callable[[], int]) -> int:
     except OSError as err:
         sys.stdout.flush()
         where = f": {err.filename}" if err.filename else ""
-        print(f"{EvidenceUnavailable.code}: {err.strerror or err}{where}", file=sys.stderr)
+        print(terminal_safe(f"{EvidenceUnavailable.code}: {err.strerror or err}{where}"), file=sys.stderr)
         return EXIT_UNAVAILABLE
 
 
@@ -175,14 +177,11 @@ def _silence_stdout() -> None:
 
 
 def _print_records(records: Iterator[tuple[bytes, EvidenceRecord]], *, as_json: bool) -> None:
+    """``--json``: each record's line as stored, but with controls and bidi characters written as
+    \\uXXXX (the same record once parsed: its hash still verifies)."""
     write = sys.stdout.write
     for raw, record in records:
-        write(raw.decode("utf-8") if as_json else _human(record) + "\n")
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters and bidi overrides escaped, safe for a terminal."""
-    return text.translate(_UNPRINTABLE)
+        write(json_safe(raw.decode("utf-8")) if as_json else _human(record) + "\n")
 
 
 def _human(record: EvidenceRecord) -> str:

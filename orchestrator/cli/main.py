@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from orchestrator.cli import approvals_cmd, check_cmd, evidence_cmd, ops_cmd, profiles_cmd, run_cmd, warm_cmd
+from orchestrator.cli.arguments import undecodable_argument
 from orchestrator.cli.output import fail, flush_stdio
+from orchestrator.domain.text import terminal_safe
 
 
 class UsageError(Exception):
@@ -54,6 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("INPUT.INVALID", str(err), 2, json_out="--json" in args_list)
     except SystemExit as exit_:  # --help and --version
         return int(exit_.code or 0)
+    undecodable = undecodable_argument(parser, args)
+    if undecodable is not None:
+        return fail(
+            "INPUT.INVALID",
+            f"{undecodable} is not valid UTF-8 (command-line arguments must be UTF-8 text)",
+            2,
+            json_out=getattr(args, "json", False),
+        )
     _quiet_logging()
     try:
         return int(args.handler(args))
@@ -75,7 +85,7 @@ class _NoTraceback(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         record.exc_info, record.exc_text, record.stack_info = None, None, None
-        return super().format(record)
+        return terminal_safe(super().format(record))  # one line, nothing a terminal would act on
 
 
 def _quiet_logging() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from orchestrator.cli.output import Subparsers, emit_json
+from orchestrator.cli.output import Subparsers, emit_json, say
 
 
 def register(sub: Subparsers) -> None:
@@ -52,7 +52,7 @@ def handle_doctor(args: argparse.Namespace) -> int:
         for check in checks:
             print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {printable(check.detail)}")
             if check.fix:
-                print(f"     fix: {check.fix}")
+                print(f"     fix: {printable(check.fix)}")
     return 0 if all(c.ok for c in checks) else 1
 
 
@@ -82,6 +82,6 @@ def handle_gc(args: argparse.Namespace) -> int:
         )
     else:
         for r in reaped:
-            print(f"removed {r.sandbox.name} ({r.reason})")
+            say(f"removed {r.sandbox.name} ({r.reason})")
         print(f"{len(reaped)} orphan(s) removed")
     return 0

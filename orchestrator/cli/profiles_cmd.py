@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.output import Subparsers, emit_json, fail
+from orchestrator.domain.text import terminal_safe
 
 if TYPE_CHECKING:
     from orchestrator.domain.errors import OrchestratorError
@@ -150,7 +151,13 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _clip(text: str, width: int) -> str:
+    text = terminal_safe(text)  # a profile file's own words: nothing a terminal would act on
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _yaml_text(text: str) -> str:
+    """YAML for people: the emitter already escapes controls, but not bidi or zero-width characters."""
+    return "\n".join(terminal_safe(line) for line in text.split("\n"))
 
 
 def _resolved_view(resolved: ResolvedProfile) -> dict[str, Any]:
@@ -175,17 +182,18 @@ def _show(args: argparse.Namespace) -> int:
         if args.json:
             emit_json(resolved.model_dump(mode="json"))  # complete: validates back into ResolvedProfile
             return EXIT_OK
-        sys.stdout.write(f"# resolved profile {profile.name} (from {source})\n")
+        sys.stdout.write(terminal_safe(f"# resolved profile {profile.name} (from {source})") + "\n")
         sys.stdout.write(f"# seccomp JSON: {len(resolved.seccomp_json)} bytes, not shown (see --json)\n")
-        sys.stdout.write(yaml.safe_dump(_resolved_view(resolved), sort_keys=False, allow_unicode=True))
+        sys.stdout.write(_yaml_text(yaml.safe_dump(_resolved_view(resolved), sort_keys=False, allow_unicode=True)))
         return EXIT_OK
     data = profile.model_dump(mode="json")
     if args.json:
         emit_json(data)
         return EXIT_OK
     chain = f", extends {profile.extends}" if profile.extends else ""
-    sys.stdout.write(f"# profile {profile.name} (from {source}{chain}; sizes in bytes, times in seconds)\n")
-    sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    header = f"# profile {profile.name} (from {source}{chain}; sizes in bytes, times in seconds)"
+    sys.stdout.write(terminal_safe(header) + "\n")
+    sys.stdout.write(_yaml_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True)))
     return EXIT_OK
 
 
@@ -204,7 +212,7 @@ def _validate(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"ok": True, "name": profile.name, "profile_hash": resolved.profile_hash, "file": str(file)})
     else:
-        sys.stdout.write(f"ok: {profile.name} (profile_hash {resolved.profile_hash})\n")
+        sys.stdout.write(terminal_safe(f"ok: {profile.name} (profile_hash {resolved.profile_hash})") + "\n")
     return EXIT_OK
 
 

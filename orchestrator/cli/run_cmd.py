@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
-from orchestrator.cli.check_cmd import add_request_arguments, request_from_args
-from orchestrator.cli.output import Subparsers, emit_json
+from orchestrator.cli.check_cmd import add_request_arguments, request_from_args, workspace_from_args
+from orchestrator.cli.output import Subparsers, emit_json, report_error
 
 REFUSED_EXIT = 125
 
@@ -69,7 +68,7 @@ def handle(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace, err: Any, decision: str | None) -> int:
     if args.json:
         emit_json(_refusal_json(err, decision))
-    sys.stderr.write(f"sandboxctl: {err.code}: {err.message}\n")
+    report_error(err.code, err.message)
     return int(err.exit_code) if err.exit_code in (2, 130) else REFUSED_EXIT
 
 
@@ -77,6 +76,7 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
     import asyncio
     import contextlib
     import gc
+    import math
     import signal
     from pathlib import Path
 
@@ -100,10 +100,10 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
 
     backend: DockerBackend | None = None
     try:
-        workspace = Path(args.workspace or os.getcwd()).resolve()
+        workspace = workspace_from_args(args)
         raw = request_from_args(args)
         if args.timeout is not None:
-            if not args.timeout > 0:
+            if not (math.isfinite(args.timeout) and args.timeout > 0):  # nan and inf too
                 raise InputInvalid("--timeout must be a positive number of seconds")
             raw["timeout_ms"] = max(1, round(args.timeout * 1000))
         if not workspace.is_dir():
@@ -143,13 +143,13 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
     outcome = result.outcome
     if args.json:
         emit_json(result.to_json())
-    else:
+    else:  # the command's own output, raw: what the user asked for
         sys.stdout.buffer.write(outcome.stdout)
         sys.stdout.flush()
         sys.stderr.buffer.write(outcome.stderr)
         sys.stderr.flush()
     if result.error is not None:
-        sys.stderr.write(f"sandboxctl: {result.error.code}: {result.error.message}\n")
+        report_error(result.error.code, result.error.message)
     if outcome.timed_out or outcome.oom_killed or outcome.exit_code is None:
         return REFUSED_EXIT
     return outcome.exit_code

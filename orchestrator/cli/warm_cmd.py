@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from orchestrator.cli.output import Subparsers, emit_json, fail
+from orchestrator.cli.output import Subparsers, emit_json, fail, say
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -87,7 +87,7 @@ def handle_start(args: argparse.Namespace) -> int:
         refused = _another_installation(running)
         if refused is not None:
             return refused
-        print(f"warm server already running: pid {running['pid']} at {running['socket']}")
+        say(f"warm server already running: pid {running['pid']} at {running['socket']}")
         return 0
     if args.foreground:
         from orchestrator.cli.warm.server import main as serve
@@ -107,11 +107,11 @@ def handle_start(args: argparse.Namespace) -> int:
     while time.monotonic() < deadline:
         status = query("status")
         if status is not None and status.get("pid") == proc.pid:
-            print(f"warm server started: pid {proc.pid} at {status['socket']} (log: {log_path})")
+            say(f"warm server started: pid {proc.pid} at {status['socket']} (log: {log_path})")
             return 0
         if proc.poll() is not None:
             if status is not None and _another_installation(status) is None:  # a concurrent start won
-                print(f"warm server already running: pid {status['pid']} at {status['socket']}")
+                say(f"warm server already running: pid {status['pid']} at {status['socket']}")
                 return 0
             return fail("INTERNAL", f"the warm server exited with status {proc.returncode}: see {log_path}", 125)
         time.sleep(0.05)
@@ -125,12 +125,12 @@ def handle_stop(args: argparse.Namespace) -> int:
 
     reply = query("stop")
     if reply is None:
-        print(f"no warm server answers at {socket_path()}")
+        say(f"no warm server answers at {socket_path()}")
         return 0
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while time.monotonic() < deadline and query("status") is not None:
         time.sleep(0.05)
-    print(f"warm server stopped (pid {reply['pid']})")
+    say(f"warm server stopped (pid {reply['pid']})")
     return 0
 
 
@@ -142,9 +142,9 @@ def handle_status(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"running": status is not None, **(status or {"socket": str(socket_path())})})
     elif status is None:
-        print(f"no warm server answers at {socket_path()}")
+        say(f"no warm server answers at {socket_path()}")
     else:
-        print(
+        say(
             f"warm server pid {status['pid']} at {status['socket']}: {status['served']} command(s) served, "
             f"{status['active']} running"
         )

@@ -9,12 +9,36 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.domain.errors import InputInvalid
+from orchestrator.domain.text import has_surrogates
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_TIMEOUT_MS = 24 * 3600 * 1000
+
+# What the kernel takes at execve (checked here, so that a request the kernel would refuse is an
+# INPUT.INVALID naming the field, not an engine error after the decision was recorded):
+#: one argv or environment string, with its terminating NUL (MAX_ARG_STRLEN: 32 pages)
+MAX_ARG_BYTES = 128 * 1024 - 1
+#: argv and the request's environment together (ARG_MAX is a quarter of the stack limit, 2 MiB with
+#: the usual 8 MiB; the profile's fixed environment needs its share)
+MAX_EXEC_BYTES = 1024 * 1024
+#: a working directory or file path (PATH_MAX, with its NUL)
+MAX_PATH_BYTES = 4095
+#: standard input written to a session, and file or patch content
+MAX_STDIN_CHARS = 1024 * 1024
+MAX_CONTENT_CHARS = 64 * 1024 * 1024
 
 ExecTool = Literal["shell_exec", "shell", "shell_command", "exec_command", "skill_exec"]
 EXEC_TOOLS: frozenset[str] = frozenset({"shell_exec", "shell", "shell_command", "exec_command", "skill_exec"})
@@ -29,10 +53,41 @@ ALL_TOOLS: tuple[str, ...] = (
     "skill_exec",
 )
 
+_NOT_UTF8 = "must be valid UTF-8 text (it holds a lone surrogate: undecodable bytes, or a \\udXXX escape)"
 
-def _no_nul(value: str, what: str) -> str:
+
+def _valid_text(value: Any) -> Any:
+    """Before pydantic's own checks: text that cannot be encoded never gets further (messages name the
+    field, never the value)."""
+    if isinstance(value, str) and has_surrogates(value):
+        raise ValueError(_NOT_UTF8)
+    return value
+
+
+_TEXT = BeforeValidator(_valid_text)
+# Any text of a request is valid Unicode (what a str from undecodable bytes is not). The length
+# constraints come first in each type: pydantic then says "at most N characters".
+Text = Annotated[str, _TEXT]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=256), _TEXT]
+OptionalName = Annotated[str, StringConstraints(max_length=256), _TEXT]
+ProfileName = Annotated[str, StringConstraints(max_length=128), _TEXT]
+PathText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_BYTES), _TEXT]
+ShellText = Annotated[str, StringConstraints(min_length=1), _TEXT]
+StdinText = Annotated[str, StringConstraints(max_length=MAX_STDIN_CHARS), _TEXT]
+ContentText = Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS), _TEXT]
+PatchText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_CONTENT_CHARS), _TEXT]
+
+
+def _utf8_size(value: str) -> int:
+    return len(value) if value.isascii() else len(value.encode("utf-8"))
+
+
+def _kernel_string(value: str, what: str, limit: int = MAX_ARG_BYTES) -> str:
+    """A string handed to the kernel (argv, environment, a path): no NUL, at most ``limit`` bytes."""
     if "\x00" in value:
         raise ValueError(f"{what} must not contain NUL bytes")
+    if _utf8_size(value) > limit:
+        raise ValueError(f"{what} is longer than the kernel takes ({limit} bytes in UTF-8)")
     return value
 
 
@@ -43,9 +98,14 @@ class _Frozen(BaseModel):
 class ExtraMount(_Frozen):
     """A host path the request asks to see inside the sandbox: an escalation, always asked."""
 
-    source: str = Field(min_length=1, description="Host path.")
-    target: str = Field(min_length=1, description="Absolute path inside the sandbox.")
+    source: PathText = Field(description="Host path.")
+    target: PathText = Field(description="Absolute path inside the sandbox.")
     read_only: bool = Field(default=True, description="Mount read-only.")
+
+    @field_validator("source", "target")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return _kernel_string(value, "a mount path", MAX_PATH_BYTES)
 
 
 class SandboxPermissions(_Frozen):
@@ -53,7 +113,7 @@ class SandboxPermissions(_Frozen):
 
     network: bool = Field(default=False, description="Ask for network access.")
     writable_root: bool = Field(default=False, description="Ask for a writable root filesystem.")
-    extra_mounts: tuple[ExtraMount, ...] = Field(default=(), description="Ask for extra host mounts.")
+    extra_mounts: tuple[ExtraMount, ...] = Field(default=(), max_length=64, description="Ask for extra host mounts.")
 
     @property
     def any(self) -> bool:
@@ -70,18 +130,34 @@ class SandboxPermissions(_Frozen):
 
 
 class _RequestBase(_Frozen):
-    cwd: str | None = Field(default=None, description="Working directory, relative to the workspace.")
+    cwd: Text | None = Field(default=None, description="Working directory, relative to the workspace.")
     env: dict[str, str] = Field(default_factory=dict, description="Environment values (secret).")
     timeout_ms: int | None = Field(default=None, ge=1, le=_MAX_TIMEOUT_MS, description="Wall-clock limit.")
     tty: bool = Field(default=False, description="Allocate a terminal.")
-    profile: str | None = Field(default=None, max_length=128, description="Execution profile name.")
+    profile: ProfileName | None = Field(default=None, description="Execution profile name.")
     sandbox_permissions: SandboxPermissions = Field(
         default_factory=SandboxPermissions, description="Escalations asked for."
     )
-    tenant: str = Field(default="default", min_length=1, max_length=256, description="Owning tenant.")
-    subject: str = Field(default="anonymous", min_length=1, max_length=256, description="Who asks.")
-    call_id: str | None = Field(default=None, max_length=256, description="The agent's tool-call id.")
-    session_id: str | None = Field(default=None, max_length=256, description="Agent or exec session id.")
+    tenant: Name = Field(default="default", description="Owning tenant.")
+    subject: Name = Field(default="anonymous", description="Who asks.")
+    call_id: OptionalName | None = Field(default=None, description="The agent's tool-call id.")
+    session_id: OptionalName | None = Field(default=None, description="Agent or exec session id.")
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_text(cls, env: Any) -> Any:
+        # Keys and values are checked here, by position and valid name, before pydantic could name a
+        # failing entry by its key: a malformed key may be a whole 'NAME=secret'.
+        if isinstance(env, dict):
+            for number, (key, value) in enumerate(env.items(), start=1):
+                if not isinstance(key, str) or has_surrogates(key):
+                    raise ValueError(f"env key #{number} {_NOT_UTF8 if isinstance(key, str) else 'must be a string'}")
+                name = key if _ENV_KEY.match(key) else f"#{number}"
+                if not isinstance(value, str) or has_surrogates(value):
+                    raise ValueError(
+                        f"the env value of {name} {_NOT_UTF8 if isinstance(value, str) else 'must be a string'}"
+                    )
+        return env
 
     @field_validator("env")
     @classmethod
@@ -90,70 +166,107 @@ class _RequestBase(_Frozen):
             if not _ENV_KEY.match(key):
                 # a malformed key may be a whole 'NAME=secret': name its position, never its text
                 raise ValueError(f"env key #{number} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
-            _no_nul(value, f"env value of {key}")
+            _kernel_string(f"{key}={value}", f"env value of {key}")
         return env
 
     @field_validator("cwd")
     @classmethod
     def _cwd(cls, cwd: str | None) -> str | None:
-        return None if cwd is None else _no_nul(cwd, "cwd")
+        return None if cwd is None else _kernel_string(cwd, "cwd", MAX_PATH_BYTES)
+
+    def _exec_size(self, words: list[str]) -> None:
+        """argv and environment together within what execve takes (each string with its NUL and
+        pointer)."""
+        strings = [*words, *(f"{k}={v}" for k, v in self.env.items())]
+        if sum(_utf8_size(w) + 9 for w in strings) > MAX_EXEC_BYTES:
+            raise ValueError(f"argv and env together are longer than the kernel takes ({MAX_EXEC_BYTES} bytes)")
 
 
 def _argv_ok(argv: list[str]) -> list[str]:
     if not argv or not argv[0]:
         raise ValueError("argv must start with a non-empty program name")
-    for arg in argv:
-        _no_nul(arg, "argv")
+    for number, arg in enumerate(argv):
+        _kernel_string(arg, f"argv[{number}]")
     return argv
+
+
+def _shell_string(value: str, what: str) -> str:
+    # run as `/bin/bash -c STRING`: one argv string
+    return _kernel_string(value, what)
 
 
 class ShellExecRequest(_RequestBase):
     tool: Literal["shell_exec"] = Field(description="Run an argv.")
-    argv: list[str] = Field(min_length=1, description="Program and arguments, run as is.")
+    argv: list[Text] = Field(min_length=1, description="Program and arguments, run as is.")
     _v = field_validator("argv")(_argv_ok)
+
+    @model_validator(mode="after")
+    def _size(self) -> ShellExecRequest:
+        self._exec_size(self.argv)
+        return self
 
 
 class ShellRequest(_RequestBase):
     tool: Literal["shell"] = Field(description="Run an argv list (agent 'shell' tool).")
-    command: list[str] = Field(min_length=1, description="Program and arguments, run as is.")
+    command: list[Text] = Field(min_length=1, description="Program and arguments, run as is.")
     _v = field_validator("command")(_argv_ok)
+
+    @model_validator(mode="after")
+    def _size(self) -> ShellRequest:
+        self._exec_size(self.command)
+        return self
 
 
 class ShellCommandRequest(_RequestBase):
     tool: Literal["shell_command"] = Field(description="Run a shell string.")
-    command: str = Field(min_length=1, max_length=256 * 1024, description="Shell command string.")
-    _v = field_validator("command")(lambda v: _no_nul(v, "command"))
+    command: ShellText = Field(description="Shell command string (at most 128 KiB in UTF-8).")
+    _v = field_validator("command")(lambda v: _shell_string(v, "command"))
+
+    @model_validator(mode="after")
+    def _size(self) -> ShellCommandRequest:
+        self._exec_size(["/bin/bash", "-c", self.command])
+        return self
 
 
 class ExecCommandRequest(_RequestBase):
     tool: Literal["exec_command"] = Field(description="Start an interactive shell session.")
-    cmd: str = Field(min_length=1, max_length=256 * 1024, description="Shell command string.")
-    _v = field_validator("cmd")(lambda v: _no_nul(v, "cmd"))
+    cmd: ShellText = Field(description="Shell command string (at most 128 KiB in UTF-8).")
+    _v = field_validator("cmd")(lambda v: _shell_string(v, "cmd"))
+
+    @model_validator(mode="after")
+    def _size(self) -> ExecCommandRequest:
+        self._exec_size(["/bin/bash", "-c", self.cmd])
+        return self
 
 
 class WriteStdinRequest(_RequestBase):
     tool: Literal["write_stdin"] = Field(description="Write to a running exec session.")
-    session_id: str = Field(min_length=1, max_length=256, description="The exec session.")
-    chars: str = Field(default="", max_length=1024 * 1024, description="Characters to write (secret).")
+    session_id: Name = Field(description="The exec session.")
+    chars: StdinText = Field(default="", description="Characters to write (secret).")
 
 
 class FileWriteRequest(_RequestBase):
     tool: Literal["file_write"] = Field(description="Write a file in the workspace.")
-    path: str = Field(min_length=1, max_length=4096, description="Target path.")
-    content: str = Field(max_length=64 * 1024 * 1024, description="File content (secret).")
-    _v = field_validator("path")(lambda v: _no_nul(v, "path"))
+    path: PathText = Field(description="Target path.")
+    content: ContentText = Field(description="File content (secret).")
+    _v = field_validator("path")(lambda v: _kernel_string(v, "path", MAX_PATH_BYTES))
 
 
 class ApplyPatchRequest(_RequestBase):
     tool: Literal["apply_patch"] = Field(description="Apply a patch in the workspace.")
-    patch: str = Field(min_length=1, max_length=64 * 1024 * 1024, description="Patch text (secret).")
+    patch: PatchText = Field(description="Patch text (secret).")
 
 
 class SkillExecRequest(_RequestBase):
     tool: Literal["skill_exec"] = Field(description="Run a skill, resolved to an argv.")
-    skill: str = Field(min_length=1, max_length=256, description="Skill name.")
-    argv: list[str] = Field(min_length=1, description="The argv the skill resolved to.")
+    skill: Name = Field(description="Skill name.")
+    argv: list[Text] = Field(min_length=1, description="The argv the skill resolved to.")
     _v = field_validator("argv")(_argv_ok)
+
+    @model_validator(mode="after")
+    def _size(self) -> SkillExecRequest:
+        self._exec_size(self.argv)
+        return self
 
 
 Request = Annotated[

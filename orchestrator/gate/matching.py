@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import fnmatch
 import posixpath
 import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from orchestrator.domain.globs import check_glob, compile_glob
 from orchestrator.domain.requests import ALL_TOOLS, EXEC_TOOLS
 from orchestrator.domain.sanitized import RiskLevel, RiskLevelName, SanitizedRequest
 from orchestrator.gate.commands import CommandPattern, ParsedCommand, parse_command
@@ -33,13 +34,26 @@ def expand_tools(names: Sequence[str]) -> frozenset[str]:
 
 
 def check_pattern(text: str) -> str:
+    """A command pattern (``rm -rf``, ``mkfs*``) as the policy will use it: parsed now, at load time, so
+    that a pattern it could not use is refused naming file, line and field, never when a request comes."""
     try:
         words = shlex.split(text)
     except ValueError as err:
         raise ValueError(f"cannot split command pattern: {err}") from None
     if not words:
         raise ValueError("command pattern is empty")
+    try:
+        pattern = CommandPattern.parse(text)
+    except ValueError:
+        # its message quotes the pattern; ours names the field only
+        raise ValueError("command pattern has no program name (its first word must name a program)") from None
+    if pattern.program == WILDCARD:
+        check_glob(pattern.program_glob)
     return text
+
+
+#: an fnmatch glob, checked when the config is loaded (the error names the list item)
+GlobText = Annotated[str, AfterValidator(check_glob)]
 
 
 class MatchConditions(BaseModel):
@@ -61,13 +75,13 @@ class MatchConditions(BaseModel):
     risk: list[RiskLevelName] | None = Field(default=None, description="Risk levels this applies to.")
     risk_at_least: RiskLevelName | None = Field(default=None, description="Minimum risk level.")
     risk_at_most: RiskLevelName | None = Field(default=None, description="Maximum risk level.")
-    paths: list[str] | None = Field(
+    paths: list[GlobText] | None = Field(
         default=None, description="fnmatch globs over the request's paths (file_write, patch files, cwd)."
     )
     profile: list[str] | None = Field(default=None, description="Profile names this applies to.")
     complex: bool | None = Field(default=None, description="Only complex (true) or only simple (false).")
     tenant: list[str] | None = Field(default=None, description="Tenants this applies to.")
-    subject: list[str] | None = Field(default=None, description="Subjects (fnmatch globs) this applies to.")
+    subject: list[GlobText] | None = Field(default=None, description="Subjects (fnmatch globs) this applies to.")
 
     @field_validator("tool")
     @classmethod
@@ -82,6 +96,11 @@ class MatchConditions(BaseModel):
     @classmethod
     def _pattern(cls, text: str | None) -> str | None:
         return None if text is None else check_pattern(text)
+
+    @field_validator("argv_glob")
+    @classmethod
+    def _glob(cls, glob: str | None) -> str | None:
+        return None if glob is None else check_glob(glob)
 
     @model_validator(mode="after")
     def _risk_bounds_agree(self) -> MatchConditions:
@@ -155,6 +174,8 @@ class Matcher:
     tools: frozenset[str] | None
     pattern: CommandPattern | None
     glob: re.Pattern[str] | None
+    path_globs: tuple[re.Pattern[str], ...] | None
+    subject_globs: tuple[re.Pattern[str], ...] | None
     risk_levels: frozenset[str] | None
     risk_min: RiskLevel | None
     risk_max: RiskLevel | None
@@ -173,7 +194,10 @@ class Matcher:
             conditions=cond,
             tools=expand_tools(cond.tool) if cond.tool is not None else None,
             pattern=pattern,
-            glob=re.compile(fnmatch.translate(cond.argv_glob)) if cond.argv_glob is not None else None,
+            # every glob compiled here, once (they were checked when the config was loaded)
+            glob=compile_glob(cond.argv_glob) if cond.argv_glob is not None else None,
+            path_globs=tuple(map(compile_glob, cond.paths)) if cond.paths is not None else None,
+            subject_globs=tuple(map(compile_glob, cond.subject)) if cond.subject is not None else None,
             risk_levels=frozenset(cond.risk) if cond.risk is not None else None,
             risk_min=RiskLevel.parse(cond.risk_at_least) if cond.risk_at_least is not None else None,
             risk_max=RiskLevel.parse(cond.risk_at_most) if cond.risk_at_most is not None else None,
@@ -200,7 +224,7 @@ class Matcher:
         context = facts.sanitized.context
         if cond.tenant is not None and context.tenant not in cond.tenant:
             return False
-        if cond.subject is not None and not any(fnmatch.fnmatchcase(context.subject, g) for g in cond.subject):
+        if self.subject_globs is not None and not any(g.match(context.subject) for g in self.subject_globs):
             return False
         if self.risk_levels is not None and facts.risk.label not in self.risk_levels:
             return False
@@ -210,7 +234,7 @@ class Matcher:
             return False
         if cond.complex is not None and facts.is_complex != cond.complex:
             return False
-        if cond.paths is not None and not any(fnmatch.fnmatchcase(p, glob) for p in facts.paths for glob in cond.paths):
+        if self.path_globs is not None and not any(g.match(p) for p in facts.paths for g in self.path_globs):
             return False
         if self.pattern is not None or self.glob is not None:
             if not facts.commands:

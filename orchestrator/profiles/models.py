@@ -14,6 +14,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -25,6 +26,7 @@ from pydantic import (
 )
 
 from orchestrator.domain.canonical import canonical_sha256, sha256_hex
+from orchestrator.domain.globs import check_glob
 
 Runtime = Literal["runc", "runsc"]
 WorkspaceMode = Literal["ro", "rw"]
@@ -415,7 +417,7 @@ class ProfileCaps(_Model):
     allowed_runtimes: tuple[Runtime, ...] | None = Field(
         default=None, description="Runtimes a profile may use; a profile needing another one is refused."
     )
-    allowed_images: tuple[str, ...] | None = Field(
+    allowed_images: tuple[Annotated[str, AfterValidator(check_glob)], ...] | None = Field(
         default=None,
         description="Image references (shell-style globs, e.g. 'sandbox-orchestrator/*') a profile may use.",
     )

@@ -33,11 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from orchestrator.domain.canonical import canonical_json, sha256_hex
 from orchestrator.domain.errors import ConfigInvalid
 from orchestrator.profiles.paths import SECCOMP_SUBDIR, default_search_path, find_in
-from orchestrator.yamlfile import parse_yaml
+from orchestrator.yamlfile import DEFAULT_LIMITS, parse_yaml, read_text
 
 EPERM = 1
 ENOSYS = 38
-_MAX_FILE_BYTES = 1024 * 1024
 _SYSCALL_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
 _NAME = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$")
 
@@ -239,17 +238,62 @@ def _where(source: str, line: int | None) -> str:
     return f"{source}:{line}" if line else source
 
 
+# brackets outside strings (the text parsed as JSON up to the point of interest: its strings are closed)
+_JSON_BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*+"|[\[\]{}]')
+
+
+def _too_deep_line(text: str, limit: int) -> int | None:
+    """The line of the first bracket nested deeper than ``limit``."""
+    depth = 0
+    for match in _JSON_BRACKETS.finditer(text):
+        bracket = match.group()
+        if bracket in "[{":
+            depth += 1
+            if depth > limit:
+                return text.count("\n", 0, match.start()) + 1
+        elif bracket in "]}":
+            depth -= 1
+    return None
+
+
+def _too_deep(data: Any, limit: int) -> tuple[str | int, ...] | None:
+    """Where ``data`` nests mappings or lists deeper than ``limit`` (walked without recursion)."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    while stack:
+        value, loc = stack.pop()
+        if isinstance(value, (dict, list)):
+            if len(loc) >= limit:
+                return loc
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((child, (*loc, key)) for key, child in items)
+    return None
+
+
 def _parse_json(text: str, source: str) -> Any:
+    limit = DEFAULT_LIMITS.max_depth
+    too_deep = f"nested deeper than {limit} levels"
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except _DuplicateKey as dup:
         raise ConfigInvalid(f"{source}: duplicate key {dup.args[0]!r}", details={"file": source}) from None
     except json.JSONDecodeError as err:
         raise ConfigInvalid(
             f"{source}:{err.lineno}: invalid JSON: {err.msg}", details={"file": source, "line": err.lineno}
         ) from None
+    except RecursionError:  # json's decoder stops itself well before the stack would
+        line = _too_deep_line(text, limit)
+        raise ConfigInvalid(f"{_where(source, line)}: {too_deep}", details={"file": source, "line": line}) from None
     except ValueError as err:
         raise ConfigInvalid(f"{source}: invalid JSON: {err}", details={"file": source}) from None
+    loc = _too_deep(data, limit)
+    if loc is not None:
+        line = _too_deep_line(text, limit)
+        field_name = ".".join(str(p) for p in loc)
+        raise ConfigInvalid(
+            f"{_where(source, line)}: {field_name}: {too_deep}",
+            details={"file": source, "line": line, "field": field_name},
+        )
+    return data
 
 
 def parse_seccomp(text: str, source: str = "<seccomp>") -> SeccompDocument:
@@ -303,13 +347,11 @@ def load_seccomp_file(path: str | os.PathLike[str], name: str | None = None) -> 
         key = (str(file.resolve()), stat.st_mtime_ns, stat.st_size)
         if key in _CACHE and (name is None or _CACHE[key].name == name):
             return _CACHE[key]
-        if stat.st_size > _MAX_FILE_BYTES:
-            raise ConfigInvalid(f"{source}: larger than {_MAX_FILE_BYTES} bytes", details={"file": source})
-        text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigInvalid(f"{source}: file not found", details={"file": source}) from None
-    except (OSError, UnicodeDecodeError) as err:
+    except OSError as err:
         raise ConfigInvalid(f"{source}: cannot read: {err.__class__.__name__}", details={"file": source}) from None
+    text = read_text(file)  # at most DEFAULT_LIMITS.max_bytes, UTF-8: CONFIG.INVALID naming the line
     data = _parse_json(text, source)
     document = validate_seccomp(data, source, text=text)
     canonical = canonical_json(data)  # exactly what the author wrote, without the whitespace

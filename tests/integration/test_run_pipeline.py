@@ -280,3 +280,25 @@ def test_run_json_is_one_full_object_even_for_early_refusals(tmp_path: Path) -> 
     root = cli("run", "--json", "--workspace", "/", "--", "true", cwd=ws)
     assert root.returncode in (2, 125) and "INPUT.INVALID" in root.stderr
     assert json.loads(root.stdout)["error"]["code"] == "INPUT.INVALID"
+
+
+def test_run_json_escapes_what_the_command_printed_and_plain_run_passes_it_through(tmp_path: Path) -> None:
+    """The command's output is hostile: with --json it is data (controls and bidi as \\uXXXX, the same
+    text once parsed); without --json it is what the user asked to see, byte for byte."""
+    ws = workspace_dir(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text("safety:\n  allowlist: [printf]\napprovals:\n  provider: none\n")
+    hostile = "\x1b]0;pwned\x07\x1b[2K\r\u202egnp.exe\u2067x\u2069\u2028\U000e0041"
+    hostile_bytes = hostile.encode()
+    argv = [*SANDBOXCTL, "run", "--config", str(config), "--evidence", str(tmp_path / "e.jsonl")]
+    # spelled in octal: the request itself stays plain ASCII (a control character in it would be asked)
+    printf = ["--", "printf", "".join(chr(b) if 0x20 < b < 0x7F and b != 0x5C else f"\\{b:03o}" for b in hostile_bytes)]
+    as_json = subprocess.run([*argv, "--json", *printf], capture_output=True, cwd=ws, timeout=120)
+    assert as_json.returncode == 0, as_json.stderr
+    text = as_json.stdout.decode("utf-8")
+    assert not any(ch in text for ch in "\x1b\x07\r\u202e\u2067\u2069\u2028\U000e0041")
+    assert json.loads(text)["stdout"] == hostile
+    plain = subprocess.run([*argv, *printf], capture_output=True, cwd=ws, timeout=120)
+    assert plain.returncode == 0 and plain.stdout == hostile_bytes
+    undecodable = subprocess.run([*argv, "--json", "--", "printf", "\\377"], capture_output=True, cwd=ws, timeout=120)
+    assert undecodable.returncode == 0 and json.loads(undecodable.stdout)["stdout"] == "\ufffd"
