@@ -35,18 +35,13 @@ from orchestrator.domain.errors import (
 from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
 from orchestrator.domain.statedir import state_dir
-from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
+from orchestrator.evidence import EventType, EvidenceWriter
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
-from orchestrator.results import Redactor, Snapshot, diff, snapshot
-from orchestrator.service.executor import (
-    RunOutcome,
-    finished_data,
-    outputs_digest,
-    run_in_sandbox,
-    side_effects_json,
-)
+from orchestrator.results import Redactor, Snapshot, snapshot
+from orchestrator.service.end_record import failed_side_effects, finished_fields
+from orchestrator.service.executor import RunOutcome, run_in_sandbox, workspace_changes
 from orchestrator.service.launch import (
     active_execution,
     check_workspace,
@@ -128,11 +123,13 @@ class Orchestrator:
                 policy_version_hash=gate.decision.policy_version_hash,
             )
         base.update(fields)
+        # a mapping, not an EvidenceEvent: the writer fits it to one record before validating it, so a
+        # record is never lost to the size or the text of what a workload put in it
         if durable:
             # waits for this record and everything queued before it to be fsynced
-            await self.evidence.append(EvidenceEvent(**base), durable=True)
+            await self.evidence.append(base, durable=True)
         else:
-            self.evidence.append_nowait(EvidenceEvent(**base))
+            self.evidence.append_nowait(base)
 
     async def _refuse(
         self,
@@ -369,22 +366,8 @@ class Orchestrator:
         error = outcome.error
         if error is None and outcome.truncated:
             error = SandboxOutputLimit("output passed the profile's cap and was truncated")
-        status = (
-            "timeout"
-            if outcome.timed_out
-            else "oom"
-            if outcome.oom_killed
-            else ("succeeded" if outcome.exit_code == 0 else "failed")
-        )
-        await record(
-            EventType.EXECUTION_FINISHED,
-            durable=True,
-            status=status,
-            error_code=error.code if error else None,
-            reason=error.message if error else None,
-            outputs_digest=outputs_digest(outcome),
-            data=finished_data(outcome, profile),
-        )
+        # bounded in advance, and never raising: the end record is what makes the run accountable
+        await record(EventType.EXECUTION_FINISHED, durable=True, **finished_fields(outcome, profile, error))
         return ExecutionResult(auth, outcome, error)
 
     async def _failed_while_running(
@@ -399,12 +382,11 @@ class Orchestrator:
     ) -> OrchestratorError:
         """The end record of an execution that started but did not finish: its code, and what it
         changed in the workspace so far (the sandbox itself was torn down by the executor)."""
-        effects: dict[str, Any] | None = None
         try:
-            after = await asyncio.to_thread(snapshot, workspace)
-            effects = side_effects_json(await asyncio.to_thread(diff, before, after, workspace))
-        except OSError as exc:
-            effects = {"error": f"{type(exc).__name__}: {exc.strerror or exc}"}
+            effects = failed_side_effects(*await workspace_changes(before, workspace))
+        except Exception as exc:  # a bug: never in the way of the end record
+            log.warning("side effects of %s unknown: %s", execution_id, type(exc).__name__)
+            effects = {"error": f"unknown: {type(exc).__name__}"}
         return await self._refuse(
             execution_id,
             gate,
