@@ -11,6 +11,7 @@ import asyncio
 import functools
 import logging
 import os
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -324,23 +325,14 @@ class Orchestrator:
         async def record(event: EventType, **fields: Any) -> None:
             await self._record(event, execution_id, gate, profile_hash=profile.profile_hash, **fields)
 
-        # the begin record is on disk before the sandbox is created
-        await record(
-            EventType.EXECUTION_STARTED,
-            durable=True,
-            status="starting",
-            data={
-                "image": profile.image,
-                "runtime": profile.runtime,
-                "profile": profile.name,
-                "seccomp_sha256": profile.seccomp_sha256,
-                "workdir": spec.workdir,
-                "deadline_unix": round(spec.deadline_unix),
-                "env_keys": sorted(spec.env),
-            },
-        )
         redactor = Redactor(literals=request.env.values())
-        before = await asyncio.to_thread(snapshot, workspace)  # the workspace before the sandbox exists
+        try:
+            before = await asyncio.to_thread(snapshot, workspace)  # the workspace before the sandbox exists
+        except OrchestratorError as exc:
+            raise await self._refuse(execution_id, gate, exc) from None
+        except OSError as exc:
+            unreadable = InputInvalid(f"workspace {workspace} cannot be read: {exc.strerror or exc}")
+            raise await self._refuse(execution_id, gate, unreadable) from None
         failed = functools.partial(
             self._failed_while_running,
             execution_id=execution_id,
@@ -349,19 +341,39 @@ class Orchestrator:
             before=before,
             workspace=workspace,
         )
+        # From the begin record on, every way out ends with an end record: execution_finished below,
+        # run_failed here (the begin record too may be interrupted once queued: it is written all the same)
         try:
+            # the begin record is on disk before the sandbox is created
+            await record(
+                EventType.EXECUTION_STARTED,
+                durable=True,
+                status="starting",
+                data={
+                    "image": profile.image,
+                    "runtime": profile.runtime,
+                    "profile": profile.name,
+                    "seccomp_sha256": profile.seccomp_sha256,
+                    "workdir": spec.workdir,
+                    "deadline_unix": round(spec.deadline_unix),
+                    "env_keys": sorted(spec.env),
+                },
+            )
             with active_execution(execution_id):
                 outcome = await run_in_sandbox(
                     self.backend, spec, record, redactor=redactor, workspace=workspace, before=before
                 )
         except asyncio.CancelledError:
-            await asyncio.shield(failed(ExecutionCancelled("cancelled while running")))
+            await _despite_cancellation(failed(ExecutionCancelled("cancelled while running")))
             raise
         except OrchestratorError as err:
             raise await failed(err) from None
         except Exception as exc:  # a bug: still an end record, never a silent begin-only execution
             log.warning("execution %s failed unexpectedly: %s: %s", execution_id, type(exc).__name__, exc)
             raise await failed(InternalError(f"unexpected {type(exc).__name__} while running")) from exc
+        except (KeyboardInterrupt, SystemExit):  # leaving the interpreter: the end record first
+            await _despite_cancellation(failed(InternalError("interrupted while running")))
+            raise
 
         error = outcome.error
         if error is None and outcome.truncated:
@@ -400,6 +412,24 @@ class Orchestrator:
         await self.evidence.close()
         if self.backend is not None:
             await self.backend.close()
+
+
+async def _despite_cancellation(step: Coroutine[Any, Any, object]) -> None:
+    """Run ``step`` to its end even if this task is cancelled again meanwhile (a second Ctrl-C or
+    SIGTERM): an end record must not be cut off half-way. The cancellation is delivered afterwards."""
+    task = asyncio.ensure_future(step)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:
+            break
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not record the end of an interrupted execution: %s", task.exception())
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 @dataclass(frozen=True, slots=True)
