@@ -29,10 +29,10 @@ from orchestrator.service.executor import KeptOutput, RunOutcome
 
 log = logging.getLogger(__name__)
 
-SIDE_EFFECTS_INLINE_BYTES: Final = 96 * 1024
-"""A listing up to this size (canonical JSON) is recorded whole."""
 SIDE_EFFECTS_BUDGET: Final = 128 * 1024
-"""A larger one is summarised within this many bytes (an evidence record holds 256 KiB)."""
+"""Side effects take at most this many bytes of canonical JSON: a listing that fits is recorded whole
+(with its digest), a larger one summarised (an evidence record holds 256 KiB; the rest of an end record,
+its reason included, takes at most about 90 KiB)."""
 PATH_SHOWN_CHARS: Final = 512
 TEXT_CHARS: Final = 2048
 REASON_CHARS: Final = 4096
@@ -84,7 +84,7 @@ def side_effects_json(effects: SideEffects | None, *, error: str | None = None) 
         return None if error is None else {"error": clip(error, TEXT_CHARS)}
     listing = effects.to_dict()
     encoded = canonical_json(listing)
-    if len(encoded) <= SIDE_EFFECTS_INLINE_BYTES:
+    if len(encoded) <= SIDE_EFFECTS_BUDGET - 100:  # room for the digest
         return {**listing, "digest": sha256_hex(encoded)}
     summary: dict[str, Any] = {
         "created": effects.created_count,

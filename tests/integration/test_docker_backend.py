@@ -234,6 +234,7 @@ def test_sink_keeps_limit_and_counts_everything() -> None:
     assert result.data == b"abcde"
     assert result.total_bytes == 10
     assert result.truncated
+    assert not hasattr(result, "sha256")  # the raw stream may hold secrets: it is counted, never hashed
     exact = StreamSink(3)
     exact.write(b"abc")
     assert not exact.result().truncated
