@@ -65,7 +65,7 @@ def outputs_digest(outcome: RunOutcome) -> str:
 
 
 def _paths_within(changes: tuple[Any, ...], budget: int) -> tuple[list[str], int]:
-    """The first paths of ``changes`` (clipped) that fit ``budget`` encoded bytes, and how many were left out."""
+    """The first paths of ``changes`` (clipped) that fit ``budget`` encoded bytes, and the bytes they take."""
     shown: list[str] = []
     used = 2
     for change in changes:
@@ -75,7 +75,7 @@ def _paths_within(changes: tuple[Any, ...], budget: int) -> tuple[list[str], int
             break
         shown.append(path)
         used += cost
-    return shown, len(changes) - len(shown)
+    return shown, used
 
 
 def side_effects_json(effects: SideEffects | None, *, error: str | None = None) -> dict[str, Any] | None:
@@ -95,11 +95,14 @@ def side_effects_json(effects: SideEffects | None, *, error: str | None = None) 
         "digest": sha256_hex(encoded),
         "listing": "summarised (too large for one record): counts, the listing's digest, the first paths",
     }
-    per_list = (SIDE_EFFECTS_BUDGET - len(canonical_json(summary)) - 256) // 3
-    for name, changes in (("created", effects.created), ("modified", effects.modified), ("deleted", effects.deleted)):
-        shown, left_out = _paths_within(changes, per_list)
+    room = SIDE_EFFECTS_BUDGET - len(canonical_json(summary)) - 256
+    lists = (("created", effects.created), ("modified", effects.modified), ("deleted", effects.deleted))
+    # shortest list first: what it leaves of its share, the longer ones may use
+    for left, (name, changes) in zip((3, 2, 1), sorted(lists, key=lambda item: len(item[1])), strict=True):
+        shown, used = _paths_within(changes, room // left)
+        room -= used
         summary[f"{name}_paths"] = shown
-        summary[f"{name}_paths_omitted"] = left_out
+        summary[f"{name}_paths_omitted"] = len(changes) - len(shown)
     return summary
 
 

@@ -93,6 +93,17 @@ def test_a_huge_hostile_listing_is_summarised_within_its_budget(tmp_path: Path, 
     assert data["exit_code"] == 7 and data["side_effects"]["created"] == 2000
 
 
+def test_one_long_list_uses_the_room_the_others_leave(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    before = snapshot(ws)
+    hostile_tree(ws, 600)  # created only: modified and deleted are empty
+    summary = side_effects_json(diff(before, snapshot(ws), ws))
+    assert summary is not None and summary["modified_paths"] == [] and summary["deleted_paths"] == []
+    assert len(canonical_json(summary)) <= SIDE_EFFECTS_BUDGET
+    assert len(canonical_json(summary["created_paths"])) > SIDE_EFFECTS_BUDGET * 0.9
+
+
 def test_a_small_listing_is_recorded_whole(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
