@@ -62,12 +62,12 @@ class LifecycleEvent:
 
 @dataclass(frozen=True, slots=True)
 class StreamCapture:
-    """One output stream: the first ``limit`` bytes kept, the whole stream counted and hashed."""
+    """One output stream as produced (not yet redacted): the first ``limit`` bytes kept, the whole
+    stream counted. Never hashed: it may hold secrets (the service redacts, then caps, then hashes)."""
 
     data: bytes
     total_bytes: int
-    sha256: str  # of the whole stream as produced, including what was not kept
-    truncated: bool
+    truncated: bool  # the stream was longer than what was kept
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,10 @@
 """``sandboxctl evidence verify|show|tail``: check and read the evidence file.
 
 Exit codes: 0 ok; 1 the evidence is corrupt (``EVIDENCE.CORRUPT: line N (seq S): <problem>`` on stderr);
-2 the file does not exist or cannot be read, or bad arguments. Errors are printed as ``CODE: message``,
-never as a traceback. Heavy imports (pydantic models) happen inside the handlers.
+2 the file does not exist or cannot be read, or bad arguments; 3 (verify) the chain is intact but an
+execution began and never ended (``EVIDENCE.INCOMPLETE: ...`` on stderr, one line per execution).
+Errors are printed as ``CODE: message``, never as a traceback. Heavy imports (pydantic models) happen
+inside the handlers.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 from orchestrator.cli.output import Subparsers
 from orchestrator.domain.errors import (
     EvidenceCorrupt,
+    EvidenceIncomplete,
     EvidenceUnavailable,
     InputInvalid,
     OrchestratorError,
@@ -26,11 +29,14 @@ from orchestrator.domain.text import json_safe, printable, terminal_safe
 
 if TYPE_CHECKING:
     from orchestrator.evidence.records import EvidenceRecord
+    from orchestrator.evidence.verify import VerifyReport
 
 EXIT_OK = 0
 EXIT_CORRUPT = 1
 EXIT_UNAVAILABLE = 2
+EXIT_INCOMPLETE = 3
 _REASON_WIDTH = 160
+_UNENDED_SHOWN = 20
 
 __all__ = ["printable", "register"]  # printable: controls and bidi characters escaped (records hold
 # text that agents chose), the same function the approval prompt and `check` use
@@ -51,8 +57,10 @@ def register(subparsers: Subparsers) -> None:
     verify = commands.add_parser(
         "verify",
         help="check every record, the hash chain and the head anchor",
-        description="Check every record, the hash chain and the head anchor. Exit 0 when intact, 1 when "
-        "corrupt (the first bad line is named on stderr), 2 when the file cannot be read.",
+        description="Check every record, the hash chain and the head anchor, and that every execution that "
+        "began also ended. Exit 0 when intact (executions whose deadline has not passed may still be running), "
+        "1 when corrupt (the first bad line is named on stderr), 2 when the file cannot be read, 3 when intact "
+        "but an execution began and never ended (each is named on stderr; JSON: unended, complete).",
     )
     _add_path(verify)
     verify.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
@@ -105,12 +113,32 @@ def _verify(args: argparse.Namespace) -> int:
         if not report.ok:
             print(terminal_safe(f"{EvidenceCorrupt.code}: {report.location()}: {report.problem}"), file=sys.stderr)
             return EXIT_CORRUPT
+        _print_unended(report)
         if not args.json:
             anchored = f"head anchor matches (seq {report.head_seq})" if report.head_checked else "no head anchor"
             print(terminal_safe(f"OK: {report.records} record(s), chain intact, {anchored}: {report.path}"))
-        return EXIT_OK
+        return EXIT_OK if report.complete else EXIT_INCOMPLETE
 
     return _guarded(run)
+
+
+def _print_unended(report: VerifyReport) -> None:
+    """One line on stderr per execution that began and did not end."""
+    for shown, item in enumerate(report.unended):
+        if shown == _UNENDED_SHOWN:
+            print(f"... and {len(report.unended) - shown} more (see --json)", file=sys.stderr)
+            break
+        began = f"line {item.line} (seq {item.seq}, {item.started_ts})"
+        where = f"execution {printable(item.execution_id)} began at {began}"
+        if item.running:
+            print(f"note: {where} and has not ended yet: its deadline has not passed", file=sys.stderr)
+        else:
+            due = "" if item.deadline_unix is None else f" (its deadline passed at unix {item.deadline_unix:.0f})"
+            print(
+                f"{EvidenceIncomplete.code}: {where} and never ended: no execution_finished, run_failed or "
+                f"execution_abandoned record{due}",
+                file=sys.stderr,
+            )
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -97,6 +97,13 @@ class EvidenceCorrupt(OrchestratorError):
     exit_code = 1
 
 
+class EvidenceIncomplete(OrchestratorError):
+    """The chain is intact, but an execution began and has no end record (and its deadline passed)."""
+
+    code = "EVIDENCE.INCOMPLETE"
+    exit_code = 3
+
+
 class EvidenceUnavailable(OrchestratorError):
     code = "EVIDENCE.UNAVAILABLE"
 

@@ -8,6 +8,7 @@ from orchestrator.evidence.chain import HeadAnchor, head_path, read_head, record
 from orchestrator.evidence.paths import default_evidence_path
 from orchestrator.evidence.reader import iter_raw, iter_records, tail, tail_raw
 from orchestrator.evidence.records import (
+    END_EVENTS,
     FORMAT_VERSION,
     GENESIS_HASH,
     MAX_RECORD_BYTES,
@@ -16,10 +17,11 @@ from orchestrator.evidence.records import (
     EvidenceRecord,
     format_ts,
 )
-from orchestrator.evidence.verify import VerifyReport, verify
+from orchestrator.evidence.verify import Unended, VerifyReport, verify
 from orchestrator.evidence.writer import EvidenceWriter
 
 __all__ = [
+    "END_EVENTS",
     "FORMAT_VERSION",
     "GENESIS_HASH",
     "MAX_RECORD_BYTES",
@@ -28,6 +30,7 @@ __all__ = [
     "EvidenceRecord",
     "EvidenceWriter",
     "HeadAnchor",
+    "Unended",
     "VerifyReport",
     "default_evidence_path",
     "format_ts",

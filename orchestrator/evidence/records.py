@@ -51,6 +51,12 @@ class EventType(StrEnum):
     EVIDENCE_RECOVERED = "evidence_recovered"
 
 
+END_EVENTS: Final[frozenset[str]] = frozenset(
+    {EventType.EXECUTION_FINISHED, EventType.RUN_FAILED, EventType.EXECUTION_ABANDONED}
+)
+"""The events that end an execution: every ``execution_started`` is followed by one of them."""
+
+
 _HEX64 = r"^[0-9a-f]{64}$"
 _TS_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 _ENGINE_TS_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"

@@ -1,12 +1,15 @@
-"""Verify an evidence file: every line, the chain between them, and the head anchor at the end.
+"""Verify an evidence file: every line, the chain between them, and the head anchor at the end; then
+whether every execution that began (``execution_started``) also ended (``execution_finished``,
+``run_failed`` or ``execution_abandoned``).
 
-Streaming: one pass, constant memory (the last two hashes and one line of look-ahead to name the problem).
-It stops at the first bad record and says which line and why.
+Streaming: one pass; memory is the last two hashes, one line of look-ahead to name a problem, and the
+executions begun and not yet ended. It stops at the first bad record and says which line and why.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,9 +17,24 @@ from typing import Any
 
 from orchestrator.evidence.chain import LineProblem, parse_line
 from orchestrator.evidence.reader import iter_lines, open_snapshot
-from orchestrator.evidence.records import GENESIS_HASH, MAX_RECORD_BYTES
+from orchestrator.evidence.records import END_EVENTS, GENESIS_HASH, MAX_RECORD_BYTES, EventType
 
 HEAD_MISSING = "no head anchor: deleting the last records of the file cannot be detected"
+
+
+@dataclass(frozen=True, slots=True)
+class Unended:
+    """An execution that began and has no end record (yet)."""
+
+    execution_id: str
+    line: int
+    """1-based line of its ``execution_started`` record."""
+    seq: int
+    started_ts: str
+    deadline_unix: float | None
+    """When its sandbox was due to be gone (wall timeout plus grace), if the begin record says."""
+    running: bool
+    """Its deadline has not passed: it may still be running (no end record expected yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +56,19 @@ class VerifyReport:
     last_seq: int | None = None
     last_hash: str | None = None
     warnings: tuple[str, ...] = ()
+    unended: tuple[Unended, ...] = ()
+    """Executions that began and did not end, in file order (only checked when the chain is intact)."""
+
+    @property
+    def complete(self) -> bool:
+        """Every execution that began has ended, or may still be running (its deadline has not passed)."""
+        return not any(not u.running for u in self.unended)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["warnings"] = list(self.warnings)
+        out["unended"] = [asdict(u) for u in self.unended]
+        out["complete"] = self.complete
         return out
 
     def location(self) -> str:
@@ -138,14 +165,43 @@ def _diagnose(rec: _Link, n: int, *, expected: int, prev: str, prev2: str | None
     )
 
 
-def verify(path: str | os.PathLike[str]) -> VerifyReport:
-    """Check every record of the evidence file ``path``, the chain, and the head anchor ``<path>.head``.
+class _OpenExecutions:
+    """Executions begun and not yet ended, as the records go by."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, tuple[int, int, str, float | None]] = {}
+
+    def see(self, fields: dict[str, Any], line: int) -> None:
+        event, execution_id = fields["event"], fields.get("execution_id")
+        if execution_id is None:
+            return
+        if event == EventType.EXECUTION_STARTED:
+            data = fields.get("data") or {}
+            deadline = data.get("deadline_unix")
+            if not isinstance(deadline, int | float) or isinstance(deadline, bool):
+                deadline = None
+            self._open[execution_id] = (line, fields["seq"], fields["ts"], deadline)
+        elif event in END_EVENTS:
+            self._open.pop(execution_id, None)
+
+    def report(self, now: float) -> tuple[Unended, ...]:
+        return tuple(
+            Unended(eid, line, seq, ts, deadline, running=deadline is not None and deadline > now)
+            for eid, (line, seq, ts, deadline) in self._open.items()
+        )
+
+
+def verify(path: str | os.PathLike[str], *, now: float | None = None) -> VerifyReport:
+    """Check every record of the evidence file ``path``, the chain, and the head anchor ``<path>.head``;
+    then list the executions that began and never ended (``unended``; ``running`` when their deadline is
+    after ``now``, default the current time).
 
     Returns a report (``ok`` False names the first bad record). Raises EvidenceUnavailable when the file
     does not exist or cannot be read. A missing head anchor is not a failure: ``head_checked`` is False and
     a warning says that deleted tail records cannot be detected.
     """
     p = Path(path)
+    executions = _OpenExecutions()
     with open_snapshot(p, with_head=True) as snap:
         head = snap.head
         warnings: tuple[str, ...] = () if head is not None or snap.head_error else (HEAD_MISSING,)
@@ -208,6 +264,7 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
                     f"{this_hash[:16]}...): the record was replaced",
                     count,
                 )
+            executions.see(fields, n)
             prev2 = prev
             prev = this_hash
             expected += 1
@@ -228,5 +285,6 @@ def verify(path: str | os.PathLike[str]) -> VerifyReport:
             records=count,
             last_seq=expected - 1 if expected else None,
             last_hash=prev if expected else None,
+            unended=executions.report(time.time() if now is None else now),
             **base,
         )

@@ -59,6 +59,7 @@ from orchestrator.evidence.chain import (
     read_head,
     write_head,
 )
+from orchestrator.evidence.fit import DEGRADED_KEY, fit_fields
 from orchestrator.evidence.paths import default_evidence_path
 from orchestrator.evidence.records import (
     GENESIS_HASH,
@@ -304,21 +305,36 @@ class EvidenceWriter:
     # ---- queueing --------------------------------------------------------------------------------
 
     def _prepare(self, event: EvidenceEvent | Mapping[str, Any], durable: bool) -> _Item:
-        if not isinstance(event, EvidenceEvent):
-            if not isinstance(event, Mapping):
-                raise InputInvalid(f"evidence event must be an EvidenceEvent, not {type(event).__name__}")
-            try:
-                event = EvidenceEvent.model_validate(event)
-            except ValidationError as exc:
-                err = exc.errors(include_url=False, include_input=False)[0]
-                where = ".".join(str(part) for part in err["loc"])
-                raise InputInvalid(f"evidence event field {where!r}: {err['msg']}", details={"field": where}) from None
-        payload = {k: v for k, v in event.model_dump(mode="json").items() if v is not None}
+        """Validate an event, made to fit one record first (see :mod:`orchestrator.evidence.fit`): an event
+        is refused (InputInvalid) for a wrong field, never for its size or its text."""
+        if isinstance(event, EvidenceEvent):
+            fields = event.model_dump(mode="json", exclude_none=True)
+        elif isinstance(event, Mapping):
+            fields = dict(event)
+        else:
+            raise InputInvalid(f"evidence event must be an EvidenceEvent, not {type(event).__name__}")
+        fitted = fit_fields(fields, MAX_RECORD_BYTES - _WRITER_OVERHEAD)
+        data = fitted.get("data")
+        if isinstance(data, dict) and DEGRADED_KEY in data and DEGRADED_KEY not in (fields.get("data") or {}):
+            _log.warning(
+                "evidence event %s of %s degraded to fit one record (%d change(s), listed in data.%s)",
+                fitted.get("event"),
+                fitted.get("execution_id"),
+                len(data[DEGRADED_KEY]),
+                DEGRADED_KEY,
+            )
+        try:
+            valid = EvidenceEvent.model_validate(fitted)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False, include_input=False)[0]
+            where = ".".join(str(part) for part in err["loc"])
+            raise InputInvalid(f"evidence event field {where!r}: {err['msg']}", details={"field": where}) from None
+        payload = {k: v for k, v in valid.model_dump(mode="json").items() if v is not None}
         try:
             size = len(canonical_json(payload))
         except ValueError as exc:
             raise InputInvalid(f"evidence event is not encodable as canonical JSON: {exc}") from None
-        if size + _WRITER_OVERHEAD > MAX_RECORD_BYTES:
+        if size + _WRITER_OVERHEAD > MAX_RECORD_BYTES:  # fit_fields bounds every part: a bug if reached
             raise InputInvalid(
                 f"evidence event too large: {size} bytes encoded (limit {MAX_RECORD_BYTES - _WRITER_OVERHEAD})",
                 details={"bytes": size},

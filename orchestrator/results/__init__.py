@@ -6,7 +6,15 @@ Layering: imports only ``orchestrator.domain`` (and the standard library and pyd
 
 from __future__ import annotations
 
-from orchestrator.results.redact import BUILTIN_KINDS, MIN_LITERAL_LENGTH, RedactionResult, Redactor, cap
+from orchestrator.results.redact import (
+    BUILTIN_KINDS,
+    MIN_LITERAL_LENGTH,
+    PATTERN_REACH,
+    CappedOutput,
+    RedactionResult,
+    Redactor,
+    cap,
+)
 from orchestrator.results.workspace import (
     Entry,
     EntryKind,
@@ -20,6 +28,8 @@ from orchestrator.results.workspace import (
 __all__ = [
     "BUILTIN_KINDS",
     "MIN_LITERAL_LENGTH",
+    "PATTERN_REACH",
+    "CappedOutput",
     "Entry",
     "EntryKind",
     "FileChange",

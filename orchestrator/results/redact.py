@@ -36,8 +36,11 @@ Generic ``key = value`` values end at whitespace, a quote or ``, ; & < > ( ) { }
 (``==``, ``!=``) and values that look like code (see :func:`_assigned_value`) are left alone, so
 printing source code does not shred it.
 
-Redact before :func:`cap`: a secret cut in two by the cap would no longer match. Collect a little more
-than the cap, redact, then cap.
+Redact, then cap: a secret cut in two by a cap would no longer match, and its first part would be shown.
+:meth:`Redactor.redact_capped` does both: capture :attr:`Redactor.margin` bytes more than the cap (the
+longest literal form, and :data:`PATTERN_REACH`: every built-in pattern decides within it, and the ones
+that could run on, a private-key block, a quoted value, a JWT, also match when cut at the end of what was
+captured), redact, then cut at the cap, never inside a ``[REDACTED:...]`` marker.
 """
 
 from __future__ import annotations
@@ -59,6 +62,11 @@ MIN_LITERAL_LENGTH: Final = 4
 LITERAL_KIND: Final = "literal"
 CUSTOM_KIND: Final = "custom"
 
+PATTERN_REACH: Final = 4096
+"""Bytes past a cap the patterns need to judge a secret that starts before it. The built-ins decide within
+about 100 bytes (a 70-byte PyPI token, an 80-byte private-key header); a custom pattern whose matches are
+longer than this is only as good at the cap as what it matches in 4 KiB."""
+
 _MIN_ENCODED_LENGTH: Final = 8
 """Encoded forms of a literal (percent, JSON, base64) shorter than this are not searched."""
 
@@ -70,6 +78,18 @@ class RedactionResult:
     data: bytes
     count: int
     kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CappedOutput:
+    """What :meth:`Redactor.redact_capped` keeps of a stream: redacted, then capped."""
+
+    data: bytes
+    count: int
+    """Redactions in ``data`` (a secret cut off by the cap is not shown, and not counted)."""
+    kinds: tuple[str, ...]
+    truncated: bool
+    """``data`` is not the whole (redacted) stream."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,12 +296,13 @@ def _builtin_rules() -> tuple[_Rule, ...]:
             re.compile(rb"hf_(?<![A-Za-z0-9_]hf_)[A-Za-z0-9]{30,}+(?![A-Za-z0-9_])"),
             check=_mixed_case,
         ),
+        # header.payload.signature; one cut off at the end of the output (a cap) is redacted as far as it goes
         _Rule(
             "jwt",
             _P_TOKEN,
             re.compile(
-                rb"yJ(?<=eyJ)(?<!" + _B64URL + rb"eyJ)" + _B64URL + rb"{7,}+\." + _B64URL + rb"{4,}+"
-                rb"(?:\." + _B64URL + rb"*+){1,3}+"
+                rb"yJ(?<=eyJ)(?<!" + _B64URL + rb"eyJ)" + _B64URL + rb"{7,}+"
+                rb"(?:\." + _B64URL + rb"{4,}+(?:(?:\." + _B64URL + rb"*+){1,3}+|\Z)|\Z)"
             ),
             back=1,
         ),
@@ -409,10 +430,73 @@ class Redactor:
         pass over the output."""
         return len(self._literals)
 
+    @property
+    def margin(self) -> int:
+        """How many bytes past an output cap must be seen so that whatever starts before the cap is judged
+        as on the whole stream: the longest literal form, and :data:`PATTERN_REACH` for the patterns."""
+        longest = max((len(form) for form in self._literals), default=0)
+        return max(longest, PATTERN_REACH if self._builtin or self._extra else 0)
+
     def redact(self, data: bytes) -> RedactionResult:
         """Redact ``data``; returns the same bytes object when nothing matched."""
-        if not data:
+        spans = self._spans(data)
+        if not spans:
             return RedactionResult(data=data, count=0, kinds=())
+        out: list[bytes] = []
+        position = 0
+        for start, end, kind in spans:
+            out += (data[position:start], _marker(kind))
+            position = end
+        out.append(data[position:])
+        return RedactionResult(data=b"".join(out), count=len(spans), kinds=tuple(sorted({k for _, _, k in spans})))
+
+    def redact_capped(self, head: bytes, limit: int, *, complete: bool) -> CappedOutput:
+        """Redact, then cap: the output of a stream of which ``head`` is the beginning, at most ``limit``
+        bytes, with no part of a secret that the whole stream would have had redacted.
+
+        ``complete`` says ``head`` is the whole stream. Otherwise the stream went on, so the last
+        :attr:`margin` bytes of ``head`` are only look-ahead: a secret starting before them is judged on
+        at least ``margin`` bytes of what follows, as on the whole stream, and nothing after them is shown
+        in the clear. Capture ``limit + margin`` bytes. The cut is never inside a ``[REDACTED:...]``
+        marker (a marker that does not fit is left out whole) and moves back rather than split a UTF-8
+        character (see :func:`cap`); ``truncated`` says the output is not the whole (redacted) stream.
+        """
+        if limit < 0:
+            raise ValueError("limit must be >= 0")
+        safe = len(head) if complete else max(0, len(head) - self.margin)
+        out: list[bytes] = []
+        room = limit
+        kinds: set[str] = set()
+        count = 0
+        position = 0
+        cut = False
+        for start, end, kind in self._spans(head):
+            if start >= safe:
+                break
+            clear, cut = cap(head[position:start], room)
+            out.append(clear)
+            room -= len(clear)
+            marker = _marker(kind)
+            if cut or len(marker) > room:
+                cut = True
+                break
+            out.append(marker)
+            room -= len(marker)
+            kinds.add(kind)
+            count += 1
+            position = end
+        if not cut:
+            clear, cut = cap(head[position:safe] if position < safe else b"", room)
+            out.append(clear)
+            position = max(position, safe)
+            cut = cut or position < len(head) or not complete
+        return CappedOutput(data=b"".join(out), count=count, kinds=tuple(sorted(kinds)), truncated=cut)
+
+    def _spans(self, data: bytes) -> list[tuple[int, int, str]]:
+        """The secrets in ``data``: sorted, non-overlapping (start, end, kind); overlaps merged under the
+        most specific kind."""
+        if not data:
+            return []
         spans: list[tuple[int, int, int, str]] = []
         for form in self._literals:
             _find_literal(data, form, spans)
@@ -441,12 +525,9 @@ class Redactor:
                     continue
                 spans.append((start, end, rule.priority, rule.kind))
         if not spans:
-            return RedactionResult(data=data, count=0, kinds=())
+            return []
         spans.sort()
-        out: list[bytes] = []
-        kinds: set[str] = set()
-        count = 0
-        position = 0
+        merged: list[tuple[int, int, str]] = []
         cur_start, cur_end, cur_priority, cur_kind = spans[0]
         for start, end, priority, kind in spans[1:]:
             if start < cur_end:  # overlap: merge, keep the most specific kind
@@ -454,18 +535,14 @@ class Redactor:
                 if priority > cur_priority:
                     cur_priority, cur_kind = priority, kind
                 continue
-            out.append(data[position:cur_start])
-            out.append(b"[REDACTED:" + cur_kind.encode("ascii") + b"]")
-            kinds.add(cur_kind)
-            count += 1
-            position = cur_end
+            merged.append((cur_start, cur_end, cur_kind))
             cur_start, cur_end, cur_priority, cur_kind = start, end, priority, kind
-        out.append(data[position:cur_start])
-        out.append(b"[REDACTED:" + cur_kind.encode("ascii") + b"]")
-        kinds.add(cur_kind)
-        count += 1
-        out.append(data[cur_end:])
-        return RedactionResult(data=b"".join(out), count=count, kinds=tuple(sorted(kinds)))
+        merged.append((cur_start, cur_end, cur_kind))
+        return merged
+
+
+def _marker(kind: str) -> bytes:
+    return b"[REDACTED:" + kind.encode("ascii") + b"]"
 
 
 def _find_literal(data: bytes, form: bytes, spans: list[tuple[int, int, int, str]]) -> None:

@@ -2,14 +2,14 @@
 
 begin record (durable) → subscribe to the engine's events → create → start → output ‖ wait under
 the deadline → kill on timeout → inspect (OOM from the engine) → destroy on every path → side
-effects → end record. Lifecycle records carry the engine's own timestamps.
+effects → redact, then cap the output. Lifecycle records carry the engine's own timestamps; the end
+record is built from the outcome by :mod:`orchestrator.service.end_record`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,7 +26,6 @@ from orchestrator.backends.base import (
     SandboxHandle,
     StreamCapture,
 )
-from orchestrator.domain.canonical import canonical_sha256
 from orchestrator.domain.errors import OrchestratorError, SandboxOOM, SandboxTimeout
 from orchestrator.evidence import EventType
 from orchestrator.profiles import ResolvedProfile
@@ -49,31 +48,47 @@ Record = Callable[..., Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
+class KeptOutput:
+    """One output stream as the orchestrator keeps it: redacted, then capped. Of the raw stream only its
+    size is kept (never a hash: it may hold secrets)."""
+
+    data: bytes
+    total_bytes: int
+    truncated: bool
+    redactions: int
+
+
+def keep_output(capture: StreamCapture, limit: int, redactor: Redactor) -> KeptOutput:
+    """Redact, then cap: ``capture`` holds ``limit + redactor.margin`` bytes of the stream at most."""
+    kept = redactor.redact_capped(capture.data, limit, complete=not capture.truncated)
+    return KeptOutput(kept.data, capture.total_bytes, kept.truncated, kept.count)
+
+
+@dataclass(frozen=True, slots=True)
 class RunOutcome:
     exit_code: int | None
     stdout: bytes
     stderr: bytes
-    stdout_capture: StreamCapture | None
-    stderr_capture: StreamCapture | None
+    stdout_kept: KeptOutput | None
+    stderr_kept: KeptOutput | None
     timed_out: bool
     oom_killed: bool
     duration_ms: int
     state: ExitState | None
     side_effects: SideEffects | None
-    redactions: int
+    side_effects_error: str | None
+    """Why the side effects are unknown (the workspace could not be read after the run), if they are."""
     usage: ResourceUsage | None
     lifecycle: str
     error: OrchestratorError | None
 
     @property
     def truncated(self) -> bool:
-        return any(c is not None and c.truncated for c in (self.stdout_capture, self.stderr_capture))
+        return any(k is not None and k.truncated for k in (self.stdout_kept, self.stderr_kept))
 
-
-def _stream_json(capture: StreamCapture | None) -> dict[str, Any] | None:
-    if capture is None:
-        return None
-    return {"bytes": capture.total_bytes, "sha256": capture.sha256, "truncated": capture.truncated}
+    @property
+    def redactions(self) -> int:
+        return sum(k.redactions for k in (self.stdout_kept, self.stderr_kept) if k is not None)
 
 
 async def _follow_events(
@@ -124,9 +139,13 @@ async def run_in_sandbox(
     error: OrchestratorError | None = None
     usage: ResourceUsage | None = None
     started = time.monotonic()
+    # a margin past the caps: a secret the cap cuts in two is still seen whole, and redacted
+    margin = redactor.margin
     try:
         handle = await backend.create(spec)
-        capture_task = asyncio.create_task(backend.capture(handle, profile.stdout_max_bytes, profile.stderr_max_bytes))
+        capture_task = asyncio.create_task(
+            backend.capture(handle, profile.stdout_max_bytes + margin, profile.stderr_max_bytes + margin)
+        )
         try:
             await backend.start(handle)
             try:
@@ -161,26 +180,37 @@ async def run_in_sandbox(
         error = SandboxTimeout(f"killed after the {profile.wall_timeout_s:g}s deadline")
     elif oom:
         error = SandboxOOM(f"killed for exceeding the {profile.memory_bytes} byte memory limit")
-    after = await asyncio.to_thread(snapshot, workspace)
-    side_effects = await asyncio.to_thread(diff, before, after, workspace)
-    stdout = redactor.redact(captures[0].data) if captures else None
-    stderr = redactor.redact(captures[1].data) if captures else None
+    side_effects, side_effects_error = await workspace_changes(before, workspace)
+    stdout = keep_output(captures[0], profile.stdout_max_bytes, redactor) if captures else None
+    stderr = keep_output(captures[1], profile.stderr_max_bytes, redactor) if captures else None
     return RunOutcome(
         exit_code=state.exit_code if state and state.exit_code is not None else exit_code,
         stdout=stdout.data if stdout else b"",
         stderr=stderr.data if stderr else b"",
-        stdout_capture=captures[0] if captures else None,
-        stderr_capture=captures[1] if captures else None,
+        stdout_kept=stdout,
+        stderr_kept=stderr,
         timed_out=timed_out,
         oom_killed=oom,
         duration_ms=duration_ms,
         state=state,
         side_effects=side_effects,
-        redactions=(stdout.count if stdout else 0) + (stderr.count if stderr else 0),
+        side_effects_error=side_effects_error,
         usage=usage,
         lifecycle=lifecycle,
         error=error,
     )
+
+
+async def workspace_changes(before: Snapshot, workspace: Path) -> tuple[SideEffects | None, str | None]:
+    """The workspace's changes since ``before``; or None and why, when it cannot be read now (the run's
+    outcome is recorded all the same)."""
+    try:
+        after = await asyncio.to_thread(snapshot, workspace)
+        return await asyncio.to_thread(diff, before, after, workspace), None
+    except (OSError, OrchestratorError) as exc:
+        why = exc.message if isinstance(exc, OrchestratorError) else (exc.strerror or str(exc))
+        log.warning("workspace side effects unknown: %s: %s", type(exc).__name__, why)
+        return None, f"{type(exc).__name__}: {why}"
 
 
 def _lifecycle_status(follower: asyncio.Task[None], seen: dict[str, asyncio.Event]) -> str:
@@ -202,45 +232,3 @@ async def _teardown(backend: SandboxBackend, handle: SandboxHandle, seen: dict[s
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(DESTROY_EVENT_WAIT_S):
             await seen["destroy"].wait()
-
-
-def outputs_digest(outcome: RunOutcome) -> str:
-    return canonical_sha256(
-        {"stdout": _stream_json(outcome.stdout_capture), "stderr": _stream_json(outcome.stderr_capture)}
-    )
-
-
-# an evidence record holds at most 256 KiB: a larger listing is summarised, its digest kept
-SIDE_EFFECTS_INLINE_BYTES = 128 * 1024
-
-
-def side_effects_json(effects: SideEffects | None) -> dict[str, Any] | None:
-    if effects is None:
-        return None
-    if len(effects.to_json()) <= SIDE_EFFECTS_INLINE_BYTES:
-        return {**effects.to_dict(), "digest": effects.digest()}
-    return {**effects.summary(max_paths=200), "listing": "summarised (too large for one record)"}
-
-
-def finished_data(outcome: RunOutcome, profile: ResolvedProfile) -> dict[str, Any]:
-    """The sanitized end-of-execution facts for evidence: sizes and hashes, never content."""
-    state = outcome.state
-    return {
-        "exit_code": outcome.exit_code,
-        "timed_out": outcome.timed_out,
-        "oom_killed": outcome.oom_killed,
-        "duration_ms": outcome.duration_ms,
-        "stdout": _stream_json(outcome.stdout_capture),
-        "stderr": _stream_json(outcome.stderr_capture),
-        "redactions": outcome.redactions,
-        "image": profile.image,
-        "image_id": state.image_id if state else None,
-        "usage": dataclasses.asdict(outcome.usage) if outcome.usage else None,
-        "lifecycle_stream": outcome.lifecycle,
-        "runtime": profile.runtime,
-        "seccomp_sha256": profile.seccomp_sha256,
-        "engine_started_at": state.started_at.isoformat() if state and state.started_at else None,
-        "engine_finished_at": state.finished_at.isoformat() if state and state.finished_at else None,
-        "engine_error": state.error if state else None,
-        "side_effects": side_effects_json(outcome.side_effects),
-    }

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import logging
 import os
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,18 +36,13 @@ from orchestrator.domain.errors import (
 from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
 from orchestrator.domain.statedir import state_dir
-from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
+from orchestrator.evidence import EventType, EvidenceWriter
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
-from orchestrator.results import Redactor, Snapshot, diff, snapshot
-from orchestrator.service.executor import (
-    RunOutcome,
-    finished_data,
-    outputs_digest,
-    run_in_sandbox,
-    side_effects_json,
-)
+from orchestrator.results import Redactor, Snapshot, snapshot
+from orchestrator.service.end_record import failed_side_effects, finished_fields
+from orchestrator.service.executor import RunOutcome, run_in_sandbox, workspace_changes
 from orchestrator.service.launch import (
     active_execution,
     check_workspace,
@@ -128,11 +124,13 @@ class Orchestrator:
                 policy_version_hash=gate.decision.policy_version_hash,
             )
         base.update(fields)
+        # a mapping, not an EvidenceEvent: the writer fits it to one record before validating it, so a
+        # record is never lost to the size or the text of what a workload put in it
         if durable:
             # waits for this record and everything queued before it to be fsynced
-            await self.evidence.append(EvidenceEvent(**base), durable=True)
+            await self.evidence.append(base, durable=True)
         else:
-            self.evidence.append_nowait(EvidenceEvent(**base))
+            self.evidence.append_nowait(base)
 
     async def _refuse(
         self,
@@ -327,23 +325,14 @@ class Orchestrator:
         async def record(event: EventType, **fields: Any) -> None:
             await self._record(event, execution_id, gate, profile_hash=profile.profile_hash, **fields)
 
-        # the begin record is on disk before the sandbox is created
-        await record(
-            EventType.EXECUTION_STARTED,
-            durable=True,
-            status="starting",
-            data={
-                "image": profile.image,
-                "runtime": profile.runtime,
-                "profile": profile.name,
-                "seccomp_sha256": profile.seccomp_sha256,
-                "workdir": spec.workdir,
-                "deadline_unix": round(spec.deadline_unix),
-                "env_keys": sorted(spec.env),
-            },
-        )
         redactor = Redactor(literals=request.env.values())
-        before = await asyncio.to_thread(snapshot, workspace)  # the workspace before the sandbox exists
+        try:
+            before = await asyncio.to_thread(snapshot, workspace)  # the workspace before the sandbox exists
+        except OrchestratorError as exc:
+            raise await self._refuse(execution_id, gate, exc) from None
+        except OSError as exc:
+            unreadable = InputInvalid(f"workspace {workspace} cannot be read: {exc.strerror or exc}")
+            raise await self._refuse(execution_id, gate, unreadable) from None
         failed = functools.partial(
             self._failed_while_running,
             execution_id=execution_id,
@@ -352,39 +341,45 @@ class Orchestrator:
             before=before,
             workspace=workspace,
         )
+        # From the begin record on, every way out ends with an end record: execution_finished below,
+        # run_failed here (the begin record too may be interrupted once queued: it is written all the same)
         try:
+            # the begin record is on disk before the sandbox is created
+            await record(
+                EventType.EXECUTION_STARTED,
+                durable=True,
+                status="starting",
+                data={
+                    "image": profile.image,
+                    "runtime": profile.runtime,
+                    "profile": profile.name,
+                    "seccomp_sha256": profile.seccomp_sha256,
+                    "workdir": spec.workdir,
+                    "deadline_unix": round(spec.deadline_unix),
+                    "env_keys": sorted(spec.env),
+                },
+            )
             with active_execution(execution_id):
                 outcome = await run_in_sandbox(
                     self.backend, spec, record, redactor=redactor, workspace=workspace, before=before
                 )
         except asyncio.CancelledError:
-            await asyncio.shield(failed(ExecutionCancelled("cancelled while running")))
+            await _despite_cancellation(failed(ExecutionCancelled("cancelled while running")))
             raise
         except OrchestratorError as err:
             raise await failed(err) from None
         except Exception as exc:  # a bug: still an end record, never a silent begin-only execution
             log.warning("execution %s failed unexpectedly: %s: %s", execution_id, type(exc).__name__, exc)
             raise await failed(InternalError(f"unexpected {type(exc).__name__} while running")) from exc
+        except (KeyboardInterrupt, SystemExit):  # leaving the interpreter: the end record first
+            await _despite_cancellation(failed(InternalError("interrupted while running")))
+            raise
 
         error = outcome.error
         if error is None and outcome.truncated:
             error = SandboxOutputLimit("output passed the profile's cap and was truncated")
-        status = (
-            "timeout"
-            if outcome.timed_out
-            else "oom"
-            if outcome.oom_killed
-            else ("succeeded" if outcome.exit_code == 0 else "failed")
-        )
-        await record(
-            EventType.EXECUTION_FINISHED,
-            durable=True,
-            status=status,
-            error_code=error.code if error else None,
-            reason=error.message if error else None,
-            outputs_digest=outputs_digest(outcome),
-            data=finished_data(outcome, profile),
-        )
+        # bounded in advance, and never raising: the end record is what makes the run accountable
+        await record(EventType.EXECUTION_FINISHED, durable=True, **finished_fields(outcome, profile, error))
         return ExecutionResult(auth, outcome, error)
 
     async def _failed_while_running(
@@ -399,12 +394,11 @@ class Orchestrator:
     ) -> OrchestratorError:
         """The end record of an execution that started but did not finish: its code, and what it
         changed in the workspace so far (the sandbox itself was torn down by the executor)."""
-        effects: dict[str, Any] | None = None
         try:
-            after = await asyncio.to_thread(snapshot, workspace)
-            effects = side_effects_json(await asyncio.to_thread(diff, before, after, workspace))
-        except OSError as exc:
-            effects = {"error": f"{type(exc).__name__}: {exc.strerror or exc}"}
+            effects = failed_side_effects(*await workspace_changes(before, workspace))
+        except Exception as exc:  # a bug: never in the way of the end record
+            log.warning("side effects of %s unknown: %s", execution_id, type(exc).__name__)
+            effects = {"error": f"unknown: {type(exc).__name__}"}
         return await self._refuse(
             execution_id,
             gate,
@@ -418,6 +412,24 @@ class Orchestrator:
         await self.evidence.close()
         if self.backend is not None:
             await self.backend.close()
+
+
+async def _despite_cancellation(step: Coroutine[Any, Any, object]) -> None:
+    """Run ``step`` to its end even if this task is cancelled again meanwhile (a second Ctrl-C or
+    SIGTERM): an end record must not be cut off half-way. The cancellation is delivered afterwards."""
+    task = asyncio.ensure_future(step)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:
+            break
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not record the end of an interrupted execution: %s", task.exception())
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 @dataclass(frozen=True, slots=True)

@@ -874,8 +874,11 @@ async def test_huge_output_is_truncated_flagged_and_hashed(harness: Harness, pro
     assert run.result.outcome.stdout == full[:cap]
     finished = assert_evidence(run, status="succeeded", exit_code=0, error_code="SANDBOX.OUTPUT_LIMIT")
     assert finished.data is not None
-    assert finished.data["stdout"] == {"bytes": size, "sha256": hashlib.sha256(full).hexdigest(), "truncated": True}
-    assert finished.data["stderr"] == {"bytes": 0, "sha256": hashlib.sha256(b"").hexdigest(), "truncated": False}
+    # the hash covers what was kept (redacted, then capped), never the raw stream
+    kept = {"kept_bytes": cap, "sha256": hashlib.sha256(full[:cap]).hexdigest()}
+    assert finished.data["stdout"] == {"bytes": size, **kept, "truncated": True}
+    empty = {"kept_bytes": 0, "sha256": hashlib.sha256(b"").hexdigest()}
+    assert finished.data["stderr"] == {"bytes": 0, **empty, "truncated": False}
 
 
 DAEMON_PROBE = r"""

@@ -226,7 +226,7 @@ def test_demuxer_handles_frames_split_anywhere() -> None:
         assert err.result().data == b"oops\n"
 
 
-def test_sink_keeps_limit_counts_and_hashes_everything() -> None:
+def test_sink_keeps_limit_and_counts_everything() -> None:
     sink = StreamSink(5)
     for part in (b"abc", b"defgh", b"ij"):
         sink.write(part)
@@ -234,7 +234,7 @@ def test_sink_keeps_limit_counts_and_hashes_everything() -> None:
     assert result.data == b"abcde"
     assert result.total_bytes == 10
     assert result.truncated
-    assert result.sha256 == hashlib.sha256(b"abcdefghij").hexdigest()
+    assert not hasattr(result, "sha256")  # the raw stream may hold secrets: it is counted, never hashed
     exact = StreamSink(3)
     exact.write(b"abc")
     assert not exact.result().truncated
@@ -433,7 +433,6 @@ async def test_echo_and_lifecycle_events_in_order(sandboxes: Sandboxes) -> None:
     assert result.stdout.data == b"hi\n"
     assert result.stderr.data == b"there\n"
     assert result.stdout.total_bytes == 3
-    assert result.stdout.sha256 == hashlib.sha256(b"hi\n").hexdigest()
     assert not result.stdout.truncated
     kinds = [e.kind for e in result.events]
     assert kinds == ["create", "start", "die", "destroy"]
@@ -509,7 +508,7 @@ async def test_tty_merges_streams(sandboxes: Sandboxes) -> None:
 
 
 @integration
-async def test_huge_output_is_truncated_counted_and_hashed(sandboxes: Sandboxes) -> None:
+async def test_huge_output_is_truncated_and_counted(sandboxes: Sandboxes) -> None:
     size = 50 * 1024 * 1024
     profile = resolved()
     spec = sandboxes.spec(["sh", "-c", f"yes | head -c {size}; yes e | head -c 1000 >&2"], profile=profile)
@@ -523,7 +522,6 @@ async def test_huge_output_is_truncated_counted_and_hashed(sandboxes: Sandboxes)
     assert result.stdout.total_bytes == size
     assert result.stdout.truncated
     assert result.stdout.data == expected[: profile.stdout_max_bytes]
-    assert result.stdout.sha256 == hashlib.sha256(expected).hexdigest()
     assert result.stderr.total_bytes == 1000
     assert not result.stderr.truncated
     assert result.stderr.data == (b"e\n" * 500)

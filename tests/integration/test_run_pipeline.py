@@ -84,6 +84,7 @@ async def test_evidence_follows_the_lifecycle_as_the_engine_reported_it(orch: Or
     assert finished.status == "failed" and finished.data is not None
     assert finished.data["stdout"] == {
         "bytes": 4,
+        "kept_bytes": 4,
         "sha256": hashlib.sha256(b"out\n").hexdigest(),
         "truncated": False,
     }

@@ -178,6 +178,7 @@ async def test_cancelled_append_is_still_written(tmp_path: Path) -> None:
 
 
 def test_bad_events_are_refused_before_queueing(tmp_path: Path) -> None:
+    """A wrong field is refused; size and text never are (test_evidence_fit.py: they are degraded)."""
     path = tmp_path / "evidence.jsonl"
     with EvidenceWriter(path) as writer:
         with pytest.raises(InputInvalid, match="execution_id"):
@@ -188,10 +189,8 @@ def test_bad_events_are_refused_before_queueing(tmp_path: Path) -> None:
             writer.append_sync({"event": "decision_made", "execution_id": "x", "inputs_digest": "abc"})
         with pytest.raises(InputInvalid, match="seq"):
             writer.append_sync({"event": "decision_made", "execution_id": "x", "seq": 5})
-        with pytest.raises(InputInvalid, match="too large"):
-            writer.append_sync(ev(0, data={"blob": "x" * 300_000}))
-        with pytest.raises(InputInvalid):
-            writer.append_sync(ev(0, data={"bad": "\ud800"}))
+        with pytest.raises(InputInvalid, match="data"):
+            writer.append_sync({"event": "decision_made", "execution_id": "x", "data": ["not", "an", "object"]})
         with pytest.raises(InputInvalid, match="EvidenceEvent"):
             writer.append_sync(42)  # type: ignore[arg-type]
         writer.append_sync(ev(1))  # the writer is fine

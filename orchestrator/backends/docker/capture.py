@@ -1,4 +1,4 @@
-"""Bounded capture of a container's output: keep the first ``limit`` bytes, count and hash everything.
+"""Bounded capture of a container's output: keep the first ``limit`` bytes, count everything.
 
 The engine multiplexes stdout and stderr on one connection (non-TTY containers) as frames::
 
@@ -6,12 +6,13 @@ The engine multiplexes stdout and stderr on one connection (non-TTY containers) 
 
 :class:`FrameDemuxer` parses that incrementally, chunk by chunk, and hands payload slices straight to
 the sinks, so memory stays at ``limit`` bytes per stream plus one read buffer whatever the frame sizes
-or the total output (gigabytes are counted and hashed, not held). Pure code: no I/O.
+or the total output (gigabytes are counted, not held). Nothing here hashes the raw output: it may hold
+secrets, and a hash of a low-entropy secret confirms a guess. The caller redacts, then caps (it asks for
+more than its cap: see ``Redactor.redact_capped``). Pure code: no I/O.
 """
 
 from __future__ import annotations
 
-import hashlib
 import struct
 
 from orchestrator.backends.base import StreamCapture
@@ -22,9 +23,9 @@ _HEADER = struct.Struct(">BxxxL")
 
 
 class StreamSink:
-    """One output stream: the first ``limit`` bytes kept, every byte counted and hashed."""
+    """One output stream: the first ``limit`` bytes kept, every byte counted."""
 
-    __slots__ = ("_data", "_hash", "limit", "total")
+    __slots__ = ("_data", "limit", "total")
 
     def __init__(self, limit: int) -> None:
         if limit < 0:
@@ -32,14 +33,12 @@ class StreamSink:
         self.limit = limit
         self.total = 0
         self._data = bytearray()
-        self._hash = hashlib.sha256()
 
     def write(self, chunk: bytes | memoryview) -> None:
         size = len(chunk)
         if not size:
             return
         self.total += size
-        self._hash.update(chunk)
         room = self.limit - len(self._data)
         if room > 0:
             self._data += chunk[:room]
@@ -48,7 +47,6 @@ class StreamSink:
         return StreamCapture(
             data=bytes(self._data),
             total_bytes=self.total,
-            sha256=self._hash.hexdigest(),
             truncated=self.total > self.limit,
         )
 

@@ -1,0 +1,181 @@
+"""The end record of an execution, bounded in advance and built so that building it cannot fail.
+
+Every execution that began (``execution_started``) ends with one end record: ``execution_finished``
+when the command ran to an exit (or was killed for its deadline or memory), ``run_failed`` when the
+run failed, was cancelled or hit a bug after it began. The workload controls much of what goes in it
+(file names, engine error text), so every part has a budget here:
+
+* output: sizes and the sha256 of what was kept (redacted, capped), never a hash of the raw stream;
+* side effects: the whole listing when it is small, else counts, the listing's digest and as many
+  paths as fit in :data:`SIDE_EFFECTS_BUDGET` (each path at most :data:`PATH_SHOWN_CHARS` characters);
+* free text (engine error, lifecycle status): at most :data:`TEXT_CHARS` characters.
+
+The evidence writer degrades whatever would still not fit (``orchestrator.evidence.fit``); and if
+assembling a part raises (a bug), the record is written without that part and says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+from orchestrator.domain.canonical import canonical_json, canonical_sha256, sha256_hex
+from orchestrator.domain.errors import OrchestratorError
+from orchestrator.profiles import ResolvedProfile
+from orchestrator.results import SideEffects
+from orchestrator.service.executor import KeptOutput, RunOutcome
+
+log = logging.getLogger(__name__)
+
+SIDE_EFFECTS_BUDGET: Final = 128 * 1024
+"""Side effects take at most this many bytes of canonical JSON: a listing that fits is recorded whole
+(with its digest), a larger one summarised (an evidence record holds 256 KiB; the rest of an end record,
+its reason included, takes at most about 90 KiB)."""
+PATH_SHOWN_CHARS: Final = 512
+TEXT_CHARS: Final = 2048
+REASON_CHARS: Final = 4096
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` of at most ``limit`` characters; a longer one keeps its start, its length and a hash."""
+    if len(text) <= limit:
+        return text
+    digest = sha256_hex(text.encode("utf-8", "backslashreplace"))[:16]
+    tail = f"… [{len(text)} chars, sha256 {digest}]"
+    return text[: max(0, limit - len(tail))] + tail
+
+
+def stream_json(kept: KeptOutput | None) -> dict[str, Any] | None:
+    """``bytes``: everything the command wrote; ``sha256`` and ``kept_bytes``: what was kept and returned
+    (redacted, then capped)."""
+    if kept is None:
+        return None
+    return {
+        "bytes": kept.total_bytes,
+        "kept_bytes": len(kept.data),
+        "sha256": sha256_hex(kept.data),
+        "truncated": kept.truncated,
+    }
+
+
+def outputs_digest(outcome: RunOutcome) -> str:
+    return canonical_sha256({"stdout": stream_json(outcome.stdout_kept), "stderr": stream_json(outcome.stderr_kept)})
+
+
+def _paths_within(changes: tuple[Any, ...], budget: int) -> tuple[list[str], int]:
+    """The first paths of ``changes`` (clipped) that fit ``budget`` encoded bytes, and the bytes they take."""
+    shown: list[str] = []
+    used = 2
+    for change in changes:
+        path = clip(str(change.path), PATH_SHOWN_CHARS)
+        cost = len(canonical_json(path)) + 1
+        if used + cost > budget:
+            break
+        shown.append(path)
+        used += cost
+    return shown, used
+
+
+def side_effects_json(effects: SideEffects | None, *, error: str | None = None) -> dict[str, Any] | None:
+    """The workspace changes for an end record, within :data:`SIDE_EFFECTS_BUDGET` bytes."""
+    if effects is None:
+        return None if error is None else {"error": clip(error, TEXT_CHARS)}
+    listing = effects.to_dict()
+    encoded = canonical_json(listing)
+    if len(encoded) <= SIDE_EFFECTS_BUDGET - 100:  # room for the digest
+        return {**listing, "digest": sha256_hex(encoded)}
+    summary: dict[str, Any] = {
+        "created": effects.created_count,
+        "modified": effects.modified_count,
+        "deleted": effects.deleted_count,
+        "hashed_bytes": effects.hashed_bytes,
+        "truncated": effects.truncated,
+        "digest": sha256_hex(encoded),
+        "listing": "summarised (too large for one record): counts, the listing's digest, the first paths",
+    }
+    room = SIDE_EFFECTS_BUDGET - len(canonical_json(summary)) - 256
+    lists = (("created", effects.created), ("modified", effects.modified), ("deleted", effects.deleted))
+    # shortest list first: what it leaves of its share, the longer ones may use
+    for left, (name, changes) in zip((3, 2, 1), sorted(lists, key=lambda item: len(item[1])), strict=True):
+        shown, used = _paths_within(changes, room // left)
+        room -= used
+        summary[f"{name}_paths"] = shown
+        summary[f"{name}_paths_omitted"] = len(changes) - len(shown)
+    return summary
+
+
+def _part(name: str, build: Callable[[], Any], failures: list[str]) -> Any:
+    """One part of the record; a part that cannot be built (a bug) is left out and named."""
+    try:
+        return build()
+    except Exception as exc:
+        log.exception("could not build %s of an end record", name)
+        failures.append(f"{name}: {type(exc).__name__}")
+        return None
+
+
+def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: OrchestratorError | None) -> dict[str, Any]:
+    """The fields of ``execution_finished``: sizes and hashes, never content. Never raises."""
+    status = (
+        "timeout"
+        if outcome.timed_out
+        else "oom"
+        if outcome.oom_killed
+        else ("succeeded" if outcome.exit_code == 0 else "failed")
+    )
+    fields: dict[str, Any] = {
+        "status": status,
+        "error_code": error.code if error else None,
+        "reason": clip(error.message, REASON_CHARS) if error else None,
+    }
+    failures: list[str] = []
+    try:
+        data = _finished_data(outcome, profile, failures)
+        fields["outputs_digest"] = _part("outputs_digest", lambda: outputs_digest(outcome), failures)
+    except Exception as exc:  # a bug: the record still says how the command ended
+        log.exception("could not build the end record's data")
+        failures.append(f"data: {type(exc).__name__}")
+        data = {
+            "exit_code": outcome.exit_code,
+            "timed_out": outcome.timed_out,
+            "oom_killed": outcome.oom_killed,
+            "duration_ms": outcome.duration_ms,
+        }
+    if failures:
+        data["assembly_failed"] = failures
+    fields["data"] = data
+    return fields
+
+
+def _finished_data(outcome: RunOutcome, profile: ResolvedProfile, failures: list[str]) -> dict[str, Any]:
+    state = outcome.state
+    return {
+        "exit_code": outcome.exit_code,
+        "timed_out": outcome.timed_out,
+        "oom_killed": outcome.oom_killed,
+        "duration_ms": outcome.duration_ms,
+        "stdout": _part("stdout", lambda: stream_json(outcome.stdout_kept), failures),
+        "stderr": _part("stderr", lambda: stream_json(outcome.stderr_kept), failures),
+        "redactions": outcome.redactions,
+        "image": profile.image,
+        "image_id": state.image_id if state else None,
+        "usage": dataclasses.asdict(outcome.usage) if outcome.usage else None,
+        "lifecycle_stream": clip(outcome.lifecycle, TEXT_CHARS),
+        "runtime": profile.runtime,
+        "seccomp_sha256": profile.seccomp_sha256,
+        "engine_started_at": state.started_at.isoformat() if state and state.started_at else None,
+        "engine_finished_at": state.finished_at.isoformat() if state and state.finished_at else None,
+        "engine_error": clip(state.error, TEXT_CHARS) if state and state.error else None,
+        "side_effects": _part(
+            "side_effects", lambda: side_effects_json(outcome.side_effects, error=outcome.side_effects_error), failures
+        ),
+    }
+
+
+def failed_side_effects(effects: SideEffects | None, error: str | None) -> dict[str, Any] | None:
+    """The side effects of ``run_failed``, bounded like those of ``execution_finished``. Never raises."""
+    failures: list[str] = []
+    built = _part("side_effects", lambda: side_effects_json(effects, error=error), failures)
+    return {"error": f"could not summarise: {failures[0]}"} if failures else built
