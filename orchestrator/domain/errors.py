@@ -61,6 +61,14 @@ class ApprovalAborted(OrchestratorError):
     code = "APPROVAL.ABORTED"
 
 
+class ApprovalNotPending(OrchestratorError):
+    """An answer to an ask that is no longer pending: it timed out, was decided by someone else or
+    withdrawn first. The answer changed nothing; the message says what the store kept."""
+
+    code = "APPROVAL.NOT_PENDING"
+    exit_code = 1
+
+
 class ProfileNotFound(OrchestratorError):
     code = "PROFILE.NOT_FOUND"
 
