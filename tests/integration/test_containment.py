@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from orchestrator.backends.docker import DockerBackend
+from orchestrator.backends.docker.sandbox_etc import FILES as SANDBOX_ETC
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.evidence import EvidenceRecord, iter_records, verify
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
@@ -992,6 +993,60 @@ async def test_no_host_env_engine_socket_or_token(
     assert host_secret.encode() not in harness.evidence_path.read_bytes()
     started = next(r for r in run.records if r.event == "execution_started")
     assert started.data is not None and started.data["env_keys"] == sorted(expected_env.keys() - {"HOSTNAME"})
+
+
+ETC_PROBE = r"""
+host_name, host_nameservers = sys.argv[1], sys.argv[2].split(",")
+for path in ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf"):
+    attempt("read:" + path, lambda p=path: open(p).read())
+    attempt("append:" + path, lambda p=path: open(p, "a").close())
+    attempt("unlink:" + path, lambda p=path: os.unlink(p))
+attempt("gethostname", socket.gethostname)
+attempt("uname_nodename", lambda: os.uname().nodename)
+attempt("proc_hostname", lambda: open("/proc/sys/kernel/hostname").read())
+def resolve(name):
+    return sorted({a[4][0] for a in socket.getaddrinfo(name, 80, socket.AF_INET)})
+attempt("resolve_own_name", lambda: resolve(socket.gethostname()))
+attempt("resolve_host_name", lambda: resolve(host_name))
+V["etc_mounts"] = sorted(
+    [m[4], m[5].split(",")[0]] for m in (line.split() for line in open("/proc/self/mountinfo")) if m[4].startswith("/etc/")
+)
+seen = "".join(open(p).read() for p in ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf"))
+V["host_name_seen"] = host_name in seen.split()
+V["host_nameservers_seen"] = [ns for ns in host_nameservers if ns and ns in seen]
+done()
+"""
+
+
+def _host_nameservers() -> list[str]:
+    with open("/etc/resolv.conf") as f:
+        return [line.split()[1] for line in f if line.startswith("nameserver") and len(line.split()) > 1]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+async def test_hostname_hosts_and_resolver_are_the_sandboxs_own(harness: Harness, profile: str) -> None:
+    """The engine bind-mounts copies of the host's network configuration even with --network none (the
+    host's nameservers in resolv.conf); a sandbox gets its own instead, read-only: a fixed host name,
+    loopback-only hosts, a resolver without a nameserver."""
+    host_name = socket.gethostname()
+    nameservers = _host_nameservers()
+    run = await harness.run(py(ETC_PROBE, host_name, ",".join(nameservers) or "-"), profile)
+    verdict = assert_ok(run)
+    assert verdict == {
+        **{f"read:{target}": content for target, content in SANDBOX_ETC.items()},
+        # not the sandbox's to change (mode 0444 on a read-only mount) nor to remove (runc: the read-only
+        # root; gVisor checks the directory's permissions first)
+        **{f"append:{target}": "EACCES" for target in SANDBOX_ETC},
+        **{f"unlink:{target}": "EACCES" if gvisor(profile) else "EROFS" for target in SANDBOX_ETC},
+        "gethostname": "sandbox",
+        "uname_nodename": "sandbox",
+        "proc_hostname": "sandbox\n",
+        "resolve_own_name": ["127.0.0.1"],
+        "resolve_host_name": "EAI_AGAIN" if host_name != "sandbox" else ["127.0.0.1"],  # DNS only: no resolver
+        "etc_mounts": [[target, "ro"] for target in sorted(SANDBOX_ETC)],
+        "host_name_seen": host_name == "sandbox",
+        "host_nameservers_seen": [],
+    }
 
 
 OTHER_SANDBOX_PROBE = r"""

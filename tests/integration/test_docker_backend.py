@@ -44,6 +44,7 @@ from orchestrator.backends.docker.capture import FrameDemuxer, StreamSink
 from orchestrator.backends.docker.cgroups import CGROUP_ROOT
 from orchestrator.backends.docker.config import READ_ONLY_TMP_OPTIONS, container_config
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, parse_engine_time
+from orchestrator.backends.docker.sandbox_etc import FILES, etc_directory
 from orchestrator.domain.errors import InputInvalid, SandboxStartFailed, SandboxUnavailable
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile, resolve
@@ -306,14 +307,29 @@ def _assert_launch_settings(info: dict[str, Any], spec: Any, image_labels: dict[
     assert "/tmp" in host["Tmpfs"]
     assert host["Tmpfs"]["/tmp"].startswith("rw,nosuid,nodev,")
     read_only = profile.workspace.mode == "ro"
-    (host_mount,) = host["Mounts"]  # the engine omits false values
+    # the workspace, and the sandbox's own hostname, hosts and resolv.conf over the engine's (read-only)
+    host_mount, *etc = host["Mounts"]  # the engine omits false values
+    etc_dir = etc_directory()
+    assert etc == [
+        {
+            "Type": "bind",
+            "Source": os.path.join(etc_dir, os.path.basename(target)),
+            "Target": target,
+            "ReadOnly": True,
+            "BindOptions": {"Propagation": "rprivate"},
+        }
+        for target in sorted(FILES)
+    ]
     assert host_mount["Type"] == "bind"
     assert host_mount["Source"] == spec.workspace_host_path
     assert host_mount["Target"] == profile.workspace.container_path
     assert host_mount.get("ReadOnly", False) is read_only
     assert host_mount["BindOptions"]["Propagation"] == "rprivate"
     assert host_mount["BindOptions"].get("NonRecursive", False) is read_only
-    (mount,) = info["Mounts"]
+    mount, *etc_mounted = sorted(info["Mounts"], key=lambda m: m["Destination"] != profile.workspace.container_path)
+    assert sorted((m["Destination"], m["Source"], m["RW"], m["Propagation"]) for m in etc_mounted) == [
+        (target, os.path.join(etc_dir, os.path.basename(target)), False, "rprivate") for target in sorted(FILES)
+    ]
     assert mount["Type"] == "bind"
     assert mount["Source"] == spec.workspace_host_path
     assert mount["Destination"] == profile.workspace.container_path
@@ -417,9 +433,9 @@ async def test_profile_without_tmp_tmpfs_gets_a_read_only_tmp(
 def test_stdin_with_tty_is_refused(tmp_path: Path) -> None:
     harness = Sandboxes(DockerBackend("unix:///nonexistent.sock"), tmp_path)
     with pytest.raises(InputInvalid):
-        container_config(harness.spec(["cat"], stdin=b"x", tty=True))
+        container_config(harness.spec(["cat"], stdin=b"x", tty=True), etc_dir=etc_directory())
     with pytest.raises(InputInvalid):
-        container_config(harness.spec([]))
+        container_config(harness.spec([]), etc_dir=etc_directory())
 
 
 # -- running commands ---------------------------------------------------------------------------------

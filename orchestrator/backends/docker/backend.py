@@ -51,6 +51,7 @@ from orchestrator.backends.docker.engine import (
     jstr,
 )
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, managed_sandbox
+from orchestrator.backends.docker.sandbox_etc import etc_directory
 from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,7 @@ class DockerBackend:
         self._pumps: set[_EventPump] = set()
         self._final_usage: OrderedDict[str, ResourceUsage] = OrderedDict()
         self._runtimes_verified: set[str] = set()
+        self._etc_dir: str | None = None
         self._closed = False
 
     @property
@@ -329,9 +331,15 @@ class DockerBackend:
             raise SandboxUnavailable(problem, details={"runtime": runtime})
         self._runtimes_verified.add(runtime)
 
+    def _sandbox_etc(self) -> str:
+        """The sandbox's own /etc/hostname, hosts and resolv.conf (checked once per backend)."""
+        if self._etc_dir is None:
+            self._etc_dir = etc_directory()
+        return self._etc_dir
+
     async def create(self, spec: LaunchSpec) -> SandboxHandle:
         """A fresh container (never reused) with its stdio attached; nothing runs yet."""
-        config = container_config(spec)
+        config = container_config(spec, etc_dir=self._sandbox_etc())
         name = container_name(spec.execution_id)
         profile = spec.profile
         engine = await self._engine()
