@@ -91,6 +91,13 @@ class SandboxOOM(OrchestratorError):
     code = "SANDBOX.OOM"
 
 
+class SandboxPidsLimit(OrchestratorError):
+    """The sandbox reached its pids limit: under gVisor the runtime stopped it (the output so far is
+    kept); under runc the refused forks failed with EAGAIN and this is a note beside the exit."""
+
+    code = "SANDBOX.PIDS_LIMIT"
+
+
 class SandboxOutputLimit(OrchestratorError):
     code = "SANDBOX.OUTPUT_LIMIT"
 

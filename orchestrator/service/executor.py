@@ -27,7 +27,7 @@ from orchestrator.backends.base import (
     StreamCapture,
 )
 from orchestrator.domain.canonical import canonical_sha256
-from orchestrator.domain.errors import OrchestratorError, SandboxOOM, SandboxTimeout
+from orchestrator.domain.errors import OrchestratorError, SandboxOOM, SandboxPidsLimit, SandboxTimeout
 from orchestrator.evidence import EventType
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.results import Redactor, SideEffects, Snapshot, diff, snapshot
@@ -64,6 +64,7 @@ class RunOutcome:
     usage: ResourceUsage | None
     lifecycle: str
     error: OrchestratorError | None
+    pids_limit_killed: bool = False  # the runtime stopped the sandbox at its pids limit (gVisor)
 
     @property
     def truncated(self) -> bool:
@@ -157,10 +158,19 @@ async def run_in_sandbox(
             await follower
 
     oom = bool(state and state.oom_killed)
+    pids_killed = bool(state and state.pids_limit_killed)
+    pids_hits = usage.pids_limit_hits if usage else None
     if timed_out:
         error = SandboxTimeout(f"killed after the {profile.wall_timeout_s:g}s deadline")
     elif oom:
         error = SandboxOOM(f"killed for exceeding the {profile.memory_bytes} byte memory limit")
+    elif pids_killed:
+        error = SandboxPidsLimit(
+            f"the sandbox reached its limit of {profile.pids_limit} processes and the {profile.runtime} runtime"
+            " stopped it (the output so far is kept)"
+        )
+    elif pids_hits:
+        error = SandboxPidsLimit(f"{pids_hits} process creation(s) refused at the limit of {profile.pids_limit}")
     after = await asyncio.to_thread(snapshot, workspace)
     side_effects = await asyncio.to_thread(diff, before, after, workspace)
     stdout = redactor.redact(captures[0].data) if captures else None
@@ -180,6 +190,7 @@ async def run_in_sandbox(
         usage=usage,
         lifecycle=lifecycle,
         error=error,
+        pids_limit_killed=pids_killed,
     )
 
 
@@ -229,6 +240,7 @@ def finished_data(outcome: RunOutcome, profile: ResolvedProfile) -> dict[str, An
         "exit_code": outcome.exit_code,
         "timed_out": outcome.timed_out,
         "oom_killed": outcome.oom_killed,
+        "pids_limit_killed": outcome.pids_limit_killed,
         "duration_ms": outcome.duration_ms,
         "stdout": _stream_json(outcome.stdout_capture),
         "stderr": _stream_json(outcome.stderr_capture),

@@ -374,6 +374,8 @@ class Orchestrator:
             if outcome.timed_out
             else "oom"
             if outcome.oom_killed
+            else "pids_limit"
+            if outcome.pids_limit_killed
             else ("succeeded" if outcome.exit_code == 0 else "failed")
         )
         await record(

@@ -660,6 +660,56 @@ async def test_usage_is_sampled_from_the_cgroup(sandboxes: Sandboxes) -> None:
     assert (await backend.usage(handle)) == usage  # still known after destroy
 
 
+# forks until refused, then exits at once: the refused forks are only countable for the few
+# milliseconds before the runtime removes the cgroup (periodic sampling alone misses them)
+FORK_TO_THE_LIMIT = """
+import os
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            os.execv("/bin/sleep", ["sleep", "30"])
+        n += 1
+except OSError as e:
+    print(e.errno, n)
+"""
+
+
+@integration
+@pytest.mark.skipif(not CGROUP_ROOT.is_dir(), reason="the engine's cgroups are not visible here")
+@pytest.mark.parametrize(("profile_name", "argv", "killed"), [
+    ("workspace-write", ["python3", "-c", FORK_TO_THE_LIMIT], False),
+    ("untrusted", ["python3", "-c", FORK_TO_THE_LIMIT], True),
+    ("untrusted", ["sh", "-c", "exit 2"], False),  # gVisor's status 2, but no limit reached: the command's own
+    ("workspace-write", ["sh", "-c", "exit 2"], False),
+])  # fmt: skip
+async def test_the_pids_limit_is_read_as_the_sandbox_exits(
+    sandboxes: Sandboxes, profile_name: str, argv: list[str], killed: bool
+) -> None:
+    profile = resolved(profile_name, max_pids=64)
+    backend = sandboxes.backend
+    handle = await backend.create(sandboxes.spec(argv, profile=profile))
+    try:
+        capture = asyncio.create_task(backend.capture(handle, 1000, 1000))
+        await backend.start(handle)
+        code = await backend.wait(handle)
+        out, _ = await capture
+        state = await backend.inspect(handle)
+        usage = await backend.usage(handle)
+    finally:
+        await backend.destroy(handle)
+    hit = argv[0] == "python3"
+    assert state.pids_limit_killed is killed
+    assert (usage.pids_limit_hits or 0) >= 1 if hit else usage.pids_limit_hits == 0, usage
+    if profile.runtime == "runc" and hit:
+        assert (code, out.data.split()[0]) == (0, b"11")  # EAGAIN, and the command went on to exit 0
+        assert usage.pids_peak == 64
+    if killed:
+        assert (code, state.exit_code, state.oom_killed) == (2, 2, False)
+    if not hit:
+        assert code == 2
+
+
 # -- what the engine cannot give ------------------------------------------------------------------------
 
 

@@ -280,3 +280,42 @@ def test_run_json_is_one_full_object_even_for_early_refusals(tmp_path: Path) -> 
     root = cli("run", "--json", "--workspace", "/", "--", "true", cwd=ws)
     assert root.returncode in (2, 125) and "INPUT.INVALID" in root.stderr
     assert json.loads(root.stdout)["error"]["code"] == "INPUT.INVALID"
+
+
+FORK_BOMB = (
+    "echo before the bomb; python3 -c '"
+    "import os\n"
+    "n = 0\n"
+    "try:\n"
+    "    while n < 5000:\n"
+    "        if os.fork() == 0:\n"
+    "            os.execv(\"/bin/sleep\", [\"sleep\", \"30\"])\n"
+    "        n += 1\n"
+    "except OSError as e:\n"
+    "    print(\"refused:\", e.strerror, flush=True)\n"
+    "'"
+)
+
+
+@pytest.mark.parametrize("profile", ["workspace-write", "untrusted"])
+def test_cli_fork_bomb_reports_the_pids_limit(tmp_path: Path, profile: str) -> None:
+    """`sandboxctl run` at the pids limit: SANDBOX.PIDS_LIMIT on stderr, the output so far on stdout.
+    runsc: the runtime stopped the sandbox, so 125 (gVisor's own exit 2 is never passed off as the
+    command's, nor mistaken for the CLI's invalid-input 2); runc: the command went on and its own exit
+    status stands, with the code as a note."""
+    ws = workspace_dir(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text(ALLOW_ALL)
+    evidence = tmp_path / "e.jsonl"
+    args = ["run", "--config", str(config), "--evidence", str(evidence), "--profile", profile, "--timeout", "60"]
+    done = cli(*args, "--shell", FORK_BOMB, cwd=ws)
+    assert "Traceback" not in done.stderr
+    assert "sandboxctl: SANDBOX.PIDS_LIMIT: " in done.stderr
+    if profile == "untrusted":
+        assert (done.returncode, done.stdout) == (125, "before the bomb\n"), done.stderr
+    else:
+        assert (done.returncode, done.stdout) == (0, "before the bomb\nrefused: Resource temporarily unavailable\n")
+    (finished,) = [r for r in iter_records(evidence) if r.event in ("execution_finished", "run_failed")]
+    assert (finished.event, finished.error_code) == ("execution_finished", "SANDBOX.PIDS_LIMIT")
+    assert finished.status == ("pids_limit" if profile == "untrusted" else "succeeded")
+    assert verify(evidence).ok
