@@ -24,6 +24,7 @@ from orchestrator.domain.errors import (
     ApprovalAborted,
     ApprovalDenied,
     ApprovalTimeout,
+    ConfigInvalid,
     ExecutionCancelled,
     InputInvalid,
     InternalError,
@@ -34,7 +35,6 @@ from orchestrator.domain.errors import (
 )
 from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
-from orchestrator.domain.statedir import state_dir
 from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
@@ -47,8 +47,10 @@ from orchestrator.service.executor import (
     run_in_sandbox,
     side_effects_json,
 )
+from orchestrator.service.governing import Governing, governing_paths
 from orchestrator.service.launch import (
     active_execution,
+    check_out_of_earlier_workspaces,
     check_workspace,
     launch_spec,
     refuse_unavailable_escalations,
@@ -94,11 +96,12 @@ class Orchestrator:
         backend: SandboxBackend | None = None,
         profiles: ProfileRegistry | None = None,
         caps: ProfileCaps | None = None,
-        own_state: tuple[Path, ...] = (),
+        governing: tuple[Governing, ...] = (),
     ) -> None:
         self.gate = Gate(policy, workspace=workspace)
-        # what no workspace may contain, beside the state dirs and the evidence file (e.g. the queue db)
-        self.own_state = own_state
+        # what the config names that governs later runs (the policy file, the approval queue): never
+        # within a sandbox's reach, like the profiles, evidence, state and code (service.governing)
+        self.governing = governing
         self.evidence = evidence
         self.approvals = approvals
         self.grants = grants or SessionGrants()
@@ -164,8 +167,9 @@ class Orchestrator:
         """Decide ``raw`` (a request model or dict). Returns an Authorization or raises the refusal."""
         execution_id = new_execution_id()
         try:
+            check_out_of_earlier_workspaces(self.governing)  # e.g. a policy about to be reloaded
             request = parse_request(raw)
-        except InputInvalid as err:
+        except (InputInvalid, ConfigInvalid) as err:
             # nothing of the input is recorded but the names of the bad fields
             await self._record(
                 EventType.RUN_FAILED,
@@ -311,8 +315,7 @@ class Orchestrator:
         execution_id = auth.execution_id
         workspace = Path(workspace).resolve()  # the engine takes absolute bind sources only
         try:
-            # this run's state dir, the default one (another run may use it), the evidence, the rest
-            check_workspace(workspace, own_state=(state_dir(), state_dir({}), self.evidence.path, *self.own_state))
+            check_workspace(workspace, governing=self._governing_paths())
             refuse_unavailable_escalations(request)
             profile = self.profiles.resolve(
                 request.profile or self.gate.default_profile,
@@ -353,7 +356,7 @@ class Orchestrator:
             workspace=workspace,
         )
         try:
-            with active_execution(execution_id):
+            with active_execution(execution_id, workspace):
                 outcome = await run_in_sandbox(
                     self.backend, spec, record, redactor=redactor, workspace=workspace, before=before
                 )
@@ -388,6 +391,10 @@ class Orchestrator:
             data=finished_data(outcome, profile),
         )
         return ExecutionResult(auth, outcome, error)
+
+    def _governing_paths(self) -> list[Governing]:
+        profile_dirs = self.profiles.search_path if self.profiles is not None else ()
+        return governing_paths(evidence=self.evidence.path, profile_dirs=profile_dirs, extra=self.governing)
 
     async def _failed_while_running(
         self,

@@ -91,7 +91,8 @@ async def test_evidence_follows_the_lifecycle_as_the_engine_reported_it(orch: Or
     assert finished.data["image_id"].startswith("sha256:")  # the image the engine really ran
     assert finished.data["lifecycle_stream"] == "complete"
     usage = finished.data["usage"]
-    assert usage is not None and set(usage) == {"memory_peak_bytes", "cpu_total_ns", "pids_peak"}
+    assert usage is not None and set(usage) == {"memory_peak_bytes", "cpu_total_ns", "pids_peak", "pids_limit_hits"}
+    assert usage["pids_limit_hits"] == 0 and finished.data["pids_limit_killed"] is False
     assert finished.outputs_digest is not None
 
 
@@ -318,4 +319,29 @@ def test_cli_fork_bomb_reports_the_pids_limit(tmp_path: Path, profile: str) -> N
     (finished,) = [r for r in iter_records(evidence) if r.event in ("execution_finished", "run_failed")]
     assert (finished.event, finished.error_code) == ("execution_finished", "SANDBOX.PIDS_LIMIT")
     assert finished.status == ("pids_limit" if profile == "untrusted" else "succeeded")
+    assert verify(evidence).ok
+
+
+async def test_a_run_whose_workspace_holds_its_policy_is_refused_and_recorded(tmp_path: Path) -> None:
+    """Built without a workspace (a library user, the service), each run checks the workspace it is
+    given: the policy file inside it is refused before a sandbox exists, and recorded."""
+    ws = workspace_dir(tmp_path)
+    config = ws / "policy.yaml"
+    config.write_text(ALLOW_ALL)
+    evidence = tmp_path / "evidence.jsonl"
+    backend = DockerBackend()
+    o = build_orchestrator(config, evidence_path=evidence, backend=backend, profiles=ProfileRegistry())
+    try:
+        with pytest.raises(InputInvalid) as err:
+            await o.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=ws)
+        other = tmp_path / "other"
+        other.mkdir()
+        os.chown(other, 1000, 1000)
+        fine = await o.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=other)
+    finally:
+        await o.aclose()
+    assert f"the policy file (--config) {config} is within a sandbox's reach" in err.value.message
+    events = [r.event for r in iter_records(evidence, execution_id=err.value.details["execution_id"])]
+    assert events == ["request_received", "decision_made", "run_failed"]  # no sandbox was created
+    assert fine.ok
     assert verify(evidence).ok
