@@ -589,12 +589,14 @@ class DockerBackend:
         return await self._usage_now(sandbox)
 
     async def _usage_now(self, sandbox: _Sandbox) -> ResourceUsage:
-        if sandbox.sampler is None:
+        sampler = sandbox.sampler
+        if sampler is None:
             return ResourceUsage()
-        if sandbox.exit_watch is not None:
+        if not sampler.sample() and sandbox.exit_watch is not None:
+            # the cgroup is gone, so the container stopped: the reading its exit triggered is in, or
+            # being taken
             await self._call(sandbox.exit_watch.finish, EXIT_READING_WAIT_S)
-        sandbox.sampler.sample()
-        return sandbox.sampler.usage()
+        return sampler.usage()
 
     async def destroy(self, handle: SandboxHandle) -> None:
         """Remove the container and its anonymous volumes (forced: kills it if running). Idempotent."""
