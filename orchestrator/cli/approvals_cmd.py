@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.output import Subparsers, emit_json
+
+if TYPE_CHECKING:
+    from orchestrator.approvals.queue import Resolution
 
 
 def register(sub: Subparsers) -> None:
@@ -99,7 +102,7 @@ def _decide(args: argparse.Namespace) -> int:
     return _not_taken(args, resolution)
 
 
-def _not_taken(args: argparse.Namespace, resolution: Any) -> int:
+def _not_taken(args: argparse.Namespace, resolution: Resolution) -> int:
     """The ask left `pending` before this answer (timeout, another approver, withdrawn): say what
     the store kept — the outcome its run acted on — and exit non-zero."""
     from orchestrator.domain.decisions import ApprovalOutcome
@@ -107,15 +110,17 @@ def _not_taken(args: argparse.Namespace, resolution: Any) -> int:
     from orchestrator.domain.text import printable
 
     kept = resolution.result
+    stored: str
     if kept is None:
         stored = resolution.state
         why = "it was withdrawn: the run that asked was cancelled"
     elif kept.outcome is ApprovalOutcome.TIMEOUT:
         stored = kept.outcome.value
-        why = f"it timed out first ({printable(kept.reason)}) at {kept.decided_at:%Y-%m-%dT%H:%M:%S.%fZ}"
+        why = f"it timed out first ({printable(kept.reason)}) at {kept.decided_at.isoformat(timespec='milliseconds')}"
     else:
         stored = kept.outcome.value
-        why = f"it was already decided: {stored} by {printable(kept.approver)} at {kept.decided_at:%Y-%m-%dT%H:%M:%SZ}"
+        at = kept.decided_at.isoformat(timespec="milliseconds")
+        why = f"it was already decided: {stored} by {printable(kept.approver)} at {at}"
     err = ApprovalNotPending(f"{args.id}: your answer was not taken: {why}")
     if args.json:
         emit_json({"id": args.id, "outcome": stored, "error": {"code": err.code, "message": err.message}})

@@ -159,7 +159,8 @@ def governing_paths(
     """Everything that governs an orchestrator's runs, named for messages: the state directories, the
     evidence file, ``extra`` (what its config names: the policy file, the approval queue), the profile
     directories, the code."""
-    items = [*state_directories(), Governing("the evidence file", os.path.abspath(evidence)), *extra]
+    evidence_file = Governing("the evidence file (--evidence, SANDBOX_EVIDENCE_PATH)", os.path.abspath(evidence))
+    items = [*state_directories(), evidence_file, *extra]
     items.extend(Governing("the profiles directory", os.path.abspath(d), tree=True) for d in profile_dirs)
     items.extend(package_and_python())
     return items

@@ -147,8 +147,9 @@ def test_a_sibling_layout_is_fine_and_checked_again_at_run_time(ws: Path, tmp_pa
     # what run() checks for the workspace it is given (it may differ from the one built with)
     checked = orch._governing_paths()
     named = [g.what for g in checked]
-    assert {"the evidence file", "the policy file (--config)", "the orchestrator's code"} <= set(named)
-    with pytest.raises(InputInvalid, match=f"the evidence file {tmp_path / 'evidence.jsonl'} is within"):
+    evidence = "the evidence file (--evidence, SANDBOX_EVIDENCE_PATH)"
+    assert {evidence, "the policy file (--config)", "the orchestrator's code"} <= set(named)
+    with pytest.raises(InputInvalid, match=rf"the evidence file \(.*\) {tmp_path / 'evidence.jsonl'} is within"):
         check_workspace(tmp_path, governing=checked)
 
 
@@ -201,7 +202,7 @@ def test_governing_paths_names_what_it_holds(tmp_path: Path) -> None:
     )
     names = [g.what for g in items if "state directory" not in g.what]
     assert names[:4] == [
-        "the evidence file",
+        "the evidence file (--evidence, SANDBOX_EVIDENCE_PATH)",
         "the policy file (--config)",
         "the approval queue (approvals.queue_path)",
         "the profiles directory",
