@@ -680,8 +680,9 @@ except OSError as e:
 @pytest.mark.parametrize(("profile_name", "argv", "killed"), [
     ("workspace-write", ["python3", "-c", FORK_TO_THE_LIMIT], False),
     ("untrusted", ["python3", "-c", FORK_TO_THE_LIMIT], True),
-    ("untrusted", ["sh", "-c", "exit 2"], False),  # gVisor's status 2, but no limit reached: the command's own
-    ("workspace-write", ["sh", "-c", "exit 2"], False),
+    # gVisor's status 2, but no limit reached: the command's own (it lives long enough to be sampled)
+    ("untrusted", ["sh", "-c", "sleep 0.3; exit 2"], False),
+    ("workspace-write", ["sh", "-c", "sleep 0.3; exit 2"], False),
 ])  # fmt: skip
 async def test_the_pids_limit_is_read_as_the_sandbox_exits(
     sandboxes: Sandboxes, profile_name: str, argv: list[str], killed: bool

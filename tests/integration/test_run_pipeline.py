@@ -92,7 +92,8 @@ async def test_evidence_follows_the_lifecycle_as_the_engine_reported_it(orch: Or
     assert finished.data["lifecycle_stream"] == "complete"
     usage = finished.data["usage"]
     assert usage is not None and set(usage) == {"memory_peak_bytes", "cpu_total_ns", "pids_peak", "pids_limit_hits"}
-    assert usage["pids_limit_hits"] == 0 and finished.data["pids_limit_killed"] is False
+    # (a command this quick may be gone before its cgroup is first read: then the counters are unknown)
+    assert usage["pids_limit_hits"] in (0, None) and finished.data["pids_limit_killed"] is False
     assert finished.outputs_digest is not None
 
 
