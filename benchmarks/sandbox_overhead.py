@@ -56,6 +56,7 @@ from typing import Any
 from orchestrator.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
 from orchestrator.backends.docker import DockerBackend, discover_endpoint
 from orchestrator.backends.docker.config import container_config
+from orchestrator.backends.docker.sandbox_etc import etc_directory
 from orchestrator.cli.warm.client import DISABLE_ENV as WARM_ENV
 from orchestrator.cli.warm.protocol import socket_path
 from orchestrator.domain.ids import new_execution_id
@@ -275,7 +276,8 @@ async def phase_inprocess(bench: Bench, runtime: str) -> float:
     def bare_once() -> None:
         # exactly what the backend would send for this request, driven straight through the SDK
         spec = launch_spec(new_execution_id(), parse_request(raw), profile, bench.workspace)
-        created = api.create_container_from_config(container_config(spec), name=f"bench-{spec.execution_id}")
+        config = container_config(spec, etc_dir=etc_directory())
+        created = api.create_container_from_config(config, name=f"bench-{spec.execution_id}")
         container_id = created["Id"]
         try:
             api.start(container_id)

@@ -2,6 +2,12 @@
 
 The HTTP service and `sandboxctl approvals` decide from other processes; WAL mode lets them
 read and write while waiters poll.
+
+Every ask leaves ``pending`` exactly once, by one compare-and-set on its status inside one write
+transaction: an approver's answer (only before the deadline), the waiter's timeout, or the waiter
+withdrawing it (its run was cancelled). Whoever comes second learns what the store kept, and the
+waiter acts on (and records) what the store kept — so a late approval racing the timeout can never
+leave the store saying "approved" and the evidence saying "timed out", or the other way round.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
 from orchestrator.domain.errors import InputInvalid
@@ -44,6 +51,23 @@ _DECIDABLE = {
     ApprovalOutcome.DENIED,
     ApprovalOutcome.ABORT,
 }
+# status: 'pending' → 'decided' (outcome set: an answer or a timeout) or 'withdrawn' (nobody waits any more)
+PENDING, DECIDED, WITHDRAWN = "pending", "decided", "withdrawn"
+TIMEOUT_APPROVER = "timeout"
+# INSERT OR IGNORE: whoever writes the row first (the submit, or a waiter closing an ask it never got
+# to submit) keeps it
+_INSERT = (
+    "INSERT OR IGNORE INTO approvals (id, approval_key, tenant, subject, sanitized, policy_reason, created_at,"
+    " deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_SELECT_PENDING = (
+    "SELECT id, approval_key, tenant, subject, sanitized, policy_reason, created_at, deadline"
+    " FROM approvals WHERE status = 'pending' AND deadline > ? ORDER BY created_at"
+)
+_CLOSE = (
+    "UPDATE approvals SET status = ?, outcome = ?, approver = ?, reason = ?, decided_at = ?"
+    " WHERE id = ? AND status = 'pending'"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +80,23 @@ class PendingApproval:
     policy_reason: str
     created_at: float
     deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """The answer to one attempt at closing an ask.
+
+    ``won``: this call made the one transition out of ``pending``. ``state``: what the store holds
+    now — ``decided`` (``result`` says how and by whom), ``withdrawn``, ``pending`` (only when read,
+    never after a close) or ``unknown`` (no such ask)."""
+
+    won: bool
+    state: Literal["pending", "decided", "withdrawn", "unknown"]
+    result: ApprovalResult | None = None
+
+
+def _timeout_reason(timeout_s: float) -> str:
+    return f"no answer within {timeout_s:g}s"
 
 
 class ApprovalStore:
@@ -74,74 +115,112 @@ class ApprovalStore:
         finally:
             db.close()
 
-    def submit(self, request: ApprovalRequest) -> None:
-        now = time.time()
-        s = request.sanitized
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: the write lock is taken at BEGIN, so a read and the
+        compare-and-set after it see the same row."""
         with self._connect() as db:
-            db.execute(
-                "INSERT INTO approvals (id, approval_key, tenant, subject, sanitized, policy_reason,"
-                " created_at, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    request.execution_id,
-                    request.approval_key,
-                    s.context.tenant,
-                    s.context.subject,
-                    json.dumps(s.public(), sort_keys=True),
-                    request.policy_reason,
-                    now,
-                    now + request.timeout_s,
-                ),
-            )
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    @staticmethod
+    def _row(request: ApprovalRequest, now: float) -> tuple[object, ...]:
+        s = request.sanitized
+        return (
+            request.execution_id,
+            request.approval_key,
+            s.context.tenant,
+            s.context.subject,
+            json.dumps(s.public(), sort_keys=True),
+            request.policy_reason,
+            now,
+            now + request.timeout_s,
+        )
+
+    def submit(self, request: ApprovalRequest) -> None:
+        """Queue an ask. A no-op when the waiter already closed it (its timeout or cancellation came
+        first and wrote the closed row): the ask never reappears as pending."""
+        with self._connect() as db:
+            db.execute(_INSERT, self._row(request, time.time()))
 
     def pending(self) -> list[PendingApproval]:
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT id, approval_key, tenant, subject, sanitized, policy_reason, created_at, deadline"
-                " FROM approvals WHERE status = 'pending' AND deadline > ? ORDER BY created_at",
-                (time.time(),),
-            ).fetchall()
+            rows = db.execute(_SELECT_PENDING, (time.time(),)).fetchall()
         return [PendingApproval(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6], r[7]) for r in rows]
 
-    def decide(self, approval_id: str, outcome: ApprovalOutcome, approver: str, reason: str = "") -> bool:
-        """Decide a pending ask. False when it is unknown, already decided or expired."""
+    def decide(self, approval_id: str, outcome: ApprovalOutcome, approver: str, reason: str = "") -> Resolution:
+        """An approver's answer. Taken only while the ask is pending and before its deadline; an ask
+        found past its deadline is closed as timed out there and then (its waiter reads that)."""
         if outcome not in _DECIDABLE:
             raise InputInvalid(f"outcome must be one of {sorted(o.value for o in _DECIDABLE)}")
-        with self._connect() as db:
-            cur = db.execute(
-                "UPDATE approvals SET status = 'decided', outcome = ?, approver = ?, reason = ?,"
-                " decided_at = ? WHERE id = ? AND status = 'pending' AND deadline > ?",
-                (outcome.value, approver, reason, time.time(), approval_id, time.time()),
+        with self._transaction() as db:
+            now = time.time()
+            row = db.execute("SELECT created_at, deadline FROM approvals WHERE id = ?", (approval_id,)).fetchone()
+            if row is None:
+                return Resolution(won=False, state="unknown")
+            created_at, deadline = row
+            in_time = now < deadline
+            closing = (
+                (outcome.value, approver, reason)
+                if in_time
+                else (ApprovalOutcome.TIMEOUT.value, TIMEOUT_APPROVER, _timeout_reason(deadline - created_at))
             )
-            return cur.rowcount == 1
+            changed = db.execute(_CLOSE, (DECIDED, *closing, now, approval_id)).rowcount == 1
+            return self._read(db, approval_id, won=changed and in_time)
+
+    def expire(self, request: ApprovalRequest) -> Resolution:
+        """The waiter's timeout: close the ask as timed out unless an answer was stored first.
+        ``result`` is what the store kept — the one outcome the waiter may act on."""
+        timeout = (ApprovalOutcome.TIMEOUT.value, TIMEOUT_APPROVER, _timeout_reason(request.timeout_s))
+        return self._close_for_waiter(request, DECIDED, *timeout)
+
+    def withdraw(self, request: ApprovalRequest) -> Resolution:
+        """The waiter went away (its run was cancelled): nobody may approve what nobody waits for."""
+        return self._close_for_waiter(request, WITHDRAWN, None, None, "the request was cancelled before an answer")
+
+    def _close_for_waiter(
+        self, request: ApprovalRequest, status: str, outcome: str | None, approver: str | None, reason: str
+    ) -> Resolution:
+        with self._transaction() as db:
+            now = time.time()
+            # the ask may not be in the store yet (the waiter gave up while submitting): write it
+            # closed, so that the late submit finds it and leaves it alone
+            db.execute(_INSERT, self._row(request, now))
+            changed = db.execute(_CLOSE, (status, outcome, approver, reason, now, request.execution_id)).rowcount
+            return self._read(db, request.execution_id, won=changed == 1)
+
+    @staticmethod
+    def _read(db: sqlite3.Connection, approval_id: str, *, won: bool = False) -> Resolution:
+        row = db.execute(
+            "SELECT status, outcome, approver, reason, decided_at FROM approvals WHERE id = ?", (approval_id,)
+        ).fetchone()
+        if row is None:
+            return Resolution(won=won, state="unknown")
+        status, outcome, approver, reason, decided_at = row
+        if status != DECIDED:
+            return Resolution(won=won, state="withdrawn" if status == WITHDRAWN else "pending")
+        result = ApprovalResult(
+            outcome=ApprovalOutcome(outcome),
+            approver=approver,
+            reason=reason or "",
+            decided_at=datetime.fromtimestamp(decided_at, UTC),
+        )
+        return Resolution(won=won, state="decided", result=result)
 
     def result(self, approval_id: str) -> ApprovalResult | None:
+        """The stored outcome of a decided ask; None while it is pending (or withdrawn, or unknown)."""
         with self._connect() as db:
-            row = db.execute(
-                "SELECT status, outcome, approver, reason, decided_at FROM approvals WHERE id = ?",
-                (approval_id,),
-            ).fetchone()
-        if row is None or row[0] == "pending":
-            return None
-        return ApprovalResult(
-            outcome=ApprovalOutcome(row[1]),
-            approver=row[2],
-            reason=row[3] or "",
-            decided_at=datetime.fromtimestamp(row[4], UTC),
-        )
-
-    def expire(self, approval_id: str) -> bool:
-        """Close a pending ask as timed out; False if someone decided it first."""
-        with self._connect() as db:
-            cur = db.execute(
-                "UPDATE approvals SET status = 'decided', outcome = 'timeout', approver = 'timeout',"
-                " reason = 'no answer before the deadline', decided_at = ? WHERE id = ? AND status = 'pending'",
-                (time.time(), approval_id),
-            )
-            return cur.rowcount == 1
+            return self._read(db, approval_id).result
 
 
 class QueueApprover:
-    """Puts each ask in the store and waits for a decision made elsewhere."""
+    """Puts each ask in the store and waits for a decision made elsewhere. Its timeout and its
+    cancellation are settled in the store (see ``approvals.base.decide``), never only in memory."""
 
     def __init__(self, store: ApprovalStore, poll_s: float = 0.05, max_poll_s: float = 0.5) -> None:
         self.store = store
@@ -155,14 +234,19 @@ class QueueApprover:
     async def request_approval(self, request: ApprovalRequest) -> ApprovalResult:
         await asyncio.to_thread(self.store.submit, request)
         delay = self._poll
-        try:
-            while True:
-                result = await asyncio.to_thread(self.store.result, request.execution_id)
-                if result is not None:
-                    return result
-                await asyncio.sleep(delay)
-                delay = min(delay * 1.5, self._max_poll)
-        except asyncio.CancelledError:
-            # the caller's timeout: close the ask so nobody approves a request nobody waits for
-            await asyncio.shield(asyncio.to_thread(self.store.expire, request.execution_id))
-            raise
+        while True:
+            result = await asyncio.to_thread(self.store.result, request.execution_id)
+            if result is not None:
+                return result
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, self._max_poll)
+
+    async def settle_timeout(self, request: ApprovalRequest) -> ApprovalResult:
+        """What the store kept once the timeout closed the ask: TIMEOUT, or the answer that won."""
+        resolution = await asyncio.to_thread(self.store.expire, request)
+        if resolution.result is None:  # only this waiter withdraws its ask: cannot happen (fails closed)
+            raise RuntimeError(f"approval {request.execution_id} is {resolution.state} after its timeout")
+        return resolution.result
+
+    async def withdraw(self, request: ApprovalRequest) -> None:
+        await asyncio.to_thread(self.store.withdraw, request)

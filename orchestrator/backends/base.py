@@ -78,6 +78,9 @@ class ExitState:
     finished_at: datetime | None
     error: str | None = None  # the engine's own error text, if any
     image_id: str | None = None  # the image the engine actually ran (content id), for evidence
+    # the runtime itself stopped the sandbox when it reached its pids limit (gVisor: its own threads
+    # count against the limit, and its kernel dies when it cannot create one), from the kernel's counter
+    pids_limit_killed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,7 @@ class ResourceUsage:
     memory_peak_bytes: int | None = None
     cpu_total_ns: int | None = None
     pids_peak: int | None = None
+    pids_limit_hits: int | None = None  # process (or thread) creations refused at the pids limit
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.cli.output import Subparsers, emit_json, say
+from orchestrator.cli.output import Subparsers, emit_json, report_error, say
+
+if TYPE_CHECKING:
+    from orchestrator.approvals.queue import Resolution
 
 
 def register(sub: Subparsers) -> None:
@@ -74,6 +78,7 @@ def _list(args: argparse.Namespace) -> int:
 def _decide(args: argparse.Namespace) -> int:
     import getpass
 
+    from orchestrator.cli.output import fail
     from orchestrator.domain.decisions import ApprovalOutcome
 
     outcome = {
@@ -87,17 +92,40 @@ def _decide(args: argparse.Namespace) -> int:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = "unknown"
-    if not _store(args).decide(args.id, outcome, f"queue:{user}", args.reason):
-        from orchestrator.cli.output import fail
+    store = _store(args)
+    resolution = store.decide(args.id, outcome, f"queue:{user}", args.reason)
+    if resolution.won:
+        if args.json:
+            emit_json({"id": args.id, "outcome": outcome.value})
+        else:
+            say(f"{args.id}: {outcome.value}")
+        return 0
+    if resolution.state == "unknown":
+        return fail("INPUT.INVALID", f"no approval {args.id!r} in {store.path}", 2, json_out=args.json)
+    return _not_taken(args, resolution)
 
-        return fail(
-            "INPUT.INVALID",
-            f"no pending approval {args.id!r} (unknown, decided or expired)",
-            2,
-            json_out=args.json,
-        )
-    if args.json:
-        emit_json({"id": args.id, "outcome": outcome.value})
+
+def _not_taken(args: argparse.Namespace, resolution: Resolution) -> int:
+    """The ask left `pending` before this answer (timeout, another approver, withdrawn): say what
+    the store kept — the outcome its run acted on — and exit non-zero."""
+    from orchestrator.domain.decisions import ApprovalOutcome
+    from orchestrator.domain.errors import ApprovalNotPending
+    from orchestrator.domain.text import printable
+
+    kept = resolution.result
+    stored: str
+    if kept is None:
+        stored = resolution.state
+        why = "it was withdrawn: the run that asked was cancelled"
+    elif kept.outcome is ApprovalOutcome.TIMEOUT:
+        stored = kept.outcome.value
+        why = f"it timed out first ({printable(kept.reason)}) at {kept.decided_at.isoformat(timespec='milliseconds')}"
     else:
-        say(f"{args.id}: {outcome.value}")
-    return 0
+        stored = kept.outcome.value
+        at = kept.decided_at.isoformat(timespec="milliseconds")
+        why = f"it was already decided: {stored} by {printable(kept.approver)} at {at}"
+    err = ApprovalNotPending(f"{args.id}: your answer was not taken: {why}")
+    if args.json:
+        emit_json({"id": args.id, "outcome": stored, "error": {"code": err.code, "message": err.message}})
+    report_error(err.code, err.message)
+    return err.exit_code

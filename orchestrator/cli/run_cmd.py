@@ -150,6 +150,6 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
         sys.stderr.flush()
     if result.error is not None:
         report_error(result.error.code, result.error.message)
-    if outcome.timed_out or outcome.oom_killed or outcome.exit_code is None:
+    if outcome.timed_out or outcome.oom_killed or outcome.pids_limit_killed or outcome.exit_code is None:
         return REFUSED_EXIT
     return outcome.exit_code

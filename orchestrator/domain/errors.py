@@ -61,6 +61,14 @@ class ApprovalAborted(OrchestratorError):
     code = "APPROVAL.ABORTED"
 
 
+class ApprovalNotPending(OrchestratorError):
+    """An answer to an ask that is no longer pending: it timed out, was decided by someone else or
+    withdrawn first. The answer changed nothing; the message says what the store kept."""
+
+    code = "APPROVAL.NOT_PENDING"
+    exit_code = 1
+
+
 class ProfileNotFound(OrchestratorError):
     code = "PROFILE.NOT_FOUND"
 
@@ -81,6 +89,13 @@ class SandboxTimeout(OrchestratorError):
 
 class SandboxOOM(OrchestratorError):
     code = "SANDBOX.OOM"
+
+
+class SandboxPidsLimit(OrchestratorError):
+    """The sandbox reached its pids limit: under gVisor the runtime stopped it (the output so far is
+    kept); under runc the refused forks failed with EAGAIN and this is a note beside the exit."""
+
+    code = "SANDBOX.PIDS_LIMIT"
 
 
 class SandboxOutputLimit(OrchestratorError):

@@ -123,6 +123,8 @@ def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: Orches
         if outcome.timed_out
         else "oom"
         if outcome.oom_killed
+        else "pids_limit"
+        if outcome.pids_limit_killed
         else ("succeeded" if outcome.exit_code == 0 else "failed")
     )
     fields: dict[str, Any] = {
@@ -141,6 +143,7 @@ def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: Orches
             "exit_code": outcome.exit_code,
             "timed_out": outcome.timed_out,
             "oom_killed": outcome.oom_killed,
+            "pids_limit_killed": outcome.pids_limit_killed,
             "duration_ms": outcome.duration_ms,
         }
     if failures:
@@ -155,6 +158,7 @@ def _finished_data(outcome: RunOutcome, profile: ResolvedProfile, failures: list
         "exit_code": outcome.exit_code,
         "timed_out": outcome.timed_out,
         "oom_killed": outcome.oom_killed,
+        "pids_limit_killed": outcome.pids_limit_killed,
         "duration_ms": outcome.duration_ms,
         "stdout": _part("stdout", lambda: stream_json(outcome.stdout_kept), failures),
         "stderr": _part("stderr", lambda: stream_json(outcome.stderr_kept), failures),

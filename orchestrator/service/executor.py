@@ -26,7 +26,7 @@ from orchestrator.backends.base import (
     SandboxHandle,
     StreamCapture,
 )
-from orchestrator.domain.errors import OrchestratorError, SandboxOOM, SandboxTimeout
+from orchestrator.domain.errors import OrchestratorError, SandboxOOM, SandboxPidsLimit, SandboxTimeout
 from orchestrator.evidence import EventType
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.results import Redactor, SideEffects, Snapshot, diff, snapshot
@@ -81,6 +81,7 @@ class RunOutcome:
     usage: ResourceUsage | None
     lifecycle: str
     error: OrchestratorError | None
+    pids_limit_killed: bool = False  # the runtime stopped the sandbox at its pids limit (gVisor)
 
     @property
     def truncated(self) -> bool:
@@ -176,10 +177,19 @@ async def run_in_sandbox(
             await follower
 
     oom = bool(state and state.oom_killed)
+    pids_killed = bool(state and state.pids_limit_killed)
+    pids_hits = usage.pids_limit_hits if usage else None
     if timed_out:
         error = SandboxTimeout(f"killed after the {profile.wall_timeout_s:g}s deadline")
     elif oom:
         error = SandboxOOM(f"killed for exceeding the {profile.memory_bytes} byte memory limit")
+    elif pids_killed:
+        error = SandboxPidsLimit(
+            f"the sandbox reached its limit of {profile.pids_limit} processes and the {profile.runtime} runtime"
+            " stopped it (the output so far is kept)"
+        )
+    elif pids_hits:
+        error = SandboxPidsLimit(f"{pids_hits} process creation(s) refused at the limit of {profile.pids_limit}")
     side_effects, side_effects_error = await workspace_changes(before, workspace)
     stdout = keep_output(captures[0], profile.stdout_max_bytes, redactor) if captures else None
     stderr = keep_output(captures[1], profile.stderr_max_bytes, redactor) if captures else None
@@ -198,6 +208,7 @@ async def run_in_sandbox(
         usage=usage,
         lifecycle=lifecycle,
         error=error,
+        pids_limit_killed=pids_killed,
     )
 
 

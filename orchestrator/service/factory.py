@@ -16,6 +16,14 @@ from orchestrator.evidence import EvidenceWriter, default_evidence_path
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.config import OrchestratorConfig, load_config
+from orchestrator.service.governing import (
+    Governing,
+    approval_queue,
+    governing_paths,
+    policy_file,
+    state_directories,
+)
+from orchestrator.service.launch import check_workspace
 from orchestrator.service.orchestrator import Orchestrator
 
 log = logging.getLogger(__name__)
@@ -56,8 +64,21 @@ def build_orchestrator(
     backend: SandboxBackend | None = None,
     profiles: ProfileRegistry | None = None,
 ) -> Orchestrator:
+    """With ``workspace``, what governs the runs (the config and every file it pulls in, profiles,
+    evidence, state, code) is checked to be out of that workspace's reach before anything is decided
+    (INPUT.INVALID naming the file); ``run`` checks again for the workspace it is given."""
+    governing: tuple[Governing, ...] = (policy_file(config_path),) if config_path is not None else ()
+    if workspace is not None:
+        check_workspace(Path(workspace), governing=[*state_directories(), *governing])  # before it is read
     config = load_config(config_path)
     path = evidence_path or (Path(config.evidence.path) if config.evidence.path else default_evidence_path())
+    if config.approvals.provider == "queue":
+        governing += (approval_queue(queue_path(config)),)
+    if workspace is not None:
+        profile_dirs = profiles.search_path if profiles is not None else ()
+        check_workspace(
+            Path(workspace), governing=governing_paths(evidence=path, profile_dirs=profile_dirs, extra=governing)
+        )
     return Orchestrator(
         evidence=EvidenceWriter(path),
         policy=PolicySource(config_path),
@@ -66,5 +87,5 @@ def build_orchestrator(
         backend=backend,
         profiles=profiles,
         caps=config.caps,
-        own_state=(queue_path(config),) if config.approvals.provider == "queue" else (),
+        governing=governing,
     )

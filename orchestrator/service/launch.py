@@ -19,7 +19,7 @@ from orchestrator.backends.base import (
     MANAGED_BY,
     LaunchSpec,
 )
-from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
+from orchestrator.domain.errors import ConfigInvalid, InputInvalid, SandboxUnavailable
 from orchestrator.domain.requests import (
     ExecCommandRequest,
     Request,
@@ -30,6 +30,7 @@ from orchestrator.domain.requests import (
 )
 from orchestrator.gate.paths import SYSTEM_PREFIXES
 from orchestrator.profiles import ResolvedProfile
+from orchestrator.service.governing import Governing, first_exposure
 
 SHELL = ("/bin/bash", "-c")
 # an orphan is collected once its deadline has passed by this much (teardown has time to finish)
@@ -55,10 +56,15 @@ def owner_label() -> str:
 # executions this process is running now: a sandbox it owns that is not among them was left behind
 # (e.g. its removal failed while the engine was down) and is an orphan although its owner lives
 _ACTIVE: set[str] = set()
+# every workspace (real path) a sandbox of this process was given: what governs later runs must stay
+# out of all of them, even if a path to it changes later (a reloaded policy, a moved link)
+_MOUNTED: set[str] = set()
 
 
 @contextlib.contextmanager
-def active_execution(execution_id: str) -> Iterator[None]:
+def active_execution(execution_id: str, workspace: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    if workspace is not None:
+        _MOUNTED.add(os.path.realpath(workspace))
     _ACTIVE.add(execution_id)
     try:
         yield
@@ -95,11 +101,12 @@ _PROTECTED = (
 )
 
 
-def check_workspace(workspace: Path, *, own_state: Iterable[str | os.PathLike[str]] = ()) -> None:
+def check_workspace(workspace: Path, *, governing: Iterable[Governing] = ()) -> None:
     """Refuse a workspace that would hand the sandbox the host: /, system directories, the engine's
-    socket or state, or any directory that contains one of them; nor may it contain our own state
-    (``own_state``: the state directory with the warm server's socket and the approval queue, the
-    evidence file), which a sandbox could otherwise write to or connect through."""
+    socket or state, or any directory that contains one of them; or that would put within its reach
+    what governs later runs (``governing``: the policy file, profiles, evidence, approval queue, state
+    directories, our own code — see ``service.governing``): INPUT.INVALID naming the file. What
+    governs must also have stayed out of every earlier workspace of this process: CONFIG.INVALID."""
     real = os.path.realpath(workspace)
     protected = list(_PROTECTED)
     docker_host = os.environ.get("DOCKER_HOST", "")
@@ -112,13 +119,26 @@ def check_workspace(workspace: Path, *, own_state: Iterable[str | os.PathLike[st
             raise InputInvalid(f"the workspace {real} is a system directory ({path}); use a project directory")
         if path.startswith(real + "/"):
             raise InputInvalid(f"the workspace {real} contains {path}; use a project directory")
-    for item in own_state:
-        path = os.path.realpath(item)
-        if path == real or path.startswith(real + "/"):
-            raise InputInvalid(
-                f"the workspace {real} contains the orchestrator's own state ({path}); use a project directory "
-                "or move the state (SANDBOX_STATE_DIR, SANDBOX_EVIDENCE_PATH)"
-            )
+    items = list(governing)
+    exposed = first_exposure(items, [real])
+    if exposed is not None:
+        raise InputInvalid(
+            f"the workspace {real} cannot be used: {exposed}; keep it outside every workspace",
+            details={"file": exposed.item.path},
+        )
+    check_out_of_earlier_workspaces(items)
+
+
+def check_out_of_earlier_workspaces(items: Iterable[Governing]) -> None:
+    """What governs must not lie where an earlier sandbox of this process could have written it — a
+    reloaded policy file, a path whose link was moved since (CONFIG.INVALID naming it)."""
+    exposed = first_exposure(items, sorted(_MOUNTED))
+    if exposed is not None:
+        raise ConfigInvalid(
+            f"{exposed} (a workspace an earlier sandbox of this process was given): it may have been "
+            "rewritten there; move it out of every workspace and restart",
+            details={"file": exposed.item.path},
+        )
 
 
 def command_argv(request: Request) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from orchestrator.domain.errors import (
     ApprovalAborted,
     ApprovalDenied,
     ApprovalTimeout,
+    ConfigInvalid,
     ExecutionCancelled,
     InputInvalid,
     InternalError,
@@ -35,7 +36,6 @@ from orchestrator.domain.errors import (
 )
 from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
-from orchestrator.domain.statedir import state_dir
 from orchestrator.evidence import EventType, EvidenceWriter
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
@@ -43,8 +43,10 @@ from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
 from orchestrator.results import Redactor, Snapshot, snapshot
 from orchestrator.service.end_record import failed_side_effects, finished_fields
 from orchestrator.service.executor import RunOutcome, run_in_sandbox, workspace_changes
+from orchestrator.service.governing import Governing, governing_paths
 from orchestrator.service.launch import (
     active_execution,
+    check_out_of_earlier_workspaces,
     check_workspace,
     launch_spec,
     refuse_unavailable_escalations,
@@ -90,11 +92,12 @@ class Orchestrator:
         backend: SandboxBackend | None = None,
         profiles: ProfileRegistry | None = None,
         caps: ProfileCaps | None = None,
-        own_state: tuple[Path, ...] = (),
+        governing: tuple[Governing, ...] = (),
     ) -> None:
         self.gate = Gate(policy, workspace=workspace)
-        # what no workspace may contain, beside the state dirs and the evidence file (e.g. the queue db)
-        self.own_state = own_state
+        # what the config names that governs later runs (the policy file, the approval queue): never
+        # within a sandbox's reach, like the profiles, evidence, state and code (service.governing)
+        self.governing = governing
         self.evidence = evidence
         self.approvals = approvals
         self.grants = grants or SessionGrants()
@@ -162,8 +165,9 @@ class Orchestrator:
         """Decide ``raw`` (a request model or dict). Returns an Authorization or raises the refusal."""
         execution_id = new_execution_id()
         try:
+            check_out_of_earlier_workspaces(self.governing)  # e.g. a policy about to be reloaded
             request = parse_request(raw)
-        except InputInvalid as err:
+        except (InputInvalid, ConfigInvalid) as err:
             # nothing of the input is recorded but the names of the bad fields
             await self._record(
                 EventType.RUN_FAILED,
@@ -309,8 +313,7 @@ class Orchestrator:
         execution_id = auth.execution_id
         workspace = Path(workspace).resolve()  # the engine takes absolute bind sources only
         try:
-            # this run's state dir, the default one (another run may use it), the evidence, the rest
-            check_workspace(workspace, own_state=(state_dir(), state_dir({}), self.evidence.path, *self.own_state))
+            check_workspace(workspace, governing=self._governing_paths())
             refuse_unavailable_escalations(request)
             profile = self.profiles.resolve(
                 request.profile or self.gate.default_profile,
@@ -359,7 +362,7 @@ class Orchestrator:
                     "env_keys": sorted(spec.env),
                 },
             )
-            with active_execution(execution_id):
+            with active_execution(execution_id, workspace):
                 outcome = await run_in_sandbox(
                     self.backend, spec, record, redactor=redactor, workspace=workspace, before=before
                 )
@@ -381,6 +384,10 @@ class Orchestrator:
         # bounded in advance, and never raising: the end record is what makes the run accountable
         await record(EventType.EXECUTION_FINISHED, durable=True, **finished_fields(outcome, profile, error))
         return ExecutionResult(auth, outcome, error)
+
+    def _governing_paths(self) -> list[Governing]:
+        profile_dirs = self.profiles.search_path if self.profiles is not None else ()
+        return governing_paths(evidence=self.evidence.path, profile_dirs=profile_dirs, extra=self.governing)
 
     async def _failed_while_running(
         self,

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from orchestrator.backends.docker import DockerBackend
+from orchestrator.backends.docker.sandbox_etc import FILES as SANDBOX_ETC
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.evidence import EvidenceRecord, iter_records, verify
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
@@ -726,6 +727,7 @@ async def test_privileges(harness: Harness, profile: str) -> None:
 
 FORK_PROBE = r"""
 marker = sys.argv[1]
+print("START " + marker, flush=True)  # output before the limit: kept whatever happens next
 forked = 0
 try:
     while forked < 5000:
@@ -747,24 +749,38 @@ def _uid_processes(uid: int) -> dict[int, tuple[str, str]]:
 
 @pytest.mark.parametrize("profile", PROFILES)
 async def test_fork_bomb_is_contained(harness: Harness, profile: str) -> None:
-    """Forking without end hits the pids limit; the run ends by itself; nothing is left on the host.
-    runc: the fork that passes the limit fails with EAGAIN and the probe goes on.
+    """Forking without end hits the pids limit; the run ends by itself, says so with SANDBOX.PIDS_LIMIT
+    (from the kernel's count of refused forks, read as the sandbox exits), keeps the output so far;
+    nothing is left on the host.
+    runc: the fork that passes the limit fails with EAGAIN and the probe goes on: its own exit 0, the
+    code as a note beside it.
     gVisor: its pids cgroup also counts the sandbox's own threads, and reaching it kills the whole
-    sandbox: exit 2, no output, not an OOM (docs/setup-notes.md). The orchestrator reports that as a
-    plain exit 2 (no error code)."""
+    sandbox (exit 2 from the runtime, not from the command; not an OOM; docs/setup-notes.md): a run
+    that did not finish, status pids_limit."""
     marker = f"3{secrets.randbelow(10**6):06d}.5"  # `sleep <marker>`: findable on the host if it leaked
     before = _uid_processes(SANDBOX_UID)
     run = await harness.run(py(FORK_PROBE, marker), profile, timeout_ms=60_000)
     pids_limit = resolved(profile).pids_limit
+    out = run.out
+    assert out["error"] is not None and out["error"]["code"] == "SANDBOX.PIDS_LIMIT"
+    assert str(pids_limit) in out["error"]["message"]
+    assert (out["oom_killed"], out["timed_out"]) == (False, False)
+    assert out["stdout"].startswith(f"START {marker}\n")  # kept
     if gvisor(profile):
-        assert (run.out["exit_code"], run.out["stdout"], run.out["error"]) == (2, "", None)
-        assert (run.out["oom_killed"], run.out["timed_out"]) == (False, False)
-        assert_evidence(run, status="failed", exit_code=2)
+        assert (out["ok"], out["exit_code"], out["stdout"], out["stderr"]) == (False, 2, f"START {marker}\n", "")
+        finished = assert_evidence(run, status="pids_limit", exit_code=2, error_code="SANDBOX.PIDS_LIMIT")
     else:
-        verdict = assert_ok(run)
+        assert (out["ok"], out["exit_code"]) == (True, 0), out["stderr"][-2000:]
+        verdict = run.verdict
         assert verdict["errno"] == "EAGAIN"
         # bash and python already count; the limit is the whole container's
         assert pids_limit - 8 <= verdict["forked"] <= pids_limit - 2, verdict
+        finished = assert_evidence(run, status="succeeded", exit_code=0, error_code="SANDBOX.PIDS_LIMIT")
+    data = finished.data
+    assert data is not None
+    assert data["pids_limit_killed"] is gvisor(profile)
+    assert data["usage"]["pids_limit_hits"] >= 1
+    assert data["usage"]["pids_peak"] == pids_limit  # the reading taken as it exited saw the peak
     # the host is fine: no process of the bomb survived, no new process of the sandbox user
     assert not processes_mentioning(f"sleep {marker}")
     after = _uid_processes(SANDBOX_UID)
@@ -995,6 +1011,59 @@ async def test_no_host_env_engine_socket_or_token(
     assert host_secret.encode() not in harness.evidence_path.read_bytes()
     started = next(r for r in run.records if r.event == "execution_started")
     assert started.data is not None and started.data["env_keys"] == sorted(expected_env.keys() - {"HOSTNAME"})
+
+
+ETC_PROBE = r"""
+host_name, host_nameservers = sys.argv[1], sys.argv[2].split(",")
+for path in ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf"):
+    attempt("read:" + path, lambda p=path: open(p).read())
+    attempt("append:" + path, lambda p=path: open(p, "a").close())
+    attempt("unlink:" + path, lambda p=path: os.unlink(p))
+attempt("gethostname", socket.gethostname)
+attempt("uname_nodename", lambda: os.uname().nodename)
+attempt("proc_hostname", lambda: open("/proc/sys/kernel/hostname").read())
+def resolve(name):
+    return sorted({a[4][0] for a in socket.getaddrinfo(name, 80, socket.AF_INET)})
+attempt("resolve_own_name", lambda: resolve(socket.gethostname()))
+attempt("resolve_host_name", lambda: resolve(host_name))
+mounts = [line.split() for line in open("/proc/self/mountinfo")]
+V["etc_mounts"] = sorted([m[4], m[5].split(",")[0]] for m in mounts if m[4].startswith("/etc/"))
+seen = "".join(open(p).read() for p in ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf"))
+V["host_name_seen"] = host_name in seen.split()
+V["host_nameservers_seen"] = [ns for ns in host_nameservers if ns and ns in seen]
+done()
+"""
+
+
+def _host_nameservers() -> list[str]:
+    with open("/etc/resolv.conf") as f:
+        return [line.split()[1] for line in f if line.startswith("nameserver") and len(line.split()) > 1]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+async def test_hostname_hosts_and_resolver_are_the_sandboxs_own(harness: Harness, profile: str) -> None:
+    """The engine bind-mounts copies of the host's network configuration even with --network none (the
+    host's nameservers in resolv.conf); a sandbox gets its own instead, read-only: a fixed host name,
+    loopback-only hosts, a resolver without a nameserver."""
+    host_name = socket.gethostname()
+    nameservers = _host_nameservers()
+    run = await harness.run(py(ETC_PROBE, host_name, ",".join(nameservers) or "-"), profile)
+    verdict = assert_ok(run)
+    assert verdict == {
+        **{f"read:{target}": content for target, content in SANDBOX_ETC.items()},
+        # not the sandbox's to change (mode 0444 on a read-only mount) nor to remove (runc: the read-only
+        # root; gVisor checks the directory's permissions first)
+        **{f"append:{target}": "EACCES" for target in SANDBOX_ETC},
+        **{f"unlink:{target}": "EACCES" if gvisor(profile) else "EROFS" for target in SANDBOX_ETC},
+        "gethostname": "sandbox",
+        "uname_nodename": "sandbox",
+        "proc_hostname": "sandbox\n",
+        "resolve_own_name": ["127.0.0.1"],
+        "resolve_host_name": "EAI_AGAIN" if host_name != "sandbox" else ["127.0.0.1"],  # DNS only: no resolver
+        "etc_mounts": [[target, "ro"] for target in sorted(SANDBOX_ETC)],
+        "host_name_seen": host_name == "sandbox",
+        "host_nameservers_seen": [],
+    }
 
 
 OTHER_SANDBOX_PROBE = r"""

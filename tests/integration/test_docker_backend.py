@@ -44,6 +44,7 @@ from orchestrator.backends.docker.capture import FrameDemuxer, StreamSink
 from orchestrator.backends.docker.cgroups import CGROUP_ROOT
 from orchestrator.backends.docker.config import READ_ONLY_TMP_OPTIONS, container_config
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, parse_engine_time
+from orchestrator.backends.docker.sandbox_etc import FILES, etc_directory
 from orchestrator.domain.errors import InputInvalid, SandboxStartFailed, SandboxUnavailable
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile, resolve
@@ -306,14 +307,29 @@ def _assert_launch_settings(info: dict[str, Any], spec: Any, image_labels: dict[
     assert "/tmp" in host["Tmpfs"]
     assert host["Tmpfs"]["/tmp"].startswith("rw,nosuid,nodev,")
     read_only = profile.workspace.mode == "ro"
-    (host_mount,) = host["Mounts"]  # the engine omits false values
+    # the workspace, and the sandbox's own hostname, hosts and resolv.conf over the engine's (read-only)
+    host_mount, *etc = host["Mounts"]  # the engine omits false values
+    etc_dir = etc_directory()
+    assert etc == [
+        {
+            "Type": "bind",
+            "Source": os.path.join(etc_dir, os.path.basename(target)),
+            "Target": target,
+            "ReadOnly": True,
+            "BindOptions": {"Propagation": "rprivate"},
+        }
+        for target in sorted(FILES)
+    ]
     assert host_mount["Type"] == "bind"
     assert host_mount["Source"] == spec.workspace_host_path
     assert host_mount["Target"] == profile.workspace.container_path
     assert host_mount.get("ReadOnly", False) is read_only
     assert host_mount["BindOptions"]["Propagation"] == "rprivate"
     assert host_mount["BindOptions"].get("NonRecursive", False) is read_only
-    (mount,) = info["Mounts"]
+    mount, *etc_mounted = sorted(info["Mounts"], key=lambda m: m["Destination"] != profile.workspace.container_path)
+    assert sorted((m["Destination"], m["Source"], m["RW"], m["Propagation"]) for m in etc_mounted) == [
+        (target, os.path.join(etc_dir, os.path.basename(target)), False, "rprivate") for target in sorted(FILES)
+    ]
     assert mount["Type"] == "bind"
     assert mount["Source"] == spec.workspace_host_path
     assert mount["Destination"] == profile.workspace.container_path
@@ -417,9 +433,9 @@ async def test_profile_without_tmp_tmpfs_gets_a_read_only_tmp(
 def test_stdin_with_tty_is_refused(tmp_path: Path) -> None:
     harness = Sandboxes(DockerBackend("unix:///nonexistent.sock"), tmp_path)
     with pytest.raises(InputInvalid):
-        container_config(harness.spec(["cat"], stdin=b"x", tty=True))
+        container_config(harness.spec(["cat"], stdin=b"x", tty=True), etc_dir=etc_directory())
     with pytest.raises(InputInvalid):
-        container_config(harness.spec([]))
+        container_config(harness.spec([]), etc_dir=etc_directory())
 
 
 # -- running commands ---------------------------------------------------------------------------------
@@ -640,6 +656,57 @@ async def test_usage_is_sampled_from_the_cgroup(sandboxes: Sandboxes) -> None:
     assert usage.memory_peak_bytes is not None and usage.memory_peak_bytes >= 40 * 1024 * 1024
     assert usage.cpu_total_ns is not None and usage.cpu_total_ns > 0
     assert (await backend.usage(handle)) == usage  # still known after destroy
+
+
+# forks until refused, then exits at once: the refused forks are only countable for the few
+# milliseconds before the runtime removes the cgroup (periodic sampling alone misses them)
+FORK_TO_THE_LIMIT = """
+import os
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            os.execv("/bin/sleep", ["sleep", "30"])
+        n += 1
+except OSError as e:
+    print(e.errno, n)
+"""
+
+
+@integration
+@pytest.mark.skipif(not CGROUP_ROOT.is_dir(), reason="the engine's cgroups are not visible here")
+@pytest.mark.parametrize(("profile_name", "argv", "killed"), [
+    ("workspace-write", ["python3", "-c", FORK_TO_THE_LIMIT], False),
+    ("untrusted", ["python3", "-c", FORK_TO_THE_LIMIT], True),
+    # gVisor's status 2, but no limit reached: the command's own (it lives long enough to be sampled)
+    ("untrusted", ["sh", "-c", "sleep 0.3; exit 2"], False),
+    ("workspace-write", ["sh", "-c", "sleep 0.3; exit 2"], False),
+])  # fmt: skip
+async def test_the_pids_limit_is_read_as_the_sandbox_exits(
+    sandboxes: Sandboxes, profile_name: str, argv: list[str], killed: bool
+) -> None:
+    profile = resolved(profile_name, max_pids=64)
+    backend = sandboxes.backend
+    handle = await backend.create(sandboxes.spec(argv, profile=profile))
+    try:
+        capture = asyncio.create_task(backend.capture(handle, 1000, 1000))
+        await backend.start(handle)
+        code = await backend.wait(handle)
+        out, _ = await capture
+        state = await backend.inspect(handle)
+        usage = await backend.usage(handle)
+    finally:
+        await backend.destroy(handle)
+    hit = argv[0] == "python3"
+    assert state.pids_limit_killed is killed
+    assert (usage.pids_limit_hits or 0) >= 1 if hit else usage.pids_limit_hits == 0, usage
+    if profile.runtime == "runc" and hit:
+        assert (code, out.data.split()[0]) == (0, b"11")  # EAGAIN, and the command went on to exit 0
+        assert usage.pids_peak == 64
+    if killed:
+        assert (code, state.exit_code, state.oom_killed) == (2, 2, False)
+    if not hit:
+        assert code == 2
 
 
 # -- what the engine cannot give ------------------------------------------------------------------------

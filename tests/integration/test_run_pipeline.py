@@ -92,7 +92,9 @@ async def test_evidence_follows_the_lifecycle_as_the_engine_reported_it(orch: Or
     assert finished.data["image_id"].startswith("sha256:")  # the image the engine really ran
     assert finished.data["lifecycle_stream"] == "complete"
     usage = finished.data["usage"]
-    assert usage is not None and set(usage) == {"memory_peak_bytes", "cpu_total_ns", "pids_peak"}
+    assert usage is not None and set(usage) == {"memory_peak_bytes", "cpu_total_ns", "pids_peak", "pids_limit_hits"}
+    # (a command this quick may be gone before its cgroup is first read: then the counters are unknown)
+    assert usage["pids_limit_hits"] in (0, None) and finished.data["pids_limit_killed"] is False
     assert finished.outputs_digest is not None
 
 
@@ -303,3 +305,67 @@ def test_run_json_escapes_what_the_command_printed_and_plain_run_passes_it_throu
     assert plain.returncode == 0 and plain.stdout == hostile_bytes
     undecodable = subprocess.run([*argv, "--json", "--", "printf", "\\377"], capture_output=True, cwd=ws, timeout=120)
     assert undecodable.returncode == 0 and json.loads(undecodable.stdout)["stdout"] == "\ufffd"
+
+
+FORK_BOMB = (
+    "echo before the bomb; python3 -c '"
+    "import os\n"
+    "n = 0\n"
+    "try:\n"
+    "    while n < 5000:\n"
+    "        if os.fork() == 0:\n"
+    "            os.execv(\"/bin/sleep\", [\"sleep\", \"30\"])\n"
+    "        n += 1\n"
+    "except OSError as e:\n"
+    "    print(\"refused:\", e.strerror, flush=True)\n"
+    "'"
+)
+
+
+@pytest.mark.parametrize("profile", ["workspace-write", "untrusted"])
+def test_cli_fork_bomb_reports_the_pids_limit(tmp_path: Path, profile: str) -> None:
+    """`sandboxctl run` at the pids limit: SANDBOX.PIDS_LIMIT on stderr, the output so far on stdout.
+    runsc: the runtime stopped the sandbox, so 125 (gVisor's own exit 2 is never passed off as the
+    command's, nor mistaken for the CLI's invalid-input 2); runc: the command went on and its own exit
+    status stands, with the code as a note."""
+    ws = workspace_dir(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text(ALLOW_ALL)
+    evidence = tmp_path / "e.jsonl"
+    args = ["run", "--config", str(config), "--evidence", str(evidence), "--profile", profile, "--timeout", "60"]
+    done = cli(*args, "--shell", FORK_BOMB, cwd=ws)
+    assert "Traceback" not in done.stderr
+    assert "sandboxctl: SANDBOX.PIDS_LIMIT: " in done.stderr
+    if profile == "untrusted":
+        assert (done.returncode, done.stdout) == (125, "before the bomb\n"), done.stderr
+    else:
+        assert (done.returncode, done.stdout) == (0, "before the bomb\nrefused: Resource temporarily unavailable\n")
+    (finished,) = [r for r in iter_records(evidence) if r.event in ("execution_finished", "run_failed")]
+    assert (finished.event, finished.error_code) == ("execution_finished", "SANDBOX.PIDS_LIMIT")
+    assert finished.status == ("pids_limit" if profile == "untrusted" else "succeeded")
+    assert verify(evidence).ok
+
+
+async def test_a_run_whose_workspace_holds_its_policy_is_refused_and_recorded(tmp_path: Path) -> None:
+    """Built without a workspace (a library user, the service), each run checks the workspace it is
+    given: the policy file inside it is refused before a sandbox exists, and recorded."""
+    ws = workspace_dir(tmp_path)
+    config = ws / "policy.yaml"
+    config.write_text(ALLOW_ALL)
+    evidence = tmp_path / "evidence.jsonl"
+    backend = DockerBackend()
+    o = build_orchestrator(config, evidence_path=evidence, backend=backend, profiles=ProfileRegistry())
+    try:
+        with pytest.raises(InputInvalid) as err:
+            await o.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=ws)
+        other = tmp_path / "other"
+        other.mkdir()
+        os.chown(other, 1000, 1000)
+        fine = await o.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=other)
+    finally:
+        await o.aclose()
+    assert f"the policy file (--config) {config} is within a sandbox's reach" in err.value.message
+    events = [r.event for r in iter_records(evidence, execution_id=err.value.details["execution_id"])]
+    assert events == ["request_received", "decision_made", "run_failed"]  # no sandbox was created
+    assert fine.ok
+    assert verify(evidence).ok

@@ -250,14 +250,15 @@ def test_another_user_is_not_served(warm: Warm) -> None:
     warm.state.chmod(0o755)
     socket_file = str(warm.state / "warm.sock")
     Path(socket_file).chmod(0o666)
+    # the server may hang up before the request is even sent (EPIPE) or after (reset, or end of stream)
     code = (
         "import socket, sys\n"
         "from orchestrator.cli.warm.protocol import FrameReader, send_frame\n"
         "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
-        "send_frame(s, {'op': 'status'})\n"
         "try:\n"
+        "    send_frame(s, {'op': 'status'})\n"
         "    print(FrameReader(s).read())\n"
-        "except ConnectionResetError:\n"
+        "except (BrokenPipeError, ConnectionResetError):\n"
         "    print(None)\n"
     )
     stranger = subprocess.run(
@@ -549,3 +550,56 @@ def test_stop_waits_for_running_commands(warm: Warm) -> None:
         time.sleep(0.05)
         log = (warm.state / "warm.log").read_text()
     assert "stopped after 1 commands" in log
+
+
+# -- what governs later commands ----------------------------------------------------------------------------
+
+
+def _refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "INPUT.INVALID"
+    for needle in needles:
+        assert needle in error["message"], error["message"]
+    assert "Traceback" not in result.stderr
+
+
+def test_what_governs_later_commands_is_refused_within_a_sandboxs_reach_warm_and_cold(warm: Warm) -> None:
+    """A command the policy allows replaces a root-owned 0644 file in its workspace (write + rename:
+    only the directory needs to be writable); so a policy file, a link on the way to one, or a profiles
+    directory in the workspace would let one run choose the next run's policy or isolation. Refused —
+    by a warm worker (which reads the files afresh for each command) as by a cold start — before
+    anything is decided or run, naming the file."""
+    ws = warm.workspace
+    planted = ws / "policy.yaml"
+    planted.write_text(CONFIG)
+    os.chown(planted, 0, 0)
+    planted.chmod(0o644)
+    swap = warm.cli(*warm.run_args("sh", "-c", "printf 'safety: {mode: allow}\\n' > .p && mv .p policy.yaml"))
+    assert swap.returncode == 0, swap.stderr
+    assert planted.read_text() == "safety: {mode: allow}\n"  # the sandbox rewrote it
+    assert planted.stat().st_uid == SANDBOX_UID
+
+    conf = warm.state / "conf"
+    conf.mkdir()
+    (conf / "policy.yaml").write_text(CONFIG)
+    (ws / "conf").symlink_to(conf)
+    profiles = ws / "profiles"
+    profiles.mkdir()
+    (profiles / "untrusted.yaml").write_text("extends: workspace-write\n")  # gVisor gone, if it were used
+    cases = [
+        (["--config", str(planted)], {}, [f"the policy file (--config) {planted}", "lies in the workspace"]),
+        (["--config", str(ws / "conf" / "policy.yaml")], {}, [f"the symbolic link {ws / 'conf'}"]),
+        (["--config", str(warm.config)], {"SANDBOX_PROFILES_PATH": str(profiles)}, [f"profiles directory {profiles}"]),
+    ]  # fmt: skip
+    records_before = len(list(iter_records(warm.evidence)))
+    for args, env, needles in cases:
+        for cold in (False, True):
+            before = _served(warm)
+            result = warm.cli(
+                "run", "--json", *args, "--profile", "untrusted", "--", "true",
+                env={**warm.env, **env, **({"SANDBOXCTL_WARM": "0"} if cold else {})},
+            )  # fmt: skip
+            _refused(result, *needles)
+            assert _served(warm) == before + (0 if cold else 1)
+    assert len(list(iter_records(warm.evidence))) == records_before  # nothing was decided, nothing ran

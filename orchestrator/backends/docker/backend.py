@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
@@ -51,6 +52,8 @@ from orchestrator.backends.docker.engine import (
     jstr,
 )
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, managed_sandbox
+from orchestrator.backends.docker.exit_watch import ExitWatch
+from orchestrator.backends.docker.sandbox_etc import etc_directory
 from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,13 @@ POOL_WORKERS = 32
 EVENTS_REPLAY_S = 1.0
 REMOVAL_IN_PROGRESS_WAIT_S = 10.0
 KEPT_USAGE = 256
+#: how long inspect/usage wait for the reading taken at the container's exit (normally already there)
+EXIT_READING_WAIT_S = 1.0
+#: runtimes whose sandbox dies when it reaches its pids limit: gVisor counts its own host threads
+#: against the limit and its kernel (the Sentry, a Go program) exits with Go's fatal status 2 when it
+#: cannot create one; the workload never sees EAGAIN (docs/setup-notes.md). runc: the fork fails
+#: with EAGAIN and the workload goes on.
+DIES_AT_PIDS_LIMIT = frozenset({"runsc"})
 
 
 @dataclass(eq=False)
@@ -75,11 +85,13 @@ class _Sandbox:
     attach: AttachStream
     stdin: bytes | None
     tty: bool
+    runtime: str
     start_done: asyncio.Event = field(default_factory=asyncio.Event)
     started: bool = False
     capturing: bool = False
     sampler: cgroups.UsageSampler | None = None
     sampler_task: asyncio.Task[None] | None = None
+    exit_watch: ExitWatch | None = None
 
 
 async def _in_daemon_thread(fn: Callable[[], T], name: str) -> T:
@@ -203,6 +215,7 @@ class DockerBackend:
         self._pumps: set[_EventPump] = set()
         self._final_usage: OrderedDict[str, ResourceUsage] = OrderedDict()
         self._runtimes_verified: set[str] = set()
+        self._etc_dir: str | None = None
         self._closed = False
 
     @property
@@ -329,9 +342,15 @@ class DockerBackend:
             raise SandboxUnavailable(problem, details={"runtime": runtime})
         self._runtimes_verified.add(runtime)
 
+    def _sandbox_etc(self) -> str:
+        """The sandbox's own /etc/hostname, hosts and resolv.conf (checked once per backend)."""
+        if self._etc_dir is None:
+            self._etc_dir = etc_directory()
+        return self._etc_dir
+
     async def create(self, spec: LaunchSpec) -> SandboxHandle:
         """A fresh container (never reused) with its stdio attached; nothing runs yet."""
-        config = container_config(spec)
+        config = container_config(spec, etc_dir=self._sandbox_etc())
         name = container_name(spec.execution_id)
         profile = spec.profile
         engine = await self._engine()
@@ -365,7 +384,9 @@ class DockerBackend:
                 ) from exc
             raise
         handle = SandboxHandle(execution_id=spec.execution_id, sandbox_id=container_id, name=name)
-        self._sandboxes[container_id] = _Sandbox(handle=handle, attach=attach, stdin=spec.stdin, tty=spec.tty)
+        self._sandboxes[container_id] = _Sandbox(
+            handle=handle, attach=attach, stdin=spec.stdin, tty=spec.tty, runtime=profile.runtime
+        )
         log.debug("created %s (%s, runtime %s)", name, container_id[:12], profile.runtime)
         return handle
 
@@ -453,6 +474,11 @@ class DockerBackend:
                 return
             sampler = cgroups.UsageSampler(files)
             sandbox.sampler = sampler
+            if not sampler.sample():
+                return
+            watch = ExitWatch(sampler, sandbox.handle.sandbox_id, sandbox.handle.name)
+            if watch.start():
+                sandbox.exit_watch = watch
             delay = cgroups.FIRST_INTERVAL_S
             while sampler.sample():
                 await asyncio.sleep(delay)
@@ -537,23 +563,40 @@ class DockerBackend:
             ) from exc
 
     async def inspect(self, handle: SandboxHandle) -> ExitState:
+        """The engine's exit state; once stopped, also whether the runtime itself killed the sandbox
+        at its pids limit (from the kernel's count of refused forks, see ``DIES_AT_PIDS_LIMIT``)."""
         engine = await self._engine()
         try:
             raw = await self._call(engine.inspect, handle.sandbox_id)
         except EngineError as exc:
             raise self._error(exc, f"cannot inspect sandbox {handle.name}: {exc.reason}", sandbox=handle.name) from exc
-        return exit_state(raw)
+        state = exit_state(raw)
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is None or state.exit_code is None or sandbox.runtime not in DIES_AT_PIDS_LIMIT:
+            return state
+        hits = (await self._usage_now(sandbox)).pids_limit_hits
+        if hits and state.exit_code != 0:
+            state = dataclasses.replace(state, pids_limit_killed=True)
+        return state
 
     async def usage(self, handle: SandboxHandle) -> ResourceUsage:
-        """Peak memory, CPU time and peak pids sampled from the container's cgroup while it ran
-        (see ``cgroups``); ``None`` fields when unknown."""
+        """Peak memory, CPU time, peak pids and forks refused at the pids limit, sampled from the
+        container's cgroup while it ran and as it exited (see ``cgroups``, ``exit_watch``); ``None``
+        fields when unknown."""
         sandbox = self._sandboxes.get(handle.sandbox_id)
         if sandbox is None:
             return self._final_usage.get(handle.sandbox_id, ResourceUsage())
-        if sandbox.sampler is None:
+        return await self._usage_now(sandbox)
+
+    async def _usage_now(self, sandbox: _Sandbox) -> ResourceUsage:
+        sampler = sandbox.sampler
+        if sampler is None:
             return ResourceUsage()
-        sandbox.sampler.sample()
-        return sandbox.sampler.usage()
+        if not sampler.sample() and sandbox.exit_watch is not None:
+            # the cgroup is gone, so the container stopped: the reading its exit triggered is in, or
+            # being taken
+            await self._call(sandbox.exit_watch.finish, EXIT_READING_WAIT_S)
+        return sampler.usage()
 
     async def destroy(self, handle: SandboxHandle) -> None:
         """Remove the container and its anonymous volumes (forced: kills it if running). Idempotent."""
@@ -577,6 +620,8 @@ class DockerBackend:
         sandbox.attach.abort()
         if sandbox.sampler_task is not None:
             sandbox.sampler_task.cancel()
+        if sandbox.exit_watch is not None:
+            sandbox.exit_watch.stop()
         if sandbox.sampler is not None:
             sandbox.sampler.sample()
             self._final_usage[sandbox.handle.sandbox_id] = sandbox.sampler.usage()

@@ -8,10 +8,13 @@ kernel's own counters — cheap reads of in-memory pseudo-files, no engine reque
   by the kernel, so the last sample is the peak unless memory grew after it;
 * CPU time: v1 ``cpuacct.usage`` (ns) / v2 ``cpu.stat`` ``usage_usec`` — cumulative, so the last
   sample is a lower bound (it misses at most the final sampling interval);
-* pids peak: ``pids.peak`` (v2, and v1 on recent kernels) — a high-water mark.
+* pids peak: ``pids.peak`` (v2, and v1 on recent kernels) — a high-water mark;
+* pids limit hits: ``pids.events`` ``max`` — how many forks (or, under gVisor, host threads of the
+  sandbox itself) the kernel refused at the pids limit.
 
 Sampling starts right after start and backs off from 5 ms to 100 ms; it stops when the cgroup
-disappears. Under gVisor the cgroup also holds the sandbox's own processes (the Sentry and Gofer),
+disappears (``exit_watch`` takes the last reading as the container's processes exit, before the
+runtime removes the cgroup). Under gVisor the cgroup also holds the sandbox's own processes (the Sentry and Gofer),
 so memory and pids include that overhead. Only possible when the engine is local (unix socket) and
 this process sees the host's ``/sys/fs/cgroup``; otherwise every figure stays unknown (``None``).
 """
@@ -19,6 +22,7 @@ this process sees the host's ``/sys/fs/cgroup``; otherwise every figure stays un
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,12 +42,13 @@ def _read_int(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _read_cpu_stat_usec(path: Path) -> int | None:
+def _read_keyed(path: Path, key: bytes) -> int | None:
+    """The value of ``key`` in a flat keyed file (``cpu.stat``'s usage_usec, ``pids.events``' max)."""
     try:
         with open(path, "rb") as f:
             for line in f.read(4096).splitlines():
-                key, _, value = line.partition(b" ")
-                if key == b"usage_usec" and value.strip().isdigit():
+                name, _, value = line.partition(b" ")
+                if name == key and value.strip().isdigit():
                     return int(value)
     except OSError:
         return None
@@ -56,6 +61,8 @@ class CgroupFiles:
     memory_peak: Path
     cpu: Path
     pids_peak: Path | None
+    pids_events: Path | None = None
+    procs: Path | None = None  # cgroup.procs: the container's processes (those this process can see)
 
 
 def locate(container_id: str, root: Path = CGROUP_ROOT) -> CgroupFiles | None:
@@ -65,8 +72,14 @@ def locate(container_id: str, root: Path = CGROUP_ROOT) -> CgroupFiles | None:
         for leaf in leaves:
             base = root / leaf
             if base.is_dir():
-                pids = base / "pids.peak"
-                return CgroupFiles(2, base / "memory.peak", base / "cpu.stat", pids if pids.exists() else None)
+                return CgroupFiles(
+                    2,
+                    base / "memory.peak",
+                    base / "cpu.stat",
+                    _existing(base / "pids.peak"),
+                    _existing(base / "pids.events"),
+                    base / "cgroup.procs",
+                )
         return None
     for leaf in leaves:
         memory = root / "memory" / leaf
@@ -76,23 +89,41 @@ def locate(container_id: str, root: Path = CGROUP_ROOT) -> CgroupFiles | None:
             (root / c / leaf / "cpuacct.usage" for c in ("cpuacct", "cpu,cpuacct") if (root / c / leaf).is_dir()),
             root / "cpuacct" / leaf / "cpuacct.usage",
         )
-        pids = root / "pids" / leaf / "pids.peak"
-        return CgroupFiles(1, memory / "memory.max_usage_in_bytes", cpu, pids if pids.exists() else None)
+        pids = root / "pids" / leaf
+        return CgroupFiles(
+            1,
+            memory / "memory.max_usage_in_bytes",
+            cpu,
+            _existing(pids / "pids.peak"),
+            _existing(pids / "pids.events"),
+            _existing(pids / "cgroup.procs"),
+        )
     return None
 
 
+def _existing(path: Path) -> Path | None:
+    return path if path.exists() else None
+
+
 class UsageSampler:
-    """Keeps the last values read from one container's cgroup."""
+    """Keeps the last values read from one container's cgroup (thread-safe: the event loop samples
+    periodically, ``exit_watch`` at the container's exit)."""
 
     def __init__(self, files: CgroupFiles) -> None:
         self.files = files
         self.memory_peak: int | None = None
         self.cpu_ns: int | None = None
         self.pids_peak: int | None = None
+        self.pids_limit_hits: int | None = None
         self.gone = False
+        self._lock = threading.Lock()
 
     def sample(self) -> bool:
         """Read the counters; False once the cgroup is gone (the container stopped)."""
+        with self._lock:
+            return self._sample()
+
+    def _sample(self) -> bool:
         if self.gone:
             return False
         memory = _read_int(self.files.memory_peak)
@@ -102,9 +133,10 @@ class UsageSampler:
         if self.files.version == 1:
             cpu = _read_int(self.files.cpu)
         else:
-            usec = _read_cpu_stat_usec(self.files.cpu)
+            usec = _read_keyed(self.files.cpu, b"usage_usec")
             cpu = usec * 1000 if usec is not None else None
         pids = _read_int(self.files.pids_peak) if self.files.pids_peak is not None else None
+        hits = _read_keyed(self.files.pids_events, b"max") if self.files.pids_events is not None else None
         # high-water marks and cumulative counters only grow: never let a late partial read lower them
         if memory is not None:
             self.memory_peak = max(memory, self.memory_peak or 0)
@@ -112,7 +144,15 @@ class UsageSampler:
             self.cpu_ns = max(cpu, self.cpu_ns or 0)
         if pids is not None:
             self.pids_peak = max(pids, self.pids_peak or 0)
+        if hits is not None:
+            self.pids_limit_hits = max(hits, self.pids_limit_hits or 0)
         return True
 
     def usage(self) -> ResourceUsage:
-        return ResourceUsage(memory_peak_bytes=self.memory_peak, cpu_total_ns=self.cpu_ns, pids_peak=self.pids_peak)
+        with self._lock:
+            return ResourceUsage(
+                memory_peak_bytes=self.memory_peak,
+                cpu_total_ns=self.cpu_ns,
+                pids_peak=self.pids_peak,
+                pids_limit_hits=self.pids_limit_hits,
+            )

@@ -25,7 +25,9 @@ Decisions beyond a one-to-one mapping of the resolved profile:
 * ``Healthcheck: NONE`` — the engine never execs an image's health check inside the sandbox.
 * Read-only workspace mounts are non-recursive: this engine cannot make sub-mounts read-only, so a
   writable sub-mount under a read-only workspace is hidden rather than left writable.
-* ``Hostname: sandbox`` — fixed, so HOSTNAME (which the engine always adds) reveals nothing.
+* ``Hostname: sandbox`` — fixed, so HOSTNAME (which the engine always adds) reveals nothing; and
+  ``/etc/hostname``, ``/etc/hosts``, ``/etc/resolv.conf`` are the sandbox's own, read-only, instead
+  of the engine's copies of the host's network configuration (see ``sandbox_etc``).
 """
 
 from __future__ import annotations
@@ -38,12 +40,12 @@ from orchestrator.backends.base import (
     MANAGED_BY,
     LaunchSpec,
 )
+from orchestrator.backends.docker.sandbox_etc import HOSTNAME, etc_mounts
 from orchestrator.domain.errors import InputInvalid
 from orchestrator.profiles import ResolvedProfile
 
 TMP = "/tmp"  # noqa: S108 - a path inside the sandbox
 SHM_SIZE_BYTES = 64 * 1024 * 1024
-HOSTNAME = "sandbox"
 #: an empty read-only tmpfs over /tmp when the profile has no writable one there (see module doc)
 READ_ONLY_TMP_OPTIONS = "ro,nosuid,nodev,noexec,size=4096,mode=1777"
 
@@ -76,8 +78,9 @@ def container_labels(spec: LaunchSpec) -> dict[str, str]:
     return labels
 
 
-def container_config(spec: LaunchSpec) -> dict[str, object]:
-    """``POST /containers/create`` body for ``spec`` (validated: argv, workdir, env)."""
+def container_config(spec: LaunchSpec, *, etc_dir: str) -> dict[str, object]:
+    """``POST /containers/create`` body for ``spec`` (validated: argv, workdir, env); ``etc_dir`` holds
+    the sandbox's own hostname, hosts and resolv.conf (``sandbox_etc.etc_directory``)."""
     profile = spec.profile
     if not spec.argv:
         raise InputInvalid("argv must not be empty", details={"field": "argv"})
@@ -106,7 +109,8 @@ def container_config(spec: LaunchSpec) -> dict[str, object]:
                     "Propagation": "rprivate",
                     "NonRecursive": profile.workspace.mode == "ro",
                 },
-            }
+            },
+            *etc_mounts(etc_dir),
         ],
         "CapDrop": list(profile.cap_drop),  # ["ALL"]
         "CapAdd": None,

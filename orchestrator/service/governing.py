@@ -1,0 +1,190 @@
+"""What governs later commands stays out of every sandbox's reach.
+
+A sandbox writes wherever its workspace lets it: new files, and renames over existing ones (which
+needs only the directory to be writable, whoever owns the file). So anything that decides what a
+later command may do or how it is contained must not be reachable from a workspace: the policy file
+(``--config``), the profile directories (built-in and ``$SANDBOX_PROFILES_PATH``, with their
+``seccomp/``), the approval queue, the evidence file, the state directories (the warm server's
+socket), the orchestrator's own code and the Python it runs on. Otherwise a command that policy
+allows rewrites the policy, and the next run follows it — a rewritten profile even drops gVisor.
+
+Each path is resolved as the kernel resolves it, link by link. It is out of reach when neither the
+place it resolves to nor any symbolic link on the way lies in the workspace (a link inside the
+workspace can be pointed elsewhere by the sandbox), and, for a directory, when the workspace is not
+inside it either (the sandbox could write among its contents). A file that has several hard links
+and that a non-root user can write is refused as well: another name of it may lie in a workspace.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import stat
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import orchestrator
+from orchestrator.domain.statedir import state_dir
+
+_MAX_LINKS = 40  # as the kernel's limit on links followed in one lookup
+
+
+@dataclass(frozen=True, slots=True)
+class Governing:
+    """A path whose contents decide what later commands may do."""
+
+    what: str  # for messages: "the policy file (--config)"
+    path: str
+    tree: bool = False  # a directory: nothing inside it may be a workspace either
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    links: tuple[str, ...]  # where each symbolic link followed lives (its own location, in a real directory)
+    real: str  # where the path leads (links resolved; a missing tail kept as given)
+
+
+def resolve(path: str | os.PathLike[str]) -> Resolution:
+    """Resolve ``path`` component by component, recording every symbolic link followed."""
+    pending = os.path.abspath(path).split("/")
+    current = "/"
+    links: list[str] = []
+    while pending:
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        try:
+            st = os.lstat(candidate)
+        except OSError:  # the rest does not exist (yet): it lies where the path says
+            return Resolution(tuple(links), os.path.normpath(os.path.join(candidate, *pending)))
+        if not stat.S_ISLNK(st.st_mode):
+            current = candidate
+            continue
+        links.append(candidate)
+        if len(links) > _MAX_LINKS:
+            break
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            current = "/"
+        pending = target.split("/") + pending
+    return Resolution(tuple(links), current)
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A governing path, resolved once, to be compared with any number of workspaces."""
+
+    item: Governing
+    where: Resolution
+    shared_writable: str | None  # why another name of the file could be written, if it could
+
+
+def locate(item: Governing) -> Located:
+    where = resolve(item.path)
+    try:
+        st = os.stat(where.real)
+    except OSError:
+        return Located(item, where, None)
+    several_names = stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and (st.st_uid != 0 or st.st_mode & 0o022)
+    why = (
+        f"it has {st.st_nlink} hard links and a non-root user can write it: another name of it may lie in a workspace"
+        if several_names
+        else None
+    )
+    return Located(item, where, why)
+
+
+def exposure(located: Located, workspace: str) -> str | None:
+    """How a sandbox with the (real) ``workspace`` could change the located item, or None."""
+    item, where = located.item, located.where
+    for link in where.links:
+        if _within(link, workspace):
+            return f"its path goes through the symbolic link {link}, which lies in the workspace {workspace}"
+    if _within(where.real, workspace):
+        shown = "" if where.real == os.path.abspath(item.path) else f" (resolved: {where.real})"
+        return f"it lies in the workspace {workspace}{shown}"
+    if item.tree and _within(workspace, where.real):
+        return f"the workspace {workspace} lies inside it ({where.real})"
+    return located.shared_writable
+
+
+def policy_file(path: str | os.PathLike[str]) -> Governing:
+    return Governing("the policy file (--config)", os.path.abspath(path))
+
+
+def package_and_python() -> list[Governing]:
+    """The orchestrator's own code and the Python it runs on: a sandbox that rewrote them would run
+    as this user, on the host, at the next command."""
+    items = [
+        Governing("the orchestrator's code", str(Path(orchestrator.__file__).parent), tree=True),
+        Governing("the Python environment (sys.prefix)", sys.prefix, tree=True),
+        Governing("the Python installation (sys.base_prefix)", sys.base_prefix, tree=True),
+    ]
+    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    if user_site and os.path.isdir(user_site):
+        items.append(Governing("the user's site-packages", user_site, tree=True))
+    return items
+
+
+def approval_queue(path: str | os.PathLike[str]) -> Governing:
+    return Governing("the approval queue (approvals.queue_path)", os.path.abspath(path))
+
+
+def state_directories() -> list[Governing]:
+    """This run's state directory and the default one (another run may use it): the warm server's
+    socket, the approval queue, the evidence. A workspace may lie inside one (its files are named,
+    never walked), not contain it."""
+    return [
+        Governing("the orchestrator's own state directory (SANDBOX_STATE_DIR)", os.path.abspath(d))
+        for d in dict.fromkeys((state_dir(), state_dir({})))
+    ]
+
+
+def governing_paths(
+    *,
+    evidence: str | os.PathLike[str],
+    profile_dirs: Iterable[str | os.PathLike[str]] = (),
+    extra: Iterable[Governing] = (),
+) -> list[Governing]:
+    """Everything that governs an orchestrator's runs, named for messages: the state directories, the
+    evidence file, ``extra`` (what its config names: the policy file, the approval queue), the profile
+    directories, the code."""
+    evidence_file = Governing("the evidence file (--evidence, SANDBOX_EVIDENCE_PATH)", os.path.abspath(evidence))
+    items = [*state_directories(), evidence_file, *extra]
+    items.extend(Governing("the profiles directory", os.path.abspath(d), tree=True) for d in profile_dirs)
+    items.extend(package_and_python())
+    return items
+
+
+@dataclass(frozen=True, slots=True)
+class Exposed:
+    item: Governing
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.item.what} {self.item.path} is within a sandbox's reach: {self.why}"
+
+
+def first_exposure(items: Iterable[Governing], workspaces: Iterable[str]) -> Exposed | None:
+    """The first item a sandbox with one of the (real) ``workspaces`` could change, or None. Each
+    item is resolved once, whatever the number of workspaces."""
+    spaces = list(workspaces)
+    if not spaces:
+        return None
+    for item in items:
+        located = locate(item)
+        for workspace in spaces:
+            why = exposure(located, workspace)
+            if why is not None:
+                return Exposed(item, why)
+    return None
