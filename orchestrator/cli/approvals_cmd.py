@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.output import Subparsers, emit_json, report_error, say

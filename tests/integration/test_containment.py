@@ -47,7 +47,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_sandboxes")]
 SANDBOX_UID = 1000
 PROFILES = ["workspace-write", "untrusted"]
 RUNTIME = {"workspace-write": "runc", "untrusted": "runsc"}
-POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
+# mode allow lets through only what the gate fully sees; the probes run code it cannot read (python3 from
+# a here-document), so they are asked, and a rule approves every ask: the approval is recorded like any other
+POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"
 LIFECYCLE = ("container_created", "container_started", "container_died", "container_destroyed")
 ZERO_CAPS = "0000000000000000"
 CONTAINER_ID = re.compile(r"[0-9a-f]{64}")  # in a host process's cgroup paths
@@ -246,7 +248,22 @@ def assert_evidence(
     reported it (the engine emits one `oom` per kill in the container's cgroup: gVisor's sandbox can
     have several processes killed), and always between start and destroy."""
     events = run.events()
-    assert events[:3] == ["request_received", "decision_made", "execution_started"], events
+    decided = next(r for r in run.records if r.event == "decision_made")
+    if decided.decision == "ask":
+        # what the gate could not see was asked, and the rule approver's answer recorded before the start
+        assert events[:5] == [
+            "request_received",
+            "decision_made",
+            "approval_requested",
+            "approval_decided",
+            "execution_started",
+        ], events
+        approved = next(r for r in run.records if r.event == "approval_decided")
+        assert (approved.decision, approved.approver) == ("approved", "rule:default")
+        assert "the gate cannot see what would run" in str(decided.reason)
+    else:
+        assert decided.decision == "allow"
+        assert events[:3] == ["request_received", "decision_made", "execution_started"], events
     assert events[-1] == "execution_finished", events
     finished = run.finished()
     assert finished.status == status

@@ -33,7 +33,8 @@ from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_sandboxes")]
 
 PROFILES = ["workspace-write", "untrusted"]
-POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
+# what the gate cannot see (python3 code) is asked even in mode allow; a rule approves every ask
+POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"
 SECRET = "s3cr3t-Straddle-0123456789abcdefXYZ"
 SECRET_ENV = "FORCE_COLOR"  # allowlisted by every profile: the request may set it
 FILES_PER_DIR = 500

@@ -228,3 +228,13 @@ def test_scanner_reads_getopt_spellings() -> None:
     assert found.has("-c") and found.values("-o") == ["pipefail"] and found.end == 4
     tar = lookup("tar")
     assert scan(tar, ["tar", "xIf", "prog", "a.tar"]).values("--use-compress-program") == ["prog"]
+
+
+def test_the_document_of_the_table_is_current() -> None:
+    """docs/programs.md is generated from the table (python -m orchestrator.gate.programs.describe)."""
+    from pathlib import Path
+
+    from orchestrator.gate.programs.describe import markdown
+
+    document = Path(__file__).resolve().parents[2] / "docs" / "programs.md"
+    assert document.read_text(encoding="utf-8") == markdown(), "regenerate docs/programs.md"
