@@ -149,6 +149,7 @@ def test_a_bug_while_building_still_gives_an_end_record_with_the_exit(tmp_path: 
         "exit_code": 7,
         "timed_out": False,
         "oom_killed": False,
+        "pids_limit_killed": False,
         "duration_ms": 12,
         "assembly_failed": ["data: TypeError"],
     }
