@@ -83,22 +83,25 @@ from orchestrator.gate.expansions import (
     note_assignment,
     numeric,
 )
-from orchestrator.gate.paths import MAX_BRACE_WORDS, expand_braces
-from orchestrator.gate.programs import SHELL, Family, lookup, program_name
+from orchestrator.gate.fallback import inside, segments
+from orchestrator.gate.programs import SHELL, lookup, program_name
 from orchestrator.gate.scripts import reads_code_from_input
 from orchestrator.gate.shellwords import (
     GLOB_IN_WORD,
     SUPPLEMENTARY,
     Unparseable,
+    brace_expanded,
     mask,
     node_text,
     position,
     unescape_ansi,
     unescape_dq,
     unescape_word,
+    unquoted_blank,
 )
 from orchestrator.gate.unwrap import Argv, locate
-from orchestrator.gate.walkstate import WalkState
+from orchestrator.gate.visibility import finish
+from orchestrator.gate.walkstate import FROM_FILE, WalkState
 
 __all__ = [
     "CONTROL_REASON",
@@ -416,10 +419,6 @@ class _Input(NamedTuple):
     text: str | None
 
 
-FROM_FILE = "\x00file"
-"""Standard input read from a file (``bash < script.sh``): a script file, not code from a stream."""
-
-
 _QUOTED_DELIMITER = re.compile(r"""['"\\]""")
 
 
@@ -582,13 +581,13 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
     if index < 0:
         return subs.into + subs.out_of
     for a, b in spans:
-        if _unquoted_blank(src[a:b]):
+        if unquoted_blank(src[a:b]):
             # the grammar read across a blank into one word (``sudo `` id``): bash splits there
             st.parse_ok = False
             st.blind(f"parse error at {position(src, *node.start_point)}")
-            st.unanalyzed.extend(_segments(src[a:b].decode("utf-8", "replace")))
+            st.unanalyzed.extend(segments(src[a:b].decode("utf-8", "replace")))
     if any(b"{" in src[a:b] for a, b in spans[1:]):
-        words, dynamic = _brace_expanded(words, dynamic, [src[a:b] for a, b in spans], st)
+        words, dynamic = brace_expanded(words, dynamic, [src[a:b] for a, b in spans], st)
     command = tuple(words)
     st.commands[index] = command
     builtin_evaluates(command, st, depth, _parse_into)
@@ -602,98 +601,6 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
         out += subs.into
         out += subs.out_of
     return out
-
-
-def _unquoted_blank(text: bytes) -> bool:
-    """A blank outside quotes, substitutions and escapes: where bash ends a word."""
-    quote = 0
-    nest: list[int] = []  # open ``$(``/``${``/backtick, innermost last
-    i = 0
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if ch == 0x5C:  # backslash
-            i += 2
-            continue
-        if quote == 0x27:  # inside '…'
-            if ch == 0x27:
-                quote = 0
-        elif ch == 0x60:  # backtick
-            if nest and nest[-1] == 0x60:
-                nest.pop()
-            else:
-                nest.append(0x60)
-        elif ch == 0x24 and i + 1 < n and text[i + 1] in (0x28, 0x7B):  # $( ${
-            nest.append(text[i + 1])
-            i += 1
-        elif ch == 0x28 and i and text[i - 1] == 0x3D and not quote:  # =( an array assignment's list
-            nest.append(0x28)
-        elif nest and ch in (0x29, 0x7D) and nest[-1] == (0x28 if ch == 0x29 else 0x7B):
-            nest.pop()
-        elif ch == 0x22 and not nest:  # "…" at top level
-            quote = 0 if quote else 0x22
-        elif ch == 0x27 and not quote and not nest:
-            quote = 0x27
-        elif ch in (0x20, 0x09, 0x0A) and not quote and not nest:
-            return True
-        i += 1
-    return False
-
-
-def _brace_expanded(
-    words: list[str], dynamic: list[bool], sources: list[bytes], st: WalkState
-) -> tuple[list[str], list[bool]]:
-    """bash expands ``{a,b}`` and ``{1..3}`` in arguments into several words (``rm {-rf,x}`` is
-    ``rm -rf x``): the gate reads them expanded; where it cannot, it says so."""
-    out_words: list[str] = [words[0]]
-    out_dynamic: list[bool] = [dynamic[0]]
-    for word, dyn, source in zip(words[1:], dynamic[1:], sources[1:], strict=True):
-        text = source.decode("utf-8", "replace")
-        if not _brace_expression(text):
-            out_words.append(word)
-            out_dynamic.append(dyn)
-            continue
-        st.reasons["brace expansion"] = None
-        plain = not any(ch in text for ch in "'\"\\$`")  # only the braces made it look dynamic
-        expanded = expand_braces(text, MAX_BRACE_WORDS + 1) if plain else []
-        if not expanded or len(expanded) > MAX_BRACE_WORDS:
-            st.blind("brace expansion the gate cannot expand (quoted or computed parts, or too many words)")
-            out_words.append(word)
-            out_dynamic.append(dyn)
-            continue
-        out_words.extend(expanded)
-        out_dynamic.extend([False] * len(expanded))
-    return out_words, out_dynamic
-
-
-def _brace_expression(text: str) -> bool:
-    """An unquoted ``{…}`` with a ``,`` or ``..`` at its own level (not ``${…}``): bash expands it."""
-    depth = 0
-    found = False
-    quote = ""
-    i = 0
-    opened: list[bool] = []
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == quote:
-                quote = ""
-            elif ch == "\\" and quote == '"':
-                i += 1
-        elif ch == "\\":
-            i += 1
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "{" and not (i and text[i - 1] == "$"):
-            depth += 1
-            opened.append(False)
-        elif ch == "}" and depth:
-            depth -= 1
-            found = found or opened.pop()
-        elif depth and (ch == "," or text.startswith("..", i)):
-            opened[-1] = True
-        i += 1
-    return found
 
 
 def _skipped(node: Node, st: WalkState) -> None:
@@ -789,7 +696,7 @@ def _parse_into(command: str, st: WalkState, depth: int, context: str | None) ->
         except Unparseable:
             st.parse_ok = False
             st.blind("too many distinct characters outside the BMP: cannot be analyzed")
-            st.unanalyzed.extend(_segments(command))
+            st.unanalyzed.extend(segments(command))
             return []
     data = command.encode("utf-8", "surrogatepass")
     tree = _PARSER.parse(data)
@@ -807,7 +714,7 @@ def _parse_into(command: str, st: WalkState, depth: int, context: str | None) ->
         where = _error_position(root, data) if root.has_error else "1:1"
         suffix = f" in the command run by '{context}'" if context else ""
         st.blind(f"parse error at {where}{suffix}")
-        st.unanalyzed.extend(_segments(command))
+        st.unanalyzed.extend(segments(command))
     saved = st.src
     st.src = data
     try:
@@ -828,7 +735,7 @@ def _analyze_shell(command: str) -> ShellAnalysis:
     if _CONTROL.search(command):
         st.blind(CONTROL_REASON)
     _parse_into(command, st, 0, None)
-    _finish(st)
+    finish(st)
     return st.result()
 
 
@@ -855,7 +762,7 @@ def analyze_argv(argv: Sequence[str]) -> ShellAnalysis:
         index = st.add(words)
         builtin_evaluates(words, st, 0, _parse_into)
         _unwrap(index, words, (False,) * len(words), st, 0)
-    _finish(st)
+    finish(st)
     return st.result()
 
 
@@ -888,7 +795,7 @@ def _unwrap(index: int, words: tuple[str, ...], dynamic: tuple[bool, ...], st: W
             if isinstance(inner, Argv):
                 _unanalyzed(st, inner.words)
             elif inner.text is not None:
-                st.unanalyzed.extend(_segments(inner.text))
+                st.unanalyzed.extend(segments(inner.text))
         return []
     st.wrap_level += 1
     out: list[int] = []
@@ -921,7 +828,7 @@ def _unanalyzed(st: WalkState, words: tuple[str, ...]) -> None:
     quoted command string (``sh -c 'rm -rf x'``), for the denylist."""
     st.unanalyzed.append(words)
     for word in words:
-        st.unanalyzed.extend(_inside(word, 0))
+        st.unanalyzed.extend(inside(word, 0))
 
 
 def _wrapped_chain(st: WalkState, index: int) -> list[int]:
@@ -940,7 +847,7 @@ def _feed(index: int, text: str | None, st: WalkState, depth: int) -> list[int]:
     out: list[int] = []
     if text is not None and text != FROM_FILE and WRAPPERS_TOO_DEEP in st.unseen:
         # who reads it was cut off at the nesting limit: its words are checked as they are
-        st.unanalyzed.extend(_segments(text))
+        st.unanalyzed.extend(segments(text))
     for j in _wrapped_chain(st, index):
         st.stdin[j] = text
         words = st.commands[j]
@@ -949,7 +856,7 @@ def _feed(index: int, text: str | None, st: WalkState, depth: int) -> list[int]:
             continue
         if st.wrap_level >= MAX_WRAPPER_DEPTH or depth > _MAX_NESTING:
             st.blind(WRAPPERS_TOO_DEEP)
-            st.unanalyzed.extend(_segments(text))
+            st.unanalyzed.extend(segments(text))
             continue
         st.wrap_level += 1
         try:
@@ -964,99 +871,3 @@ def _feed(index: int, text: str | None, st: WalkState, depth: int) -> list[int]:
 
 def is_shell(words: Sequence[str]) -> bool:
     return bool(words) and lookup(program_name(words[0])) is SHELL
-
-
-_SEPARATORS = frozenset(";&|()<>")
-_MAX_SEGMENT_CHARS = 64 * 1024
-
-
-def _segments(text: str, depth: int = 0) -> list[tuple[str, ...]]:
-    """Best-effort command words of text the parser could not read: split like a shell would at
-    ``; & | ( ) < >``, backticks and newlines, and again inside quoted words (a quoted word may be a
-    command string: ``sh -c 'rm -rf x'``). Only for matching the denylist on what is visible."""
-    out = _split_segments(text[:_MAX_SEGMENT_CHARS])
-    if depth < MAX_WRAPPER_DEPTH:
-        for words in list(out):
-            for word in words:
-                out.extend(_inside(word, depth + 1))
-    return out
-
-
-_OPTION_OR_NAME = re.compile(r"-{0,2}[\w.-]+")
-"""What precedes ``=`` in ``--to-command=CMD`` or ``NAME=VALUE``."""
-
-
-def _inside(word: str, depth: int) -> list[tuple[str, ...]]:
-    """The command words inside a word that holds a command string (``'rm -rf x'``, ``--to-command=rm -rf x``)."""
-    head, eq, tail = word.partition("=")
-    value = tail if eq and _OPTION_OR_NAME.fullmatch(head) else word
-    if len(value) > 2 and any(ch in value for ch in " \t\n;&|'\""):
-        return _segments(value, depth)
-    return [(value,)] if value != word else []
-
-
-def _split_segments(text: str) -> list[tuple[str, ...]]:
-    text = text.replace("`", " ; ").replace("\n", " ; ")
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|()<>")
-    lexer.whitespace_split = True
-    lexer.commenters = ""
-    try:
-        tokens = list(lexer)
-    except ValueError:
-        tokens = text.split()
-    out: list[tuple[str, ...]] = []
-    current: list[str] = []
-    for token in tokens:
-        if token and set(token) <= _SEPARATORS:
-            if current:
-                out.append(tuple(current))
-            current = []
-        elif token.startswith("$("):
-            if current:
-                out.append(tuple(current))
-            current = [token[2:]] if token[2:] else []
-        else:
-            current.append(token)
-    if current:
-        out.append(tuple(current))
-    return out
-
-
-def _finish(st: WalkState) -> None:
-    """What the gate cannot see of each command once the walk is done: code a shell or interpreter
-    reads from its input; programs it does not know (opaque) with their operands."""
-    fed = {j for _, j in st.flows}
-    inherited: dict[int, str | None] = {}
-    for i, j in st.wraps:
-        if i in st.stdin and j not in st.stdin and j not in st.from_input:
-            inherited[j] = st.stdin[i]
-    for j, words in enumerate(st.commands):
-        if not words:
-            continue
-        name = program_name(words[0])
-        program = lookup(name)
-        if program is None:
-            if "$" not in words[0] and "`" not in words[0]:
-                st.opaque.append((name, words[1:]))
-            continue
-        if program.family is Family.TOOL or (program.family is Family.BUILTIN and program.command is None):
-            continue
-        reader = reads_code_from_input(words)
-        if reader is None:
-            continue
-        source = st.stdin.get(j, inherited.get(j, "" if j not in fed else None))
-        if source == FROM_FILE or (source and program is SHELL):
-            continue  # a script file, or a here-document parsed as what the shell runs
-        if j in fed:
-            st.blind(
-                f"'{reader}' runs code it is fed (pipe or substitution), which the gate does not see", complex_too=False
-            )
-        elif source is None:
-            st.blind(f"'{reader}' runs code from a here-document or here-string with expansions", complex_too=False)
-        elif source:
-            st.blind(
-                f"'{reader}' runs {program.language} code from a here-document, which the gate does not read",
-                complex_too=False,
-            )
-        else:
-            st.blind(f"'{reader}' reads the code it runs from its input (interactive or stdin)", complex_too=False)

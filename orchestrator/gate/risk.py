@@ -14,7 +14,7 @@ Levels (``RiskLevel``):
   ``/etc/{shadow,x}``, globs that may match one: ``/etc/shad*``, ``.en?``), code fed to an
   interpreter through a pipe or substitution, a computed program name, a command string that cannot
   be analyzed, parse errors, nesting too deep to analyze; options that run programs or write files
-  (``DANGEROUS_OPTIONS`` and the readers below: ``git -c``, ``git diff --output``, ``sort -o``,
+  (``Opt.risk`` in the program table, and the checks: ``git -c``, ``git diff --output``, ``sort -o``,
   ``rg --pre``, ``tar --to-command``, ``find -exec/-delete/-fprint``, awk ``system()``/pipes/``print >``,
   sed ``e``/``w``, ...); interpreters running code (``python3 -c``, ``node -e``, ``perl -e``, a
   script operand, code from stdin/a REPL: ``runs code given on the command line``); a shell running a

@@ -6,6 +6,7 @@ import re
 
 from tree_sitter import Node
 
+from orchestrator.gate.paths import MAX_BRACE_WORDS, expand_braces
 from orchestrator.gate.walkstate import WalkState
 
 # --------------------------------------------------------------------------------------------
@@ -113,3 +114,99 @@ def unescape_ansi(text: str) -> str:
 def node_text(node: Node) -> str:
     raw = node.text
     return raw.decode("utf-8", "replace") if raw is not None else ""
+
+
+# --------------------------------------------------------------------------------------------
+# where bash makes words the grammar does not see
+
+
+def unquoted_blank(text: bytes) -> bool:
+    """A blank outside quotes, substitutions and escapes: where bash ends a word."""
+    quote = 0
+    nest: list[int] = []  # open ``$(``/``${``/backtick, innermost last
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == 0x5C:  # backslash
+            i += 2
+            continue
+        if quote == 0x27:  # inside '…'
+            if ch == 0x27:
+                quote = 0
+        elif ch == 0x60:  # backtick
+            if nest and nest[-1] == 0x60:
+                nest.pop()
+            else:
+                nest.append(0x60)
+        elif ch == 0x24 and i + 1 < n and text[i + 1] in (0x28, 0x7B):  # $( ${
+            nest.append(text[i + 1])
+            i += 1
+        elif ch == 0x28 and i and text[i - 1] == 0x3D and not quote:  # =( an array assignment's list
+            nest.append(0x28)
+        elif nest and ch in (0x29, 0x7D) and nest[-1] == (0x28 if ch == 0x29 else 0x7B):
+            nest.pop()
+        elif ch == 0x22 and not nest:  # "…" at top level
+            quote = 0 if quote else 0x22
+        elif ch == 0x27 and not quote and not nest:
+            quote = 0x27
+        elif ch in (0x20, 0x09, 0x0A) and not quote and not nest:
+            return True
+        i += 1
+    return False
+
+
+def brace_expanded(
+    words: list[str], dynamic: list[bool], sources: list[bytes], st: WalkState
+) -> tuple[list[str], list[bool]]:
+    """bash expands ``{a,b}`` and ``{1..3}`` in arguments into several words (``rm {-rf,x}`` is
+    ``rm -rf x``): the gate reads them expanded; where it cannot, it says so."""
+    out_words: list[str] = [words[0]]
+    out_dynamic: list[bool] = [dynamic[0]]
+    for word, dyn, source in zip(words[1:], dynamic[1:], sources[1:], strict=True):
+        text = source.decode("utf-8", "replace")
+        if not brace_expression(text):
+            out_words.append(word)
+            out_dynamic.append(dyn)
+            continue
+        st.reasons["brace expansion"] = None
+        plain = not any(ch in text for ch in "'\"\\$`")  # only the braces made it look dynamic
+        expanded = expand_braces(text, MAX_BRACE_WORDS + 1) if plain else []
+        if not expanded or len(expanded) > MAX_BRACE_WORDS:
+            st.blind("brace expansion the gate cannot expand (quoted or computed parts, or too many words)")
+            out_words.append(word)
+            out_dynamic.append(dyn)
+            continue
+        out_words.extend(expanded)
+        out_dynamic.extend([False] * len(expanded))
+    return out_words, out_dynamic
+
+
+def brace_expression(text: str) -> bool:
+    """An unquoted ``{…}`` with a ``,`` or ``..`` at its own level (not ``${…}``): bash expands it."""
+    depth = 0
+    found = False
+    quote = ""
+    i = 0
+    opened: list[bool] = []
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == quote:
+                quote = ""
+            elif ch == "\\" and quote == '"':
+                i += 1
+        elif ch == "\\":
+            i += 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "{" and not (i and text[i - 1] == "$"):
+            depth += 1
+            opened.append(False)
+        elif ch == "}" and depth:
+            depth -= 1
+            found = found or opened.pop()
+        elif depth and (ch == "," or text.startswith("..", i)):
+            opened[-1] = True
+        i += 1
+    return found

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from orchestrator.gate.analysis import SIMPLE, ShellAnalysis
 
+FROM_FILE = "\x00file"
+"""Standard input read from a file (``bash < script.sh``): a script file, not code from a stream."""
+
 
 class WalkState:
     """What the walk of one request has found so far (shared across nested parses)."""

@@ -24,7 +24,9 @@ from orchestrator.service.orchestrator import Orchestrator
 pytestmark = pytest.mark.integration
 SANDBOXCTL = [sys.executable, "-m", "orchestrator.cli.main"]
 # mode allow lets through what the gate fully sees; what it cannot (python3 -c) is asked: a rule approves
-ALLOW_ALL = "safety:\n  mode: allow\n  denylist: [sudo]\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"
+ALLOW_ALL = (
+    "safety:\n  mode: allow\n  denylist: [sudo]\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"
+)
 
 
 def workspace_dir(tmp_path: Path) -> Path:

@@ -351,7 +351,7 @@ def test_empty_command_is_low() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# options that run programs or write files (DANGEROUS_OPTIONS and the per-program readers)
+# options that run programs or write files (Opt.risk in the program table, and the per-program checks)
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ Every analyzer (command patterns, wrapper unwrapping, risk, visibility) looks a 
 *opaque*: the gate does not know whether it runs its operands.
 
 The entries live by family: ``wrappers`` (programs that run another command: privilege, resources,
-architecture, tracing, environment, multiplexers, dynamic loaders, runners, shell builtins),
+architecture), ``launchers`` (tracing, environment, multiplexers, dynamic loaders, runners, shell
+builtins),
 ``interpreters`` (shells, interpreters, awk, sed), ``git``, ``tools`` (everything else the gate reads).
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 
-from orchestrator.gate.programs import git, interpreters, tools, wrappers
+from orchestrator.gate.programs import git, interpreters, launchers, tools, wrappers
 from orchestrator.gate.programs.model import Command, Family, Locate, Opt, Program, Runs, Takes
 from orchestrator.gate.programs.scanner import NUMERIC, UNKNOWN, Hit, Scan, resolve_long, scan
 
@@ -41,7 +42,7 @@ __all__ = [
 
 SHELL = interpreters.SHELL
 
-PROGRAMS: tuple[Program, ...] = (*wrappers.ALL, *interpreters.ALL, git.GIT, *tools.ALL)
+PROGRAMS: tuple[Program, ...] = (*wrappers.ALL, *launchers.ALL, *interpreters.ALL, git.GIT, *tools.ALL)
 """Every entry of the table."""
 
 
@@ -59,7 +60,7 @@ _BY_NAME = _by_name()
 _PATTERNS: tuple[tuple[re.Pattern[str], Program], ...] = (
     *((re.compile(pattern), program) for pattern, program in interpreters.PATTERNS),
     *((re.compile(pattern), program) for pattern, program in tools.PATTERNS),
-    (re.compile(wrappers.LOADER_NAMES), wrappers.LOADERS[0]),
+    (re.compile(launchers.LOADER_NAMES), launchers.LOADERS[0]),
 )
 
 

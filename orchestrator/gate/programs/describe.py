@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from orchestrator.gate.programs import PROGRAMS, Family, Program, Runs
 from orchestrator.gate.programs.interpreters import PATTERNS as INTERPRETER_PATTERNS
+from orchestrator.gate.programs.launchers import LOADER_NAMES
 from orchestrator.gate.programs.tools import PATTERNS as TOOL_PATTERNS
-from orchestrator.gate.programs.wrappers import LOADER_NAMES
 
 _RUNS_WORDS = {
     Runs.ARGV: "an argv",
