@@ -122,6 +122,8 @@ def node_text(node: Node) -> str:
 
 def unquoted_blank(text: bytes) -> bool:
     """A blank outside quotes, substitutions and escapes: where bash ends a word."""
+    if b" " not in text and b"\t" not in text and b"\n" not in text:
+        return False
     quote = 0
     nest: list[int] = []  # open ``$(``/``${``/backtick, innermost last
     i = 0
