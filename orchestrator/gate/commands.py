@@ -28,8 +28,9 @@ positional), the equivalences (``-r`` = ``-R`` = ``--recursive`` for rm, ``git b
 from __future__ import annotations
 
 import fnmatch
+import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -117,6 +118,31 @@ def parse_command(words: Sequence[str], program: str | None = None) -> ParsedCom
     return ParsedCommand(prog, found.flags, tuple(words[i] for i in found.positionals))
 
 
+_SYMBOLIC_CLAUSE = re.compile(r"([ugoa]*)([+=])([rwx]*)")
+_WHO_BITS = {"u": 0o700, "g": 0o070, "o": 0o007}
+_PERM_BITS = {"r": 0o444, "w": 0o222, "x": 0o111}
+
+
+def _mode(word: str) -> str:
+    """A chmod mode as octal digits when it sets plain permissions (``0777``, ``a=rwx``,
+    ``u=rwx,go+rwx`` → ``777``); anything else as written."""
+    if word.isdigit() and all(ch in "01234567" for ch in word):
+        return format(int(word, 8), "o")
+    bits = 0
+    for clause in word.split(","):
+        m = _SYMBOLIC_CLAUSE.fullmatch(clause)
+        if m is None:
+            return word
+        who = m.group(1).replace("a", "ugo") or "ugo"
+        mask = sum(_WHO_BITS[w] for w in set(who))
+        bits |= mask & sum(_PERM_BITS[p] for p in set(m.group(3)))
+    return format(bits, "o")
+
+
+_OPERAND_FORMS: dict[str, Callable[[str], str]] = {"mode": _mode}
+"""How a program's first operand is compared (``Program.first_operand``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CommandPattern:
     """A command pattern such as ``"rm -rf"``; see the module docstring for the matching rules."""
@@ -194,4 +220,13 @@ class CommandPattern:
         if not flags <= parsed.flags:
             return False
         size = len(self._positionals)
-        return size == 0 or parsed.positionals[:size] == self._positionals
+        if size == 0:
+            return True
+        theirs = parsed.positionals[:size]
+        if len(theirs) < size:
+            return False
+        program = lookup(parsed.program)
+        form = _OPERAND_FORMS.get(program.first_operand) if program is not None else None
+        if form is not None:
+            return form(theirs[0]) == form(self._positionals[0]) and theirs[1:] == self._positionals[1:]
+        return theirs == self._positionals

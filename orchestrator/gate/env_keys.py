@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from orchestrator.gate.findings import HIGH, MEDIUM, Finding
 
-__all__ = ["ENV_KEYS", "ENV_PREFIXES", "ENV_SUFFIXES", "assess_env"]
+__all__ = ["ENV_KEYS", "ENV_PREFIXES", "ENV_SUFFIXES", "assess_env", "changes_programs"]
 
 ENV_KEYS: Mapping[str, str] = {
     **dict.fromkeys(
@@ -103,6 +103,14 @@ ENV_SUFFIXES: tuple[str, ...] = ("EDITOR", "PAGER", "ASKPASS")
 _PROXY_SUFFIX = "_PROXY"
 
 
+def changes_programs(key: str) -> bool:
+    """Whether a variable of this name changes what programs run or load (``BASH_ENV``, ``PS4``,
+    ``LD_PRELOAD``, ``GIT_*``, ``PATH``, ``*_EDITOR``…): code from its value the gate does not see."""
+    upper = key.upper()
+    level = ENV_KEYS.get(upper)
+    return level == "high" or (level is None and (upper.startswith(ENV_PREFIXES) or upper.endswith(ENV_SUFFIXES)))
+
+
 def assess_env(keys: Iterable[str]) -> list[Finding]:
     """Findings for the environment keys of a request (keys are not secret: they appear in reasons;
     values never do). High: ``env KEY changes what programs run``; medium: ``CDPATH``, ``GLOBIGNORE``
@@ -111,7 +119,7 @@ def assess_env(keys: Iterable[str]) -> list[Finding]:
     for key in keys:
         upper = key.upper()
         level = ENV_KEYS.get(upper)
-        if level == "high" or (level is None and (upper.startswith(ENV_PREFIXES) or upper.endswith(ENV_SUFFIXES))):
+        if changes_programs(key):
             out.append(Finding(HIGH, f"env {key} changes what programs run"))
         elif level == "medium":
             out.append(Finding(MEDIUM, f"env {key} changes which files the shell finds"))

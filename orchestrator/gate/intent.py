@@ -85,7 +85,7 @@ from orchestrator.gate.expansions import (
 )
 from orchestrator.gate.fallback import inside, segments
 from orchestrator.gate.programs import SHELL, lookup, program_name
-from orchestrator.gate.scripts import reads_code_from_input
+from orchestrator.gate.scripts import reads_code_from_input, stdin_script
 from orchestrator.gate.shellwords import (
     GLOB_IN_WORD,
     SUPPLEMENTARY,
@@ -163,9 +163,21 @@ def _scan(node: Node, st: WalkState, depth: int, subs: _Subs) -> None:
         # a statement where a word should be (``coproc (rm -rf /)``): its commands run
         subs.into.extend(_visit(node, st, depth + 1))
         return
+    elif t in _OPERAND_LEAVES and node.named_child_count == 0:
+        text = node_text(node)
+        if _SUBSTITUTION_MARK.search(text):
+            # ``${PWD#$(cmd)}``, ``${x:-<(cmd)}``: the grammar keeps an operand as a leaf, yet bash
+            # expands it (and runs what it substitutes): read it as the words of a command
+            st.reasons["command substitution"] = None
+            subs.into.extend(_parse_into(f": {text}", st, depth + 1, "${…}"))
+        return
     for child in node.children:
         if child.is_named:
             _scan(child, st, depth + 1, subs)
+
+
+_OPERAND_LEAVES = frozenset({"regex", "word", "extglob_pattern", "string_content"})
+_SUBSTITUTION_MARK = re.compile(r"\$\(|`|[<>]\(|\$\{")
 
 
 def _literal(node: Node, st: WalkState, depth: int, subs: _Subs) -> str | None:
@@ -462,6 +474,7 @@ def _redirect(node: Node, st: WalkState, depth: int, subs: _Subs) -> _Input | No
     st.reasons["redirection"] = None
     op = ""
     target = ""
+    plain = True
     for child in node.children:
         if child.type == "file_descriptor":
             op = node_text(child) + op
@@ -470,8 +483,12 @@ def _redirect(node: Node, st: WalkState, depth: int, subs: _Subs) -> _Input | No
         else:
             value = _literal(child, st, depth + 1, subs)
             target = node_text(child) if value is None else value
+            plain = value is not None
     st.redirects.append((op, target))
-    return _Input(FROM_FILE) if op == "<" else None
+    if op != "<":
+        return None
+    # ``< FILE`` is a script file; ``< <(cmd)`` or ``< $F`` is input the gate does not see
+    return _Input(FROM_FILE if plain and not stdin_script(target) else None)
 
 
 def _function(node: Node, st: WalkState, depth: int) -> list[int]:
@@ -852,7 +869,7 @@ def _feed(index: int, text: str | None, st: WalkState, depth: int) -> list[int]:
         st.stdin[j] = text
         words = st.commands[j]
         reader = reads_code_from_input(words)
-        if reader is None or text is None or text == FROM_FILE or not is_shell(words):
+        if reader is None or text is None or text == FROM_FILE or not _reads_shell_code(words):
             continue
         if st.wrap_level >= MAX_WRAPPER_DEPTH or depth > _MAX_NESTING:
             st.blind(WRAPPERS_TOO_DEEP)
@@ -871,3 +888,8 @@ def _feed(index: int, text: str | None, st: WalkState, depth: int) -> list[int]:
 
 def is_shell(words: Sequence[str]) -> bool:
     return bool(words) and lookup(program_name(words[0])) is SHELL
+
+
+def _reads_shell_code(words: Sequence[str]) -> bool:
+    """A shell, or ``source``/``.`` of its input: what it reads is shell code the gate can parse."""
+    return is_shell(words) or (bool(words) and program_name(words[0]) in ("source", "."))

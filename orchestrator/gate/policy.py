@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +28,10 @@ from orchestrator.domain.errors import ConfigInvalid
 from orchestrator.domain.sanitized import RiskLevel, SanitizedRequest
 from orchestrator.gate.commands import CommandPattern, ParsedCommand, parse_command, program_name
 from orchestrator.gate.config import PolicyRule, SafetyConfig, default_safety_config, load_safety_config
+from orchestrator.gate.env_keys import changes_programs
 from orchestrator.gate.intent import ShellAnalysis
 from orchestrator.gate.matching import WILDCARD, Matcher, RequestFacts
+from orchestrator.gate.programs import Family, lookup
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,17 @@ class _CompiledRule:
     label: str
     rule: PolicyRule
     matcher: Matcher
+
+
+_TOKEN_SPLIT = re.compile(r"[\s;&|()<>`'\"$={},]+")
+"""Where a word an opaque program is given may hold a command name (``sh -c 'a|sudo id'``)."""
+
+
+def _runs_commands(token: str) -> bool:
+    """A shell or a program that runs another command: an opaque program given one runs what the
+    gate cannot see (``docker run img sh -c …``, ``perf stat -- sh -c …``)."""
+    program = lookup(program_name((token,)))
+    return program is not None and program.family in (Family.SHELL, Family.WRAPPER)
 
 
 class _PatternIndex:
@@ -146,7 +160,7 @@ class Policy:
         self, facts: RequestFacts, complex_reason: str | None, asked: list[str], *, check_risk: bool
     ) -> str | None:
         """Why an allow must become an ask, or None."""
-        blind = self._blind(facts.analysis)
+        blind = self._blind(facts.analysis, facts.sanitized)
         if blind is not None:
             return blind
         if complex_reason is not None:
@@ -161,21 +175,34 @@ class Policy:
                 return f"program {untrusted!r} is not in a trusted directory"
         return None
 
-    def _blind(self, analysis: ShellAnalysis | None) -> str | None:
+    def _blind(self, analysis: ShellAnalysis | None, sanitized: SanitizedRequest) -> str | None:
         """Why the gate has not established the request's complete intent, or None. In every mode, a
         request is allowed without approval only when this is None."""
         if analysis is None:
             return None
+        for key in sanitized.env_keys:
+            if changes_programs(key):
+                return (
+                    f"the gate cannot see what would run: env {key} from the request changes what programs run or load"
+                )
         if analysis.unseen:
             more = f" (and {len(analysis.unseen) - 1} more)" if len(analysis.unseen) > 1 else ""
             return f"the gate cannot see what would run: {analysis.unseen[0]}{more}"
         for program, words in analysis.opaque:
+            opaque = lookup(program) is None  # else a wrapper's option values
             for word in words:
-                for token in word.split() if any(ch.isspace() for ch in word) else (word,):
+                for token in _TOKEN_SPLIT.split(word):
+                    if not token:
+                        continue
                     if self._deny.names_program(token):
                         return (
                             f"'{program}' is opaque to the gate and {token!r} (denylisted) is among its words:"
                             " what it runs cannot be told"
+                        )
+                    if opaque and _runs_commands(token):
+                        return (
+                            f"'{program}' is opaque to the gate and {token!r}, which runs commands, is among its"
+                            " words: what it runs cannot be told"
                         )
         return None
 
@@ -257,7 +284,7 @@ class Policy:
                 return self._decision(Decision.ALLOW, f"allowlisted: {allowed.text!r}", label, sanitized)
 
         if self.config.mode is Mode.ALLOW:
-            blind = self._blind(analysis)
+            blind = self._blind(analysis, sanitized)
             if blind is not None:
                 return self._decision(Decision.ASK, f"policy mode is allow, but {blind}", "mode:allow", sanitized)
             return self._decision(Decision.ALLOW, "policy mode is allow", "mode:allow", sanitized)

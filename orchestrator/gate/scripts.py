@@ -9,6 +9,7 @@ regular expressions are blanked first). sed: the ``e`` command and the ``s///e``
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Sequence
 
@@ -19,8 +20,9 @@ __all__ = ["SedScript", "awk_program", "code_runs_commands", "reads_code_from_in
 # --------------------------------------------------------------------------------------------
 # awk
 
-_AWK_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
-_AWK_REGEX = re.compile(r"(^|[\n(,~!{};&|?:=])(\s*)/(?:[^/\\\n]|\\.)*/")
+_REGEX_AFTER = frozenset("\n(,~!{};&|?:=")
+"""Where a ``/`` opens a regular expression rather than dividing (after these, or at the start)."""
+UNREADABLE_AWK = "cannot be read (an unterminated string or regular expression)"
 _AWK_CHECKS = (
     (re.compile(r"\bsystem\b"), "runs commands (system)"),
     (re.compile(r"(?<!\|)\|(?!\|)"), "runs commands through a pipe"),
@@ -45,10 +47,60 @@ def _awk_print_redirects(text: str) -> bool:
     return False
 
 
+def _awk_code(text: str) -> str | None:
+    """The program with its strings, regular expressions and comments blanked, read left to right in
+    one pass (a ``"`` inside ``/"/`` is not a string); None when one of them does not end."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    previous = ""
+    while i < n:
+        ch = text[i]
+        if ch == "#":
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        if ch == '"' or (ch == "/" and (not previous or previous in _REGEX_AFTER)):
+            end = _awk_literal_end(text, i)
+            if end is None:
+                return None
+            out.append('""' if ch == '"' else "//")
+            previous = ch
+            i = end + 1
+            continue
+        out.append(ch)
+        if not ch.isspace() or ch == "\n":
+            previous = ch
+        i += 1
+    return "".join(out)
+
+
+def _awk_literal_end(text: str, start: int) -> int | None:
+    """The index of the quote or slash that closes the literal opened at ``start``."""
+    close = text[start]
+    bracket = False
+    j = start + 1
+    while j < len(text):
+        ch = text[j]
+        if ch == "\\":
+            j += 2
+            continue
+        if ch == "\n":
+            return None
+        if close == "/" and ch == "[":
+            bracket = True
+        elif close == "/" and ch == "]":
+            bracket = False
+        elif ch == close and not bracket:
+            return j
+        j += 1
+    return None
+
+
 def awk_program(text: str) -> list[str]:
     """What an awk program text does that matters: runs commands, loads code, writes files."""
-    stripped = _AWK_STRING.sub('""', text)
-    stripped = _AWK_REGEX.sub(r"\1\2//", stripped)
+    stripped = _awk_code(text)
+    if stripped is None:
+        return [UNREADABLE_AWK]
     found = [what for pattern, what in _AWK_CHECKS if pattern.search(stripped)]
     if _awk_print_redirects(stripped):
         found.append("writes files (print >)")
@@ -192,7 +244,11 @@ class SedScript:
             elif cmd in _SED_TEXT:
                 self._text_argument()
             elif cmd in _SED_LABEL:
-                while self.i < n and text[self.i] not in ";\n":
+                # GNU sed ends a label at a blank too (``:a e cmd`` runs ``e cmd``): the rest is read
+                # as the next command, which errs towards finding one
+                while self.i < n and text[self.i] in " \t":
+                    self.i += 1
+                while self.i < n and text[self.i] not in ";\n \t":
                     self.i += 1
             elif cmd in _SED_FILE_READ or cmd == "v":
                 self._to_line_end()
@@ -241,7 +297,7 @@ def sed_script(text: str) -> tuple[list[str], bool]:
 
 # --------------------------------------------------------------------------------------------
 
-_AWK_RUNS = ("runs commands", "loads code")
+_AWK_RUNS = ("runs commands", "loads code", UNREADABLE_AWK)
 
 
 def code_runs_commands(language: str, text: str, *, sandboxed: bool = False) -> str | None:
@@ -258,7 +314,7 @@ def code_runs_commands(language: str, text: str, *, sandboxed: bool = False) -> 
         running = [what for what in found if not what.startswith("writes")]
         if running:
             return "; ".join(running)
-        return "" if ok else "a script the gate could not read"
+        return "" if ok else "cannot be read"
     return None
 
 
@@ -271,8 +327,13 @@ def substituted(word: str) -> bool:
 
 
 def stdin_script(word: str) -> bool:
-    """A script operand that reads the program's input (or a substitution's output)."""
-    return word in _STDIN_SCRIPTS or substituted(word)
+    """A script operand that reads the program's input (or a substitution's output): ``-``, and any
+    path under ``/dev`` or ``/proc`` however spelled (``/dev//stdin``, ``/proc/thread-self/fd/0``) —
+    no script file lives there."""
+    if word in _STDIN_SCRIPTS or substituted(word):
+        return True
+    normal = posixpath.normpath(word.replace("\\", "")) if word else word
+    return normal.startswith(("/dev/", "/proc/")) or normal in ("/dev", "/proc") or "/fd/" in normal
 
 
 def reads_code_from_input(words: Sequence[str]) -> str | None:
@@ -294,6 +355,8 @@ def reads_code_from_input(words: Sequence[str]) -> str | None:
             return name
         if found.has("-c") or found.has("--command"):
             return None
+    elif any(found.has(option) for option in program.interactive):
+        return name  # python -i script.py: the script, then code from its input
     elif any(h.opt is not None and h.opt.runs in (Runs.CODE, Runs.MODULE) for h in found.hits):
         return None
     if found.end < len(words):

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import functools
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from orchestrator.gate.programs import Family, Hit, Locate, Program, Runs, Scan, lookup, program_name, scan
 from orchestrator.gate.programs.git import COMMAND_CONFIG, SAFE_CONFIG
-from orchestrator.gate.scripts import code_runs_commands
+from orchestrator.gate.scripts import code_runs_commands, reads_code_from_input
 
 __all__ = ["Argv", "Sh", "Unwrapped", "locate", "quote"]
 
@@ -129,6 +130,8 @@ def _option_inners(site: _Site) -> None:
                 out.inners.append(Sh(None if dynamic else f": {value}"))
         elif runs is Runs.CODE:
             _code(site, hit.spelling, value, dynamic)
+        elif runs is Runs.MODULE and (dynamic or value in site.program.code_modules):
+            out.blind.append(f"'{site.name} {hit.spelling} {value}' runs code from its arguments or input")
         elif runs is Runs.LOAD and (dynamic or not _PLAIN_REFERENCE.fullmatch(value)):
             out.blind.append(f"'{site.name} {hit.spelling}' is given code, not a file or module name")
 
@@ -170,11 +173,38 @@ def _placeholders(site: _Site) -> list[str]:
 
 def _add_argv(site: _Site, argv: Argv) -> None:
     if argv.words and not argv.dynamic[0]:
-        for mark in _placeholders(site):
-            if mark and mark in argv.words[0]:
-                site.out.blind.append(f"program name is computed at run time ('{mark}' is replaced by input)")
-                break
+        marks = [m for m in _placeholders(site) if m]
+        if any(m in argv.words[0] for m in marks):
+            site.out.blind.append(f"program name is computed at run time ('{marks[0]}' is replaced by input)")
+        elif site.program.command is not None and site.program.command.placeholder:
+            _input_fed(site, argv, marks)
     site.out.inners.append(argv)
+
+
+def _input_fed(site: _Site, argv: Argv, marks: list[str]) -> None:
+    """A command that xargs/find/parallel fills from its input: input that lands where a command or
+    code goes (``xargs env``, ``xargs bash -c``, ``xargs -I{} sh -c '{}'``, ``find -exec nice {} ;``)
+    makes what runs unseen."""
+    inner = locate(argv.words, argv.dynamic)
+    for ran in inner.inners if inner is not None else ():
+        text = ran.text if isinstance(ran, Sh) else (ran.words[0] if ran.words else "")
+        if text and any(m in text for m in marks):
+            site.out.blind.append(f"'{site.name}' puts its input where {argv.words[0]} takes a command or code")
+            return
+    appends = not any(h.opt is not None and h.opt.placeholder for h in site.found.hits)
+    if not appends or site.program.command is None or not site.program.command.appends_input:
+        return
+    program = lookup(program_name(argv.words[0]))
+    if program is None:
+        return
+    takes_code = reads_code_from_input(argv.words) is not None or (
+        program.family is Family.SHELL and (inner is None or not inner.inners)
+    )
+    takes_command = (
+        program.command is not None and program.family is not Family.SHELL and (inner is None or not inner.inners)
+    )
+    if takes_code or takes_command:
+        site.out.blind.append(f"'{site.name}' appends its input to {argv.words[0]}, which runs what it is given")
 
 
 def _after_options(site: _Site) -> None:
@@ -185,6 +215,9 @@ def _after_options(site: _Site) -> None:
     n = len(words)
     if site.unknown_before(found.end):
         return
+    if site.program.permute:
+        _permuted_operands(site)
+        return
     start = min(n, found.end + command.skip)
     if command.assignments:
         while start < n and _ASSIGNMENT.match(words[start]):
@@ -193,7 +226,8 @@ def _after_options(site: _Site) -> None:
     if split is not None and split.value is not None:
         # env -S STRING ARGS: the string is split into words and ARGS appended
         out.inners[:] = [i for i in out.inners if not (isinstance(i, Sh) and i.text == split.value)]
-        if site.value_dynamic(split) or any(site.dynamic[start:]):
+        if site.value_dynamic(split) or any(site.dynamic[start:]) or any(ch in split.value for ch in "\\$"):
+            # env splits -S itself: backslash escapes (``\_`` is a blank) and ``${VAR}`` are its own
             out.inners.append(Sh(None))
         else:
             rest = " ".join(quote(w) for w in words[start:])
@@ -223,11 +257,17 @@ def _after_options(site: _Site) -> None:
         )
 
 
-def _after_dashdash(site: _Site) -> None:
+def _permuted_operands(site: _Site) -> None:
+    """su/runuser permute their options (getopt without ``+``): the operands after the user, wherever
+    they stand, are what is given to the shell (``runuser root echo -c CMD`` runs ``sh -c CMD echo``)."""
     command = site.program.command
     assert command is not None
-    if "--" in site.words[1:]:
-        site.out.inners.append(site.argv(site.words.index("--", 1) + 1, via=command.via_shell))
+    positions = site.found.positionals[command.skip :]
+    if positions:
+        words = tuple(site.words[i] for i in positions)
+        dynamic = tuple(site.dynamic[i] for i in positions)
+        via = command.via_shell
+        site.out.inners.append(Argv((*via, *words), (False,) * len(via) + dynamic))
 
 
 def _shell_operand(site: _Site) -> None:
@@ -267,15 +307,13 @@ def _runuser(site: _Site) -> None:
     """``runuser -u USER [--] CMD…`` runs an argv; otherwise it reads like su (USER, then shell arguments)."""
     command = site.program.command
     assert command is not None
-    start = site.found.end
-    if site.unknown_before(start):
+    if site.unknown_before(len(site.words)):
         return
     if not site.found.has("--user"):
-        start += 1
-        if start < len(site.words):
-            site.out.inners.append(site.argv(start, via=command.via_shell))
-    elif start < len(site.words):
-        site.out.inners.append(site.argv(start))
+        _permuted_operands(site)
+    elif site.found.positionals:
+        positions = site.found.positionals
+        site.out.inners.append(Argv(tuple(site.words[i] for i in positions), tuple(site.dynamic[i] for i in positions)))
 
 
 def _coproc(site: _Site) -> None:
@@ -342,8 +380,18 @@ def _git_config(site: _Site) -> None:
         if not COMMAND_CONFIG.fullmatch(key):
             out.blind.append(f"'git -c {key[:60]}' may make git run a program the gate cannot see")
             continue
-        if key.lower().startswith(("alias.", "credential.", "submodule.")) and not value.startswith("!"):
-            continue  # a git subcommand, a helper's name or an update mode: no shell command
+        if key.lower().startswith("alias.") and not value.startswith("!"):
+            # a git command line of its own (``rebase -x CMD``, ``-c core.pager=CMD``): read as git
+            try:
+                line = tuple(shlex.split(value))
+            except ValueError:
+                out.blind.append(f"'git -c {key[:60]}' defines an alias that cannot be read")
+                continue
+            out.label = "git -c"
+            out.inners.append(Argv(("git", *line), (False,) * (len(line) + 1)))
+            continue
+        if key.lower().startswith(("credential.", "submodule.")) and not value.startswith("!"):
+            continue  # a helper's name or an update mode: no shell command
         out.label = "git -c"
         out.inners.append(Sh(value[1:] if value.startswith("!") else value))
 
@@ -376,12 +424,29 @@ def _ssh_options(site: _Site) -> None:
             out.blind.append(f"'{name} -o {key}' loads code or configuration the gate cannot see")
 
 
+def _capsh(site: _Site) -> None:
+    """capsh reads its arguments in order: ``--shell=PATH`` sets the shell; ``--`` and ``-+`` run the
+    shell (default bash) with the rest; ``==`` and ``=+`` run capsh again with the rest."""
+    command = site.program.command
+    assert command is not None
+    shell, shell_dynamic = command.via_shell[0], False
+    for i in range(1, len(site.words)):
+        word = site.words[i]
+        if word.startswith("--shell="):
+            shell, shell_dynamic = word[len("--shell=") :], site.dynamic[i]
+        elif word in ("--", "-+", "==", "=+"):
+            again = word in ("==", "=+")
+            first = ("capsh", False) if again else (shell, shell_dynamic)
+            site.out.inners.append(Argv((first[0], *site.words[i + 1 :]), (first[1], *site.dynamic[i + 1 :])))
+            return
+
+
 def _runcon(site: _Site) -> None:
     """``runcon CONTEXT COMMAND`` or ``runcon [-u U] [-r R] [-t T] [-l L] COMMAND``."""
     start = site.found.end
     if site.unknown_before(start):
         return
-    if not any(site.found.has(o) for o in ("--user", "--role", "--type", "--range")):
+    if not any(site.found.has(o) for o in ("--compute", "--user", "--role", "--type", "--range")):
         start += 1
     if start < len(site.words):
         site.out.inners.append(site.argv(start))
@@ -395,13 +460,13 @@ HANDLERS: dict[str, Callable[[_Site], None]] = {
     "git_config": _git_config,
     "ssh_options": _ssh_options,
     "runcon": _runcon,
+    "capsh": _capsh,
 }
 """The locators of ``Locate.CUSTOM`` programs, by the name their table entry gives."""
 
 _LOCATORS: dict[Locate, Callable[[_Site], None]] = {
     Locate.AFTER_OPTIONS: _after_options,
     Locate.JOINED: _after_options,
-    Locate.AFTER_DASHDASH: _after_dashdash,
     Locate.SHELL_OPERAND: _shell_operand,
     Locate.PREDICATE: _predicates,
     Locate.OPTIONS: lambda site: None,

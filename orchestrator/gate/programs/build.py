@@ -33,9 +33,11 @@ def attached(
     return Opt(spellings, Takes.ATTACHED, runs=runs, risk=risk, placeholder=placeholder)
 
 
-def short_flag_long_optional(short: str, long: str) -> tuple[Opt, Opt]:
+def short_flag_long_optional(
+    short: str, long: str, value_means: tuple[tuple[str, tuple[str, ...]], ...] = ()
+) -> tuple[Opt, Opt]:
     """``-i`` without a value, ``--interactive[=WHEN]`` with an optional one: one meaning."""
-    return Opt((short,), Takes.NONE, means=(long,)), Opt((long,), Takes.ATTACHED)
+    return Opt((short,), Takes.NONE, means=(long,)), Opt((long,), Takes.ATTACHED, value_means=value_means)
 
 
 def stop(*spellings: str, takes: Takes = Takes.NONE) -> Opt:

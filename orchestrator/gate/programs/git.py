@@ -200,7 +200,9 @@ SAFE_CONFIG = re.compile(
     r"|core\.(?:quotepath|abbrev|autocrlf|safecrlf|filemode|ignorecase|eol|whitespace)"
     r"|log\.(?:date|decorate|abbrevcommit)|diff\.(?:noprefix|renames|mnemonicprefix|relative|algorithm|context)"
     r"|user\.(?:name|email)|init\.defaultbranch|pull\.(?:rebase|ff)|push\.default|fetch\.prune"
-    r"|commit\.(?:verbose|cleanup)|merge\.(?:ff|conflictstyle)|rebase\.autostash|status\.\w+",
+    r"|commit\.(?:verbose|cleanup|gpgsign)|tag\.gpgsign|merge\.(?:ff|conflictstyle)|rebase\.autostash|status\.\w+"
+    r"|http\.[\w.:/-]+|(?:fetch|pull|push|pack|gc|index|feature|maintenance)\.\w+|submodule\.recurse"
+    r"|core\.(?:longpaths|symlinks|precomposeunicode|checkstat|trustctime|preloadindex|untrackedcache)",
     re.IGNORECASE,
 )
 """``git -c`` keys that only change output or plain behaviour; any other key may run a program."""

@@ -59,6 +59,10 @@ INTERPRETERS: tuple[Program, ...] = (
         abbreviate=False,
         language="python",
         script_operand=True,
+        code_modules=frozenset(
+            {"timeit", "code", "pdb", "asyncio", "idlelib", "IPython", "ptpython", "bpython", "jupyter", "runpy"}
+        ),
+        interactive=("-i",),
     ),
     Program(
         names("node nodejs"),
@@ -87,6 +91,7 @@ INTERPRETERS: tuple[Program, ...] = (
         abbreviate=False,
         language="javascript",
         script_operand=True,
+        interactive=("--interactive",),
     ),
     Program(
         names("deno"),
@@ -160,13 +165,15 @@ INTERPRETERS: tuple[Program, ...] = (
             value("-S", runs=Runs.LOAD),
             value("-t", "--docroot"),
             *(Opt((f"--r{c}",), Takes.VALUE, info=True) for c in "fcezi"),
-            *(flag(f"-{c}") for c in "aCeHlnqsw"),
+            flag("-a", "--interactive"),
+            *(flag(f"-{c}") for c in "CeHlnqsw"),
             info("-v", "--version", "-h", "--help", "-i", "--info", "-m", "--modules", "--ini"),
         ),
         permute=False,
         abbreviate=False,
         language="php",
         script_operand=True,
+        interactive=("--interactive",),
     ),
     Program(
         names("lua luajit"),
@@ -184,6 +191,7 @@ INTERPRETERS: tuple[Program, ...] = (
         abbreviate=False,
         language="lua",
         script_operand=True,
+        interactive=("-i",),
     ),
     Program(
         names("Rscript"),
@@ -235,6 +243,7 @@ INTERPRETERS: tuple[Program, ...] = (
         abbreviate=False,
         language="julia",
         script_operand=True,
+        interactive=("-i",),
     ),
     Program(
         names("osascript"),

@@ -15,31 +15,35 @@ TRACING: tuple[Program, ...] = (
         "trace the system calls of a command (-o '|CMD' pipes the trace to a command)",
         W,
         options=(
+            # as `strace --help` (strace 6.x) lists them
             *(value(f"-{c}") for c in "abEIOPsSuUX"),
             value("-e"),
             value("-o", "--output", runs=Runs.PIPE),
             stop("-p", "--attach", takes=Takes.VALUE),
-            *(flag(f"-{c}") for c in "cCdDfFiknqQrtTvwxyYzZ"),
+            *(flag(f"-{c}") for c in "AcCdDfFiknqQrtTvwxyYzZ"),
             *(
                 value(long)
                 for long in names(
                     "--trace --signal --status --inject --fault --user --env --string-limit --columns"
-                    " --summary-sort-by --decode-pids --detach-on --trace-path --trace-fds --abbrev --verbose"
-                    " --raw --read --write --const-print-style --kvm --argv0"
+                    " --summary-sort-by --summary-columns --summary-syscall-overhead --interruptible --detach-on"
+                    " --trace-path --trace-fds --abbrev --verbose --raw --read --write --const-print-style --kvm"
+                    " --argv0"
                 )
             ),
             *(
                 attached(long)
                 for long in names(
-                    "--quiet --silence --decode-fds --absolute-timestamps --relative-timestamps --timestamps"
-                    " --syscall-times --daemonize --secontext --tips --stack-traces --summary-wall-clock"
+                    "--quiet --silence --decode-fds --decode-pids --absolute-timestamps --relative-timestamps"
+                    " --timestamps --syscall-times --daemonize --secontext --tips --stack-traces"
+                    " --summary-wall-clock --strings-in-hex"
                 )
             ),
             *(
                 flag(long)
                 for long in names(
-                    "--follow-forks --output-separately --summary-only --summary --seccomp-bpf --kill-on-exit"
-                    " --successful-only --failed-only --debug --no-abbrev --instruction-pointer --interruptible"
+                    "--follow-forks --output-separately --output-append-mode --summary-only --summary"
+                    " --seccomp-bpf --kill-on-exit --successful-only --failed-only --debug --no-abbrev"
+                    " --instruction-pointer --syscall-number"
                 )
             ),
             info("-h", "--help"),
@@ -271,7 +275,7 @@ MULTIPLEXERS: tuple[Program, ...] = (
             info("--version"),
         ),
         permute=False,
-        command=Command(Locate.AFTER_OPTIONS, placeholder="{}"),
+        command=Command(Locate.AFTER_OPTIONS, placeholder="{}", appends_input=True),
     ),
     Program(
         names("parallel sem"),
@@ -309,7 +313,11 @@ MULTIPLEXERS: tuple[Program, ...] = (
         ),
         permute=False,
         command=Command(
-            Locate.JOINED, until=(":::", "::::", ":::+", "::::+"), inputs_are_commands=True, placeholder="{}"
+            Locate.JOINED,
+            until=(":::", "::::", ":::+", "::::+"),
+            inputs_are_commands=True,
+            placeholder="{}",
+            appends_input=True,
         ),
     ),
     Program(
@@ -407,17 +415,22 @@ RUNNERS: tuple[Program, ...] = (
         names("dbus-run-session"),
         "run a command with a D-Bus session bus",
         W,
-        options=(value("--config-file"), value("--dbus-daemon"), info("--help"), info("--version")),
+        options=(
+            value("--config-file"),
+            value("--dbus-daemon", runs=Runs.PROGRAM, risk=(HIGH, "runs a program")),
+            info("--help"),
+            info("--version"),
+        ),
         permute=False,
         abbreviate=False,
         command=ARGV,
     ),
     Program(
         names("runcon"),
-        "run a command with another SELinux context ([options] CONTEXT COMMAND, or -u/-r/-t/-l COMMAND)",
+        "run a command with another SELinux context (CONTEXT COMMAND, or -c/-u/-r/-t/-l then COMMAND)",
         W,
         options=(
-            value("-c", "--compute"),
+            flag("-c", "--compute"),
             value("-u", "--user"),
             value("-r", "--role"),
             value("-t", "--type"),

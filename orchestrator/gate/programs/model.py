@@ -71,6 +71,11 @@ class Opt:
     """The option ends option parsing: what follows belongs to it (``python -c CODE ARGS``, ``python -m``)."""
     placeholder: bool = False
     """The value is a placeholder replaced by input (``xargs -I R``): a command word containing it is computed."""
+    value_means: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Values that give the option another meaning too (rm ``--interactive=never`` is ``--force``)."""
+    glued: bool = False
+    """A multi-letter short spelling whose value may follow in the same word, with or without ``=``
+    (zip ``-TTcmd``, ``-TT=cmd``)."""
     means: tuple[str, ...] = ()
     """Canonical names when not just :attr:`name` (``git branch -D`` = ``--delete --force``)."""
     name: str = field(init=False)
@@ -88,8 +93,6 @@ class Locate(enum.Enum):
 
     AFTER_OPTIONS = "after the options"
     """``[skip positionals] [NAME=VALUE…] COMMAND ARGS…`` (nice, timeout, sudo, env, chroot NEWROOT…)."""
-    AFTER_DASHDASH = "after --"
-    """Only the words after ``--`` (capsh ``-- ARGS``: given to a shell)."""
     JOINED = "joined into a shell string"
     """The remaining words joined with spaces and run by a shell (eval, watch, parallel)."""
     SHELL_OPERAND = "the first operand, as a shell string, with -c"
@@ -133,6 +136,8 @@ class Command:
     (``parallel ::: CMD…``)."""
     placeholder: str = ""
     """A placeholder the program replaces by input (find/parallel ``{}``): in the command word, computed."""
+    appends_input: bool = False
+    """Without a placeholder option, input is appended to the command's words (xargs, parallel)."""
     handler: str = ""
     """CUSTOM: the name of the locator in ``gate.unwrap``."""
     flag: str = ""
@@ -188,7 +193,15 @@ class Program:
     """The name of a risk check that reads more than options (``rm``'s targets, ``git``'s subcommands)."""
     subcommands: Mapping[str, Program] | None = None
     """Programs with subcommands (git): the first operand selects the table for what follows."""
+    first_operand: str = ""
+    """How the first operand is compared in command patterns (``mode``: chmod ``0777`` = ``a=rwx`` = ``777``)."""
     plus_operand: str = ""
     """An operand starting with ``+`` means this option (``git push +ref`` = ``--force``)."""
+    code_modules: frozenset[str] = frozenset()
+    """Modules that run code given in their arguments or read from input (``python -m timeit CODE``,
+    ``-m code``, ``-m pdb``): run by ``-m``, what runs is unseen."""
+    interactive: tuple[str, ...] = ()
+    """Options (canonical names) after which it reads code from its input, a script given or not
+    (``python -i``, ``php -a``)."""
     whole: bool = False
     """Anything but an information option runs code the gate cannot read (deno, bun, gdb)."""

@@ -42,6 +42,7 @@ class Hit(NamedTuple):
 class _Index(NamedTuple):
     exact: dict[str, Opt]
     longs: tuple[str, ...]
+    glued: tuple[tuple[str, Opt], ...]
 
 
 @functools.cache
@@ -50,7 +51,8 @@ def _index(program: Program) -> _Index:
     for opt in program.options:
         for spelling in opt.spellings:
             exact[spelling] = opt
-    return _Index(exact, tuple(s for s in exact if s.startswith("--")))
+    glued = tuple((s, o) for o in program.options if o.glued for s in o.spellings if not s.startswith("--"))
+    return _Index(exact, tuple(s for s in exact if s.startswith("--")), glued)
 
 
 def _long(program: Program, index: _Index, name: str) -> Opt | None:
@@ -92,8 +94,11 @@ class Scan:
         for hit in self.hits:
             if hit.opt is None:
                 out.add(hit.spelling)
-            else:
-                out.update(hit.opt.means)
+                continue
+            out.update(hit.opt.means)
+            for value, means in hit.opt.value_means:
+                if hit.value == value:
+                    out.update(means)
         return frozenset(out)
 
     @property
@@ -204,6 +209,13 @@ def scan(program: Program | None, words: Sequence[str], start: int = 1) -> Scan:
                 out.hits.append(Hit(exact, w, None, i - 1, i - 1))
             if exact.ends:
                 break
+            continue
+        glued = next(((sp, o) for sp, o in index.glued if w.startswith(sp)), None)
+        if glued is not None:
+            spelling, opt = glued
+            value = w[len(spelling) :]
+            out.hits.append(Hit(opt, spelling, value[1:] if value.startswith("=") else value, i, i))
+            i += 1
             continue
         if prog.numeric and w[0] == "-" and w[1:].isdigit():
             out.hits.append(Hit(NUMERIC, w, w[1:], i, i))

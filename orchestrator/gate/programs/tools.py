@@ -44,7 +44,8 @@ FILES: tuple[Program, ...] = (
         options=(
             flag("-r", "-R", "--recursive"),
             flag("-f", "--force"),
-            *short_flag_long_optional("-i", "--interactive"),
+            # --interactive=never deletes without asking, as -f does
+            *short_flag_long_optional("-i", "--interactive", value_means=(("never", ("--force",)),)),
             flag("-I"),
             flag("-d", "--dir"),
             flag("-v", "--verbose"),
@@ -55,7 +56,7 @@ FILES: tuple[Program, ...] = (
         ),
         check="rm",
     ),
-    Program(names("chmod"), "change file modes", T, options=_CHMOD_OPTIONS, check="chmod"),
+    Program(names("chmod"), "change file modes", T, options=_CHMOD_OPTIONS, check="chmod", first_operand="mode"),
     Program(
         names("chown"),
         "change file owners",
@@ -289,13 +290,9 @@ TEXT: tuple[Program, ...] = (
         "package files (-TT/--unzip-command runs a command to test the archive)",
         T,
         options=(
-            Opt(
-                ("-TT", "--unzip-command"),
-                Takes.VALUE,
-                runs=Runs.SHELL,
-                risk=(HIGH, RUNS),
-                means=("-TT/--unzip-command",),
-            ),
+            # zip takes -TT's value glued too (-TTcmd, -TT=cmd)
+            Opt(("-TT",), Takes.VALUE, runs=Runs.SHELL, risk=(HIGH, RUNS), means=("-TT/--unzip-command",), glued=True),
+            Opt(("--unzip-command",), Takes.VALUE, runs=Runs.SHELL, risk=(HIGH, RUNS), means=("-TT/--unzip-command",)),
             value("-b"),
             value("-n"),
             value("-t"),
@@ -331,10 +328,12 @@ TEXT: tuple[Program, ...] = (
     ),
     Program(
         names("man"),
-        "show manual pages (-P/--pager runs a pager command)",
+        "show manual pages (-P/--pager runs a pager, -H/--html a browser; -C reads a config)",
         T,
         options=(
             value("-P", "--pager", runs=Runs.SHELL, risk=(HIGH, RUNS)),
+            attached("-H", "--html", runs=Runs.SHELL, risk=(HIGH, RUNS)),
+            value("-C", "--config-file", runs=Runs.LOAD, risk=(HIGH, "reads a configuration that can run programs")),
             value("-M", "--manpath"),
             value("-L", "--locale"),
         ),
@@ -477,7 +476,17 @@ SHELL_BUILTINS: tuple[Program, ...] = (
         permute=False,
         abbreviate=False,
     ),
-    Program(names("fc"), "re-run history commands (or run an editor)", Family.BUILTIN, check="fc"),
+    Program(
+        names("fc"),
+        "re-run history commands after an editor (-e EDITOR) has them; -l only lists",
+        Family.BUILTIN,
+        options=(info("-l"), value("-e", runs=Runs.SHELL), flag("-s"), flag("-n"), flag("-r")),
+        permute=False,
+        abbreviate=False,
+        whole=True,
+        language="history",
+        check="fc",
+    ),
 )
 
 PLAIN = Program(

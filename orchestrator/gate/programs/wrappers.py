@@ -82,7 +82,7 @@ PRIVILEGE: tuple[Program, ...] = (
     ),
     Program(
         names("su"),
-        "run a shell as another user (arguments after the user go to the shell)",
+        "run a shell as another user (options permute; the operands after the user go to the shell)",
         W,
         options=(
             value("-c", "--command", runs=Runs.SHELL),
@@ -97,7 +97,6 @@ PRIVILEGE: tuple[Program, ...] = (
             value("-w", "--whitelist-environment"),
             *help_version(),
         ),
-        permute=False,
         command=Command(Locate.AFTER_OPTIONS, skip=1, via_shell=SHELL_DEFAULT, default=SHELL_DEFAULT),
         findings=_PRIVILEGE,
     ),
@@ -119,7 +118,6 @@ PRIVILEGE: tuple[Program, ...] = (
             value("-w", "--whitelist-environment"),
             *help_version(),
         ),
-        permute=False,
         command=Command(Locate.CUSTOM, handler="runuser", via_shell=SHELL_DEFAULT, default=SHELL_DEFAULT),
         findings=_PRIVILEGE,
     ),
@@ -168,11 +166,12 @@ PRIVILEGE: tuple[Program, ...] = (
     ),
     Program(
         names("capsh"),
-        "capability shell wrapper: '-- ARGS' runs a shell with ARGS",
+        "capability shell wrapper: '--'/'-+' run the shell (--shell=PATH, default bash) with the rest,"
+        " '=='/'=+' capsh again",
         W,
         options=(),
         permute=False,
-        command=Command(Locate.AFTER_DASHDASH, via_shell=("bash",)),
+        command=Command(Locate.CUSTOM, handler="capsh", via_shell=("bash",)),
         findings=((HIGH, "changes the capabilities of what it runs"),),
     ),
     Program(
@@ -294,8 +293,7 @@ PRIVILEGE: tuple[Program, ...] = (
                     ("--on-unit-active",),
                     ("--on-unit-inactive",),
                     ("--on-calendar",),
-                    ("--on-clock-change",),
-                    ("--on-timezone-change",),
+                    ("--background",),
                     ("--timer-property",),
                     ("--path-property",),
                     ("--socket-property",),
@@ -325,7 +323,8 @@ PRIVILEGE: tuple[Program, ...] = (
                     ("-d", "--same-dir"),
                     ("--slice-inherit",),
                     ("--ignore-failure",),
-                    ("--background",),
+                    ("--on-clock-change",),
+                    ("--on-timezone-change",),
                 )
             ),
             info("-h", "--help"),
