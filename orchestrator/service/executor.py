@@ -1,8 +1,9 @@
 """One execution in a fresh sandbox, with its evidence.
 
-begin record (durable) → subscribe to the engine's events → create → start → output ‖ wait under
-the deadline → kill on timeout → inspect (OOM from the engine) → destroy on every path → side
-effects → end record. Lifecycle records carry the engine's own timestamps.
+begin record (durable) → subscribe to the engine's events → create (while the workspace meter starts
+watching) → start → output ‖ wait under the deadline and the workspace write budget → kill on timeout or
+over budget → inspect (OOM from the engine) → destroy on every path → side effects (set-id bits removed)
+→ end record. Lifecycle records carry the engine's own timestamps.
 """
 
 from __future__ import annotations
@@ -27,10 +28,17 @@ from orchestrator.backends.base import (
     StreamCapture,
 )
 from orchestrator.domain.canonical import canonical_sha256
-from orchestrator.domain.errors import OrchestratorError, SandboxOOM, SandboxTimeout
+from orchestrator.domain.errors import (
+    OrchestratorError,
+    SandboxOOM,
+    SandboxTimeout,
+    SandboxWorkspaceLimit,
+    SideEffectsIncomplete,
+)
 from orchestrator.evidence import EventType
 from orchestrator.profiles import ResolvedProfile
-from orchestrator.results import Redactor, SideEffects, Snapshot, diff, snapshot
+from orchestrator.results import CollectLimits, Redactor, SideEffects, Snapshot, collect
+from orchestrator.results.write_meter import MeterReport, WorkspaceMeter, WriteBudget
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +68,7 @@ class RunOutcome:
     duration_ms: int
     state: ExitState | None
     side_effects: SideEffects | None
+    write_budget: MeterReport | None  # None for a read-only workspace (nothing to meter)
     redactions: int
     usage: ResourceUsage | None
     lifecycle: str
@@ -68,6 +77,15 @@ class RunOutcome:
     @property
     def truncated(self) -> bool:
         return any(c is not None and c.truncated for c in (self.stdout_capture, self.stderr_capture))
+
+    @property
+    def over_budget(self) -> bool:
+        """The run passed its workspace write budget (and was killed, unless it ended first)."""
+        return self.write_budget is not None and self.write_budget.exceeded is not None
+
+    @property
+    def side_effects_complete(self) -> bool:
+        return self.side_effects is not None and self.side_effects.complete
 
 
 def _stream_json(capture: StreamCapture | None) -> dict[str, Any] | None:
@@ -100,6 +118,41 @@ async def _record_lifecycle(event: LifecycleEvent, record: Record) -> None:
     await record(LIFECYCLE_EVENTS[event.kind], engine_ts=event.engine_ts.isoformat(), data=data)
 
 
+def collect_limits(profile: ResolvedProfile) -> CollectLimits:
+    """What the after-run scan may read beyond the workspace's earlier entries: twice the files the run may
+    create (the meter stops it shortly after it passes them), so a run within budget is always complete."""
+    return CollectLimits(max_new_entries=2 * profile.workspace_write_files + 10_000)
+
+
+def _meter(workspace: Path, before: Snapshot, profile: ResolvedProfile, over: asyncio.Event) -> WorkspaceMeter | None:
+    if profile.workspace.mode != "rw":
+        return None
+    loop = asyncio.get_running_loop()
+    budget = WriteBudget(max_bytes=profile.workspace_write_bytes, max_files=profile.workspace_write_files)
+
+    def exceeded() -> None:  # called from the meter's thread
+        loop.call_soon_threadsafe(over.set)
+
+    return WorkspaceMeter(workspace, before, budget, exceeded)
+
+
+async def _wait_within_budget(backend: SandboxBackend, handle: SandboxHandle, over: asyncio.Event) -> int:
+    """The exit code; if the write budget is passed first, the sandbox is killed (then its exit code)."""
+    waiting = asyncio.ensure_future(backend.wait(handle))
+    watching = asyncio.ensure_future(over.wait())
+    try:
+        await asyncio.wait({waiting, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done():
+            await backend.kill(handle)
+        return await waiting
+    finally:
+        for task in (waiting, watching):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+
 async def run_in_sandbox(
     backend: SandboxBackend,
     spec: LaunchSpec,
@@ -116,6 +169,10 @@ async def run_in_sandbox(
     ready = asyncio.Event()
     follower = asyncio.create_task(_follow_events(backend, spec.execution_id, record, seen, ready))
     await ready.wait()
+    over_budget = asyncio.Event()
+    meter = _meter(workspace, before, profile, over_budget)
+    meter_started: asyncio.Future[None] | None = None
+    meter_report: MeterReport | None = None
     handle: SandboxHandle | None = None
     timed_out = False
     exit_code: int | None = None
@@ -125,13 +182,17 @@ async def run_in_sandbox(
     usage: ResourceUsage | None = None
     started = time.monotonic()
     try:
+        if meter is not None:  # the watches are set up while the engine creates the container
+            meter_started = asyncio.ensure_future(asyncio.to_thread(meter.start))
         handle = await backend.create(spec)
         capture_task = asyncio.create_task(backend.capture(handle, profile.stdout_max_bytes, profile.stderr_max_bytes))
         try:
+            if meter_started is not None:
+                await meter_started
             await backend.start(handle)
             try:
                 async with asyncio.timeout(profile.wall_timeout_s):
-                    exit_code = await backend.wait(handle)
+                    exit_code = await _wait_within_budget(backend, handle, over_budget)
             except TimeoutError:
                 timed_out = True
                 await backend.kill(handle)
@@ -150,6 +211,9 @@ async def run_in_sandbox(
         duration_ms = round((time.monotonic() - started) * 1000)
         if handle is not None:
             await asyncio.shield(_teardown(backend, handle, seen))
+        if meter_started is not None:
+            # the sandbox is gone: the meter's last look settles its figures
+            meter_report = await asyncio.shield(_stop_meter(meter, meter_started))
         lifecycle = _lifecycle_status(follower, seen)
         if not follower.done():
             follower.cancel()
@@ -157,12 +221,21 @@ async def run_in_sandbox(
             await follower
 
     oom = bool(state and state.oom_killed)
+    side_effects = await asyncio.to_thread(
+        collect, before, workspace, redactor=redactor, limits=collect_limits(profile)
+    )
     if timed_out:
         error = SandboxTimeout(f"killed after the {profile.wall_timeout_s:g}s deadline")
     elif oom:
         error = SandboxOOM(f"killed for exceeding the {profile.memory_bytes} byte memory limit")
-    after = await asyncio.to_thread(snapshot, workspace)
-    side_effects = await asyncio.to_thread(diff, before, after, workspace)
+    elif meter_report is not None and meter_report.exceeded is not None:
+        error = SandboxWorkspaceLimit(
+            f"{meter_report.detail}: the sandbox was stopped (write budget: {profile.workspace_write_bytes} bytes, "
+            f"{profile.workspace_write_files} entries)",
+            details={"exceeded": meter_report.exceeded},
+        )
+    elif not side_effects.complete:
+        error = SideEffectsIncomplete(side_effects.incompleteness() or "incomplete")
     stdout = redactor.redact(captures[0].data) if captures else None
     stderr = redactor.redact(captures[1].data) if captures else None
     return RunOutcome(
@@ -176,11 +249,23 @@ async def run_in_sandbox(
         duration_ms=duration_ms,
         state=state,
         side_effects=side_effects,
+        write_budget=meter_report,
         redactions=(stdout.count if stdout else 0) + (stderr.count if stderr else 0),
         usage=usage,
         lifecycle=lifecycle,
         error=error,
     )
+
+
+async def _stop_meter(meter: WorkspaceMeter | None, started: asyncio.Future[None]) -> MeterReport | None:
+    """Stops a meter whose start may still be running or may have failed (then there is nothing to stop)."""
+    try:
+        await started
+    except Exception as err:
+        log.warning("the workspace meter did not start: %s", err)
+        return None
+    assert meter is not None
+    return await asyncio.to_thread(meter.stop)
 
 
 def _lifecycle_status(follower: asyncio.Task[None], seen: dict[str, asyncio.Event]) -> str:
@@ -210,16 +295,15 @@ def outputs_digest(outcome: RunOutcome) -> str:
     )
 
 
-# an evidence record holds at most 256 KiB: a larger listing is summarised, its digest kept
-SIDE_EFFECTS_INLINE_BYTES = 128 * 1024
-
-
-def side_effects_json(effects: SideEffects | None) -> dict[str, Any] | None:
+def side_effects_json(effects: SideEffects | None, budget: MeterReport | None = None) -> dict[str, Any] | None:
+    """The side-effect part of an end record: bounded in advance (``SIDE_EFFECTS_MAX_BYTES`` plus the
+    meter's few figures), whatever names the workload chose."""
     if effects is None:
         return None
-    if len(effects.to_json()) <= SIDE_EFFECTS_INLINE_BYTES:
-        return {**effects.to_dict(), "digest": effects.digest()}
-    return {**effects.summary(max_paths=200), "listing": "summarised (too large for one record)"}
+    out: dict[str, Any] = effects.to_dict()
+    if budget is not None:
+        out["write_budget"] = budget.to_dict()
+    return out
 
 
 def finished_data(outcome: RunOutcome, profile: ResolvedProfile) -> dict[str, Any]:
@@ -242,5 +326,5 @@ def finished_data(outcome: RunOutcome, profile: ResolvedProfile) -> dict[str, An
         "engine_started_at": state.started_at.isoformat() if state and state.started_at else None,
         "engine_finished_at": state.finished_at.isoformat() if state and state.finished_at else None,
         "engine_error": state.error if state else None,
-        "side_effects": side_effects_json(outcome.side_effects),
+        "side_effects": side_effects_json(outcome.side_effects, outcome.write_budget),
     }

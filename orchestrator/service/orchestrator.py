@@ -39,9 +39,10 @@ from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
-from orchestrator.results import Redactor, Snapshot, diff, snapshot
+from orchestrator.results import Redactor, Snapshot, collect, snapshot
 from orchestrator.service.executor import (
     RunOutcome,
+    collect_limits,
     finished_data,
     outputs_digest,
     run_in_sandbox,
@@ -351,6 +352,7 @@ class Orchestrator:
             profile=profile,
             before=before,
             workspace=workspace,
+            redactor=redactor,
         )
         try:
             with active_execution(execution_id):
@@ -374,6 +376,8 @@ class Orchestrator:
             if outcome.timed_out
             else "oom"
             if outcome.oom_killed
+            else "workspace_limit"
+            if outcome.over_budget
             else ("succeeded" if outcome.exit_code == 0 else "failed")
         )
         await record(
@@ -396,15 +400,19 @@ class Orchestrator:
         profile: ResolvedProfile,
         before: Snapshot,
         workspace: Path,
+        redactor: Redactor,
     ) -> OrchestratorError:
         """The end record of an execution that started but did not finish: its code, and what it
-        changed in the workspace so far (the sandbox itself was torn down by the executor)."""
+        changed in the workspace so far (the sandbox itself was torn down by the executor; set-id bits
+        it left are removed here too)."""
         effects: dict[str, Any] | None = None
         try:
-            after = await asyncio.to_thread(snapshot, workspace)
-            effects = side_effects_json(await asyncio.to_thread(diff, before, after, workspace))
-        except OSError as exc:
-            effects = {"error": f"{type(exc).__name__}: {exc.strerror or exc}"}
+            effects = side_effects_json(
+                await asyncio.to_thread(collect, before, workspace, redactor=redactor, limits=collect_limits(profile))
+            )
+        except (OSError, OrchestratorError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else exc.message
+            effects = {"error": f"{type(exc).__name__}: {why or exc}", "complete": False}
         return await self._refuse(
             execution_id,
             gate,
@@ -428,8 +436,17 @@ class ExecutionResult:
 
     @property
     def ok(self) -> bool:
+        """The command ran to exit 0 within every limit, and the workspace record is complete."""
         o = self.outcome
-        return o.exit_code == 0 and not o.timed_out and not o.oom_killed
+        return (
+            o.exit_code == 0 and not o.timed_out and not o.oom_killed and not o.over_budget and o.side_effects_complete
+        )
+
+    @property
+    def sandbox_failed(self) -> bool:
+        """The run failed for a reason of the sandbox's, not the command's own exit status (CLI: 125)."""
+        o = self.outcome
+        return o.exit_code is None or o.timed_out or o.oom_killed or o.over_budget or not o.side_effects_complete
 
     def to_json(self) -> dict[str, Any]:
         """The `sandboxctl run --json` shape."""
@@ -445,5 +462,6 @@ class ExecutionResult:
             "timed_out": o.timed_out,
             "oom_killed": o.oom_killed,
             "duration_ms": o.duration_ms,
+            "side_effects": o.side_effects.summary() if o.side_effects is not None else None,
             "error": {"code": self.error.code, "message": self.error.message} if self.error else None,
         }
