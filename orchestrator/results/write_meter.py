@@ -91,7 +91,7 @@ class MeterReport:
     method: Method
     max_bytes: int
     max_files: int
-    peak_bytes: int
+    peak_bytes: int  # with inotify, including what was written after the budget was passed until the end
     peak_files: int
     exceeded: Exceeded | None
     detail: str | None  # what was passed, why it polled, or what failed
@@ -246,6 +246,14 @@ class WorkspaceMeter:
     def exceeded(self) -> Exceeded | None:
         return self._exceeded
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def seen(self) -> MeterReport:
+        """What the meter has seen so far (while it runs: figures of a moment)."""
+        return self._report()
+
     def _report(self) -> MeterReport:
         return MeterReport(
             method=self._method,
@@ -294,14 +302,14 @@ class WorkspaceMeter:
                 if not events:
                     break
                 self._handle(events)
-                if self._check():
-                    return
-            if self._need_rescan:
+                self._check()  # past the budget it goes on measuring: the peak shows the overshoot
+            if self._need_rescan and self._exceeded is None:
                 self._rescan()
             if self._inotify is None:  # the watch limit was reached meanwhile
                 self._poll()
                 return
-            if self._check() or stopping:
+            self._check()
+            if stopping:
                 return
 
     def _poll(self) -> None:
@@ -321,7 +329,7 @@ class WorkspaceMeter:
     # -- budget ----------------------------------------------------------------------------------------
 
     def _check(self) -> bool:
-        """True (and ``on_exceeded`` called) when the budget is passed."""
+        """True (and ``on_exceeded`` called, once) when the budget is passed."""
         budget = self._budget
         files = len(self._new)
         if self._bytes > budget.max_bytes:
@@ -411,7 +419,7 @@ class WorkspaceMeter:
             if wd not in self._dirs or not name:
                 continue
             if mask & IN_MODIFY:
-                dirty[(wd, name)] = None
+                dirty[(wd, name)] = None  # a file that may have existed unseen is not taken for new
             elif mask & (IN_DELETE | IN_MOVED_FROM):
                 dirty.pop((wd, name), None)
                 self._unname(wd, name)
@@ -426,7 +434,7 @@ class WorkspaceMeter:
                 self._arrived(wd, name, scan=not followed)
         for wd, name in dirty:
             if wd in self._dirs:
-                self._arrived(wd, name, scan=False)
+                self._arrived(wd, name, scan=False, modified=True)
 
     def _moved_dir(self, cookie: int, wd: int, name: str) -> bool:
         """A watched directory moved within the workspace: its watch follows it."""
@@ -455,11 +463,11 @@ class WorkspaceMeter:
             parts.append(name)
             wd = parent
 
-    def _arrived(self, wd: int, name: str, *, scan: bool) -> None:
+    def _arrived(self, wd: int, name: str, *, scan: bool, modified: bool = False) -> None:
         """``name`` appeared or changed in the watched directory ``wd``: measure it; watch a new directory."""
         parts = self._parts(wd)
         assert self._cursor is not None
-        if parts is None:
+        if parts is None or (modified and self._unseen(parts, name)):
             return
         try:
             fd = self._cursor.goto(parts)
@@ -531,6 +539,8 @@ class WorkspaceMeter:
                     except OSError:
                         self._blind = True
                         continue
+                    if self._unseen(parts, entry.name):
+                        continue  # may have existed: out of sight (the filesystem's usage counts instead)
                     self._account(wd, entry.name, st)
                     if stat.S_ISDIR(st.st_mode):
                         subdirs.append(entry.name)
@@ -543,6 +553,13 @@ class WorkspaceMeter:
                     stack.append((child, (*parts, name)))
             if self._check():
                 return
+
+    def _unseen(self, parts: tuple[str, ...], name: str) -> bool:
+        """Whether ``name`` in ``parts`` lies where the before snapshot did not look (it may have existed)."""
+        before = self._before
+        if not (before.truncated or before.unlisted):
+            return False
+        return not before.known("/".join((*parts, name)))
 
     def _out_of_sight(self, parts: tuple[str, ...]) -> bool:
         """Where the meter cannot tell what the run did: too deep, or where the snapshot did not look."""

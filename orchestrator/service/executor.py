@@ -118,10 +118,15 @@ async def _record_lifecycle(event: LifecycleEvent, record: Record) -> None:
     await record(LIFECYCLE_EVENTS[event.kind], engine_ts=event.engine_ts.isoformat(), data=data)
 
 
+# what the after-run scan reads beyond the file budget: room for the overshoot of a run killed for passing it
+SCAN_MARGIN_ENTRIES = 50_000
+
+
 def collect_limits(profile: ResolvedProfile) -> CollectLimits:
-    """What the after-run scan may read beyond the workspace's earlier entries: twice the files the run may
-    create (the meter stops it shortly after it passes them), so a run within budget is always complete."""
-    return CollectLimits(max_new_entries=2 * profile.workspace_write_files + 10_000)
+    """What the after-run scan may read beyond the workspace's earlier entries: twice the entries the run
+    may create plus a margin (the meter stops it shortly after it passes them), so that a run within its
+    budget, or killed for passing it, gets a complete record."""
+    return CollectLimits(max_new_entries=2 * profile.workspace_write_files + SCAN_MARGIN_ENTRIES)
 
 
 def _meter(workspace: Path, before: Snapshot, profile: ResolvedProfile, over: asyncio.Event) -> WorkspaceMeter | None:
