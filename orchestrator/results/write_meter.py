@@ -18,7 +18,8 @@ How (a :class:`WorkspaceMeter` runs one thread):
   is scanned. Granularity: one write call; the overshoot is what the sandbox writes between the event and
   the kill (event latency plus the engine's kill: measured in the README).
 * **rescan**: when the kernel's event queue overflowed, the whole tree is walked again (descriptor-relative,
-  bounded: it stops as soon as the budget is passed).
+  bounded: it stops as soon as the budget is passed); and every 10 s (at most a tenth of the time) as a
+  safety net, should some writes ever escape the events.
 * **poll**: without inotify (no instance left, the watch limit reached, no /proc), the tree is rescanned
   every 0.25-5 s (four times the last scan's duration, so it takes at most about a fifth of a core). The
   overshoot is then what the sandbox writes in one interval.
@@ -69,6 +70,10 @@ WATCH_MASK: Final = IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED
 TICK_S: Final = 0.1
 POLL_MIN_S: Final = 0.25
 POLL_MAX_S: Final = 5.0
+SAFETY_RESCAN_S: Final = 10.0
+"""With inotify, the tree is also rescanned this often (or ten times the last scan's duration, if longer):
+should writes ever escape the events (a filesystem or runtime that does not report them), they are still
+counted, at a tenth of a core at most."""
 STOP_WAIT_S: Final = 60.0
 
 Method = Literal["inotify", "poll"]
@@ -294,9 +299,14 @@ class WorkspaceMeter:
         poller = select.poll()
         poller.register(inotify.fd, select.POLLIN)
         poller.register(self._stop_r, select.POLLIN)
+        next_rescan = time.monotonic() + SAFETY_RESCAN_S
         while True:
             stopping = self._stopping  # read first: the last round sees every event of the run
             poller.poll(0 if stopping else TICK_S * 1000)
+            if not stopping and self._exceeded is None and time.monotonic() >= next_rescan:
+                started = time.monotonic()
+                self._rescan()
+                next_rescan = time.monotonic() + max(SAFETY_RESCAN_S, 10 * (time.monotonic() - started))
             for _ in range(64 if not stopping else 1 << 30):  # bounded while running: the flag is looked at
                 events = inotify.read()
                 if not events:

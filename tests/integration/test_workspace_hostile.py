@@ -17,6 +17,8 @@ import json
 import os
 import secrets
 import stat
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from typing import Any
 import pytest
 from test_containment import PROFILES, SANDBOX_UID, Harness, Run, assert_evidence, py
 
-from orchestrator.evidence import MAX_RECORD_BYTES
+from orchestrator.evidence import MAX_RECORD_BYTES, iter_records
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.results.record import SIDE_EFFECTS_MAX_BYTES
 
@@ -276,3 +278,77 @@ async def test_long_undecodable_names_cannot_keep_the_end_record_from_being_writ
     assert len(json.dumps(effects, separators=(",", ":"), ensure_ascii=False).encode()) <= SIDE_EFFECTS_MAX_BYTES + 1024
     assert all(len(c["path"]) <= 256 for c in effects["created"])
     assert effects["created"][0]["path"].startswith("\\x80\\x81")
+
+
+# -- an incomplete record is a failure ---------------------------------------------------------------------
+
+DEEP_PROBE = r"""
+import shutil
+os.chdir("/workspace")
+for _ in range(20):  # 20 x 250 bytes: deeper than PATH_MAX, made with relative paths
+    os.mkdir("n" * 249)
+    os.chdir("n" * 249)
+shutil.copy("/bin/true", "hidden-tool")
+os.chmod("hidden-tool", 0o4755)
+done()
+"""
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+async def test_a_tree_too_deep_to_list_makes_the_record_incomplete_and_the_run_fail(
+    harness: Harness, profile: str
+) -> None:
+    """Whatever cannot be listed is said, as a failure (ok false, a stable code), never a silent flag; the
+    set-uid file hidden down there loses its bit all the same."""
+    run = await harness.run(py(DEEP_PROBE), profile)
+    out = run.out
+    assert (out["ok"], out["exit_code"]) == (False, 0)
+    assert out["error"]["code"] == "SANDBOX.SIDE_EFFECTS_INCOMPLETE"
+    assert out["error"]["message"].startswith(
+        "the workspace side-effect record is incomplete (path_too_long: deeper than 4096 bytes of path"
+    )
+    assert out["side_effects"] == {
+        "complete": False,
+        "created": 4096 // 250 + 1,  # the directories within PATH_MAX, and the one that passes it
+        "modified": 0,
+        "deleted": 0,
+        "bytes_written": 0,
+        "setid_removed": 1,
+    }
+    finished = assert_evidence(run, status="succeeded", exit_code=0, error_code="SANDBOX.SIDE_EFFECTS_INCOMPLETE")
+    assert finished.data is not None
+    effects = finished.data["side_effects"]
+    assert [p["kind"] for p in effects["problems"]] == ["path_too_long"]
+    assert effects["setid_removed"] == ["…/hidden-tool"]
+    fd = os.open(harness.workspace, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(20):
+            child = os.open("n" * 249, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        assert stat.S_IMODE(os.stat("hidden-tool", dir_fd=fd, follow_symlinks=False).st_mode) == 0o755
+    finally:
+        os.close(fd)
+
+
+def test_the_cli_exits_125_when_the_budget_kills_the_run(tmp_path: Path, run_sandboxes: Any) -> None:
+    """`sandboxctl run`: the code on stderr, `ok: false` in the JSON, exit 125 (the sandbox failed)."""
+    _profiles(tmp_path)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.chown(ws, SANDBOX_UID, SANDBOX_UID)
+    config = tmp_path / "c.yaml"
+    config.write_text("safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: none}\n")
+    evidence = tmp_path / "e.jsonl"
+    env = {**os.environ, "SANDBOX_PROFILES_PATH": str(tmp_path / "profiles"), "SANDBOXCTL_WARM": "0"}
+    argv = [sys.executable, "-m", "orchestrator.cli.main", "run", "--json", "--config", str(config)]
+    argv += ["--evidence", str(evidence), "--profile", "workspace-write-small", "--"]
+    argv += ["bash", "-c", "for i in $(seq 64); do head -c 16M /dev/zero > /workspace/f$i || exit 3; done"]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ws, env=env, timeout=120, check=False)
+    out = json.loads(done.stdout)
+    run_sandboxes.add(out["execution_id"])
+    assert done.returncode == 125, done.stderr
+    assert (out["ok"], out["exit_code"], out["error"]["code"]) == (False, 137, "SANDBOX.WORKSPACE_LIMIT")
+    assert "sandboxctl: SANDBOX.WORKSPACE_LIMIT: the run grew the workspace by more than" in done.stderr
+    (finished,) = iter_records(evidence, execution_id=out["execution_id"], event="execution_finished")
+    assert (finished.status, finished.error_code) == ("workspace_limit", "SANDBOX.WORKSPACE_LIMIT")
