@@ -70,6 +70,7 @@ WATCH_MASK: Final = IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED
 TICK_S: Final = 0.1
 POLL_MIN_S: Final = 0.25
 POLL_MAX_S: Final = 5.0
+RESCAN_GAP_S: Final = 0.5
 SAFETY_RESCAN_S: Final = 10.0
 """With inotify, the tree is also rescanned this often (or ten times the last scan's duration, if longer):
 should writes ever escape the events (a filesystem or runtime that does not report them), they are still
@@ -133,18 +134,19 @@ class _InodeIndex:
     def of(cls, before: Snapshot, dev: int) -> _InodeIndex:
         index = cls()
         index._dev = dev
-        pairs: list[tuple[int, int]] = []
+        inodes, sizes = array("Q"), array("q")
         entries = before.entries
         for key in entries:
             entry = entries[key]
             size = entry.size if entry.kind == "file" else -1
             if entry.dev == dev:
-                pairs.append((entry.ino, size))
+                inodes.append(entry.ino)
+                sizes.append(size)
             else:
                 index._others[(entry.dev, entry.ino)] = size
-        pairs.sort()
-        index._inodes = array("Q", (ino for ino, _ in pairs))
-        index._sizes = array("q", (size for _, size in pairs))
+        order = sorted(range(len(inodes)), key=inodes.__getitem__)
+        index._inodes = array("Q", (inodes[i] for i in order))
+        index._sizes = array("q", (sizes[i] for i in order))
         return index
 
     def get(self, inode: _Inode) -> int | None:
@@ -196,6 +198,7 @@ class WorkspaceMeter:
         self._children: dict[tuple[int, str], int] = {}
         self._moving: dict[int, tuple[int, str]] = {}  # IN_MOVED_FROM cookie -> where a directory left
         self._need_rescan = False
+        self._rescan_after = 0.0  # monotonic time before which an asked-for rescan waits
         self._inotify: Inotify | None = None
         self._root_fd = -1
         self._cursor: Cursor | None = None
@@ -313,7 +316,7 @@ class WorkspaceMeter:
                     break
                 self._handle(events)
                 self._check()  # past the budget it goes on measuring: the peak shows the overshoot
-            if self._need_rescan and self._exceeded is None:
+            if self._need_rescan and self._exceeded is None and (stopping or time.monotonic() >= self._rescan_after):
                 self._rescan()
             if self._inotify is None:  # the watch limit was reached meanwhile
                 self._poll()
@@ -462,8 +465,9 @@ class WorkspaceMeter:
             del self._children[place]
 
     def _parts(self, wd: int) -> tuple[str, ...] | None:
+        """The path of a watched directory, from the parent links (None when it is no longer known)."""
         parts: list[str] = []
-        while True:
+        for _ in range(len(self._dirs) + 1):
             place = self._dirs.get(wd)
             if place is None:
                 return None
@@ -472,6 +476,8 @@ class WorkspaceMeter:
                 return tuple(reversed(parts))
             parts.append(name)
             wd = parent
+        self._need_rescan = True  # the links loop (moves seen out of order): measure afresh
+        return None
 
     def _arrived(self, wd: int, name: str, *, scan: bool, modified: bool = False) -> None:
         """``name`` appeared or changed in the watched directory ``wd``: measure it; watch a new directory."""
@@ -494,7 +500,17 @@ class WorkspaceMeter:
     # -- scans ---------------------------------------------------------------------------------------------
 
     def _rescan(self) -> None:
-        """Measure the whole tree afresh (the queue overflowed, or polling)."""
+        """Measure the whole tree afresh (the queue overflowed, the tree moved under the watches, polling).
+        The next one asked for waits four times as long as this one took (at least RESCAN_GAP_S): a
+        workload that keeps forcing rescans cannot take the controller's whole time."""
+        started = time.monotonic()
+        try:
+            self._scan_all()
+        finally:
+            ended = time.monotonic()
+            self._rescan_after = ended + max(RESCAN_GAP_S, 4 * (ended - started))
+
+    def _scan_all(self) -> None:
         self._rescans += 1
         self._need_rescan = False
         self._new.clear()

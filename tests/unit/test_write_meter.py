@@ -305,3 +305,35 @@ def test_the_meter_stops_its_thread_and_closes_its_descriptors(ws: Path) -> None
 def test_a_negative_budget_is_refused(ws: Path) -> None:
     with pytest.raises(ValueError, match="budget"):
         WorkspaceMeter(ws, snapshot(ws), WriteBudget(-1, 1), lambda: None)
+
+
+def test_an_overflowing_event_queue_is_measured_by_a_rescan(tmp_path: Path) -> None:
+    """More events than the kernel queues (16,384 by default) while the meter cannot read them: the
+    kernel drops them and says so; the meter then walks the tree afresh and the count is still right."""
+    import ctypes
+    import subprocess
+    import sys
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    count = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text()) + 5000
+    script = f"import os, sys\nsys.stdin.read(1)\nfor i in range({count}): os.close(os.open('{root}/f%d' % i, 65))"
+    with metered(root, max_files=count + 10) as m:
+        child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE)
+        assert child.stdin is not None
+        # calls through PyDLL keep the GIL, and a long switch interval keeps it between them: the meter's
+        # thread cannot read until the child is done
+        held = ctypes.PyDLL(None)
+        status = ctypes.c_int()
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1000)
+        try:
+            os.write(child.stdin.fileno(), b"x")
+            while held.waitpid(child.pid, ctypes.byref(status), os.WNOHANG) == 0:
+                held.usleep(20_000)
+        finally:
+            sys.setswitchinterval(interval)
+        report = m.stop()
+    assert os.waitstatus_to_exitcode(status.value) == 0
+    assert report.rescans >= 1
+    assert (report.exceeded, report.peak_files) == (None, count)
