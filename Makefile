@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test demo setup bench bench-sandbox clean
+.PHONY: all venv lint typecheck importlint unit integration test demo setup bench bench-sandbox bench-workspace clean
 
 all: test
 
@@ -50,6 +50,10 @@ bench: $(STAMP)
 
 bench-sandbox: $(STAMP) setup
 	$(BIN)/python benchmarks/sandbox_overhead.py
+
+bench-workspace: $(STAMP) setup
+	$(BIN)/python benchmarks/workspace_scan.py
+	$(BIN)/python benchmarks/workspace_budget.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

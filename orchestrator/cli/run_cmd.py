@@ -18,7 +18,8 @@ def register(sub: Subparsers) -> None:
         help="decide, then run a command in a fresh hardened sandbox",
         description="The gate decides first (asks go to the configured approver); then the command runs in a "
         "fresh container with the profile's hardening. Exit status: the command's own; 125 when refused or when "
-        "the sandbox failed (timeout, OOM, engine), with CODE: message on stderr.",
+        "the sandbox failed (timeout, OOM, workspace write budget, incomplete side-effect record, engine), with "
+        "CODE: message on stderr.",
     )
     add_request_arguments(p)
     p.add_argument("--workspace", default=None, help="directory mounted as the workspace (default: current dir)")
@@ -39,6 +40,7 @@ def _refusal_json(err: Any, decision: str | None) -> dict[str, Any]:
         "timed_out": False,
         "oom_killed": False,
         "duration_ms": 0,
+        "side_effects": None,
         "error": {"code": err.code, "message": err.message},
     }
 
@@ -150,6 +152,6 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
         sys.stderr.flush()
     if result.error is not None:
         report_error(result.error.code, result.error.message)
-    if outcome.timed_out or outcome.oom_killed or outcome.pids_limit_killed or outcome.exit_code is None:
+    if result.sandbox_failed or outcome.exit_code is None:
         return REFUSED_EXIT
     return outcome.exit_code

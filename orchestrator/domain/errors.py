@@ -102,6 +102,19 @@ class SandboxOutputLimit(OrchestratorError):
     code = "SANDBOX.OUTPUT_LIMIT"
 
 
+class SandboxWorkspaceLimit(OrchestratorError):
+    """The run passed its workspace write budget (bytes or files): the sandbox was killed."""
+
+    code = "SANDBOX.WORKSPACE_LIMIT"
+
+
+class SideEffectsIncomplete(OrchestratorError):
+    """The workspace side-effect record is not complete (something was not examined, or set-id bits could
+    not be removed): what the run changed may be more than the record says."""
+
+    code = "SANDBOX.SIDE_EFFECTS_INCOMPLETE"
+
+
 class ExecutionCancelled(OrchestratorError):
     code = "EXECUTION.CANCELLED"
     exit_code = 130

@@ -159,6 +159,9 @@ OutputSize = Annotated[int, BeforeValidator(parse_size), Field(ge=1, le=GIB), Wi
 FileSize = Annotated[
     int, BeforeValidator(parse_size), Field(ge=4 * KIB, le=TIB), WithJsonSchema(_size_schema(4 * KIB, TIB))
 ]
+WorkspaceBytes = Annotated[
+    int, BeforeValidator(parse_size), Field(ge=0, le=64 * TIB), WithJsonSchema(_size_schema(0, 64 * TIB))
+]
 TmpfsSize = Annotated[
     int, BeforeValidator(parse_size), Field(ge=MIB, le=64 * GIB), WithJsonSchema(_size_schema(MIB, 64 * GIB))
 ]
@@ -228,6 +231,19 @@ class Limits(_Model):
     stderr_max_bytes: OutputSize = Field(default=MIB, description="Captured stderr cap in bytes; more is truncated.")
     nofile: int = Field(default=1024, ge=64, le=1_048_576, description="Open files limit (RLIMIT_NOFILE, soft = hard).")
     fsize: FileSize = Field(default=256 * MIB, description="Largest file a process may write, in bytes (RLIMIT_FSIZE).")
+    workspace_write_bytes: WorkspaceBytes = Field(
+        default=GIB,
+        description="Write budget: how much the run may grow the workspace (sizes of the files it creates plus "
+        "the growth of existing ones), in bytes ('1g'). Enforced while it runs: passing it kills the sandbox "
+        "(SANDBOX.WORKSPACE_LIMIT).",
+    )
+    workspace_write_files: int = Field(
+        default=100_000,
+        ge=0,
+        le=10_000_000,
+        description="Write budget: how many entries (files, directories, links) the run may create in the "
+        "workspace. Enforced while it runs, like workspace_write_bytes.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -414,6 +430,12 @@ class ProfileCaps(_Model):
     max_output_bytes: OutputSize | None = Field(
         default=None, description="Cap for stdout and for stderr, each, in bytes."
     )
+    max_workspace_write_bytes: WorkspaceBytes | None = Field(
+        default=None, description="Cap for the workspace write budget in bytes ('4g')."
+    )
+    max_workspace_write_files: int | None = Field(
+        default=None, ge=0, le=10_000_000, description="Cap for the workspace write budget in entries created."
+    )
     allowed_runtimes: tuple[Runtime, ...] | None = Field(
         default=None, description="Runtimes a profile may use; a profile needing another one is refused."
     )
@@ -481,6 +503,10 @@ class ResolvedProfile(_Model):
     stderr_max_bytes: int = Field(ge=1, description="Captured stderr cap in bytes.")
     nofile: int = Field(ge=1, description="RLIMIT_NOFILE, soft = hard.")
     fsize_bytes: int = Field(ge=1, description="RLIMIT_FSIZE in bytes, soft = hard.")
+    workspace_write_bytes: int = Field(
+        ge=0, description="Workspace write budget in bytes, enforced while the command runs."
+    )
+    workspace_write_files: int = Field(ge=0, description="Workspace write budget in entries created.")
     seccomp: str = Field(description="Seccomp profile name.")
     seccomp_sha256: str = Field(
         default="",

@@ -108,6 +108,8 @@ def resolve(
         stderr_max_bytes=capped(limits.stderr_max_bytes, caps.max_output_bytes),
         nofile=limits.nofile,
         fsize_bytes=limits.fsize,
+        workspace_write_bytes=capped(limits.workspace_write_bytes, caps.max_workspace_write_bytes),
+        workspace_write_files=capped(limits.workspace_write_files, caps.max_workspace_write_files),
         seccomp=seccomp.name,
         seccomp_sha256=seccomp.sha256,
         seccomp_json=seccomp.json_text,

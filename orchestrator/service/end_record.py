@@ -6,8 +6,8 @@ run failed, was cancelled or hit a bug after it began. The workload controls muc
 (file names, engine error text), so every part has a budget here:
 
 * output: sizes and the sha256 of what was kept (redacted, capped), never a hash of the raw stream;
-* side effects: the whole listing when it is small, else counts, the listing's digest and as many
-  paths as fit in :data:`SIDE_EFFECTS_BUDGET` (each path at most :data:`PATH_SHOWN_CHARS` characters);
+* side effects: bounded by the record itself (``orchestrator.results.record``: counts, the digest of the
+  full list, as much listing as fits, names redacted and shortened), plus the write meter's figures;
 * free text (engine error, lifecycle status): at most :data:`TEXT_CHARS` characters.
 
 The evidence writer degrades whatever would still not fit (``orchestrator.evidence.fit``); and if
@@ -21,19 +21,15 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
-from orchestrator.domain.canonical import canonical_json, canonical_sha256, sha256_hex
+from orchestrator.domain.canonical import canonical_sha256, sha256_hex
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.results import SideEffects
+from orchestrator.results.write_meter import MeterReport
 from orchestrator.service.executor import KeptOutput, RunOutcome
 
 log = logging.getLogger(__name__)
 
-SIDE_EFFECTS_BUDGET: Final = 128 * 1024
-"""Side effects take at most this many bytes of canonical JSON: a listing that fits is recorded whole
-(with its digest), a larger one summarised (an evidence record holds 256 KiB; the rest of an end record,
-its reason included, takes at most about 90 KiB)."""
-PATH_SHOWN_CHARS: Final = 512
 TEXT_CHARS: Final = 2048
 REASON_CHARS: Final = 4096
 
@@ -64,46 +60,18 @@ def outputs_digest(outcome: RunOutcome) -> str:
     return canonical_sha256({"stdout": stream_json(outcome.stdout_kept), "stderr": stream_json(outcome.stderr_kept)})
 
 
-def _paths_within(changes: tuple[Any, ...], budget: int) -> tuple[list[str], int]:
-    """The first paths of ``changes`` (clipped) that fit ``budget`` encoded bytes, and the bytes they take."""
-    shown: list[str] = []
-    used = 2
-    for change in changes:
-        path = clip(str(change.path), PATH_SHOWN_CHARS)
-        cost = len(canonical_json(path)) + 1
-        if used + cost > budget:
-            break
-        shown.append(path)
-        used += cost
-    return shown, used
-
-
-def side_effects_json(effects: SideEffects | None, *, error: str | None = None) -> dict[str, Any] | None:
-    """The workspace changes for an end record, within :data:`SIDE_EFFECTS_BUDGET` bytes."""
+def side_effects_json(
+    effects: SideEffects | None, *, error: str | None = None, budget: MeterReport | None = None
+) -> dict[str, Any] | None:
+    """The workspace changes for an end record: the record bounds itself (counts, the digest of the full
+    list, as much listing as fits: at most ``SIDE_EFFECTS_MAX_BYTES``), plus the write meter's figures."""
     if effects is None:
-        return None if error is None else {"error": clip(error, TEXT_CHARS)}
-    listing = effects.to_dict()
-    encoded = canonical_json(listing)
-    if len(encoded) <= SIDE_EFFECTS_BUDGET - 100:  # room for the digest
-        return {**listing, "digest": sha256_hex(encoded)}
-    summary: dict[str, Any] = {
-        "created": effects.created_count,
-        "modified": effects.modified_count,
-        "deleted": effects.deleted_count,
-        "hashed_bytes": effects.hashed_bytes,
-        "truncated": effects.truncated,
-        "digest": sha256_hex(encoded),
-        "listing": "summarised (too large for one record): counts, the listing's digest, the first paths",
-    }
-    room = SIDE_EFFECTS_BUDGET - len(canonical_json(summary)) - 256
-    lists = (("created", effects.created), ("modified", effects.modified), ("deleted", effects.deleted))
-    # shortest list first: what it leaves of its share, the longer ones may use
-    for left, (name, changes) in zip((3, 2, 1), sorted(lists, key=lambda item: len(item[1])), strict=True):
-        shown, used = _paths_within(changes, room // left)
-        room -= used
-        summary[f"{name}_paths"] = shown
-        summary[f"{name}_paths_omitted"] = len(changes) - len(shown)
-    return summary
+        out: dict[str, Any] | None = None if error is None else {"error": clip(error, TEXT_CHARS), "complete": False}
+    else:
+        out = effects.to_dict()
+    if budget is not None:
+        out = {**(out or {}), "write_budget": budget.to_dict()}
+    return out
 
 
 def _part(name: str, build: Callable[[], Any], failures: list[str]) -> Any:
@@ -125,6 +93,8 @@ def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: Orches
         if outcome.oom_killed
         else "pids_limit"
         if outcome.pids_limit_killed
+        else "workspace_limit"
+        if outcome.over_budget
         else ("succeeded" if outcome.exit_code == 0 else "failed")
     )
     fields: dict[str, Any] = {
@@ -173,7 +143,11 @@ def _finished_data(outcome: RunOutcome, profile: ResolvedProfile, failures: list
         "engine_finished_at": state.finished_at.isoformat() if state and state.finished_at else None,
         "engine_error": clip(state.error, TEXT_CHARS) if state and state.error else None,
         "side_effects": _part(
-            "side_effects", lambda: side_effects_json(outcome.side_effects, error=outcome.side_effects_error), failures
+            "side_effects",
+            lambda: side_effects_json(
+                outcome.side_effects, error=outcome.side_effects_error, budget=outcome.write_budget
+            ),
+            failures,
         ),
     }
 

@@ -1,9 +1,10 @@
 """One execution in a fresh sandbox, with its evidence.
 
-begin record (durable) → subscribe to the engine's events → create → start → output ‖ wait under
-the deadline → kill on timeout → inspect (OOM from the engine) → destroy on every path → side
-effects → redact, then cap the output. Lifecycle records carry the engine's own timestamps; the end
-record is built from the outcome by :mod:`orchestrator.service.end_record`.
+begin record (durable) → subscribe to the engine's events → create (while the workspace meter starts
+watching) → start → output ‖ wait under the deadline and the workspace write budget → kill on timeout or
+over budget → inspect (OOM from the engine) → destroy on every path → side effects (set-id bits removed)
+→ redact, then cap the output. Lifecycle records carry the engine's own timestamps; the end record is
+built from the outcome by :mod:`orchestrator.service.end_record`.
 """
 
 from __future__ import annotations
@@ -26,10 +27,18 @@ from orchestrator.backends.base import (
     SandboxHandle,
     StreamCapture,
 )
-from orchestrator.domain.errors import OrchestratorError, SandboxOOM, SandboxPidsLimit, SandboxTimeout
+from orchestrator.domain.errors import (
+    OrchestratorError,
+    SandboxOOM,
+    SandboxPidsLimit,
+    SandboxTimeout,
+    SandboxWorkspaceLimit,
+    SideEffectsIncomplete,
+)
 from orchestrator.evidence import EventType
 from orchestrator.profiles import ResolvedProfile
-from orchestrator.results import Redactor, SideEffects, Snapshot, diff, snapshot
+from orchestrator.results import CollectLimits, Redactor, SideEffects, Snapshot, collect
+from orchestrator.results.write_meter import MeterReport, WorkspaceMeter, WriteBudget
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +87,7 @@ class RunOutcome:
     side_effects: SideEffects | None
     side_effects_error: str | None
     """Why the side effects are unknown (the workspace could not be read after the run), if they are."""
+    write_budget: MeterReport | None  # None for a read-only workspace (nothing to meter)
     usage: ResourceUsage | None
     lifecycle: str
     error: OrchestratorError | None
@@ -90,6 +100,15 @@ class RunOutcome:
     @property
     def redactions(self) -> int:
         return sum(k.redactions for k in (self.stdout_kept, self.stderr_kept) if k is not None)
+
+    @property
+    def over_budget(self) -> bool:
+        """The run passed its workspace write budget (and was killed, unless it ended first)."""
+        return self.write_budget is not None and self.write_budget.exceeded is not None
+
+    @property
+    def side_effects_complete(self) -> bool:
+        return self.side_effects is not None and self.side_effects.complete
 
 
 async def _follow_events(
@@ -116,6 +135,46 @@ async def _record_lifecycle(event: LifecycleEvent, record: Record) -> None:
     await record(LIFECYCLE_EVENTS[event.kind], engine_ts=event.engine_ts.isoformat(), data=data)
 
 
+# what the after-run scan reads beyond the file budget: room for the overshoot of a run killed for passing it
+SCAN_MARGIN_ENTRIES = 50_000
+
+
+def collect_limits(profile: ResolvedProfile) -> CollectLimits:
+    """What the after-run scan may read beyond the workspace's earlier entries: twice the entries the run
+    may create plus a margin (the meter stops it shortly after it passes them), so that a run within its
+    budget, or killed for passing it, gets a complete record."""
+    return CollectLimits(max_new_entries=2 * profile.workspace_write_files + SCAN_MARGIN_ENTRIES)
+
+
+def _meter(workspace: Path, before: Snapshot, profile: ResolvedProfile, over: asyncio.Event) -> WorkspaceMeter | None:
+    if profile.workspace.mode != "rw":
+        return None
+    loop = asyncio.get_running_loop()
+    budget = WriteBudget(max_bytes=profile.workspace_write_bytes, max_files=profile.workspace_write_files)
+
+    def exceeded() -> None:  # called from the meter's thread
+        loop.call_soon_threadsafe(over.set)
+
+    return WorkspaceMeter(workspace, before, budget, exceeded)
+
+
+async def _wait_within_budget(backend: SandboxBackend, handle: SandboxHandle, over: asyncio.Event) -> int:
+    """The exit code; if the write budget is passed first, the sandbox is killed (then its exit code)."""
+    waiting = asyncio.ensure_future(backend.wait(handle))
+    watching = asyncio.ensure_future(over.wait())
+    try:
+        await asyncio.wait({waiting, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done():
+            await backend.kill(handle)
+        return await waiting
+    finally:
+        for task in (waiting, watching):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+
 async def run_in_sandbox(
     backend: SandboxBackend,
     spec: LaunchSpec,
@@ -139,19 +198,27 @@ async def run_in_sandbox(
     captures: tuple[StreamCapture, StreamCapture] | None = None
     error: OrchestratorError | None = None
     usage: ResourceUsage | None = None
+    over_budget = asyncio.Event()
+    meter = _meter(workspace, before, profile, over_budget)
+    meter_started: asyncio.Future[None] | None = None
+    meter_report: MeterReport | None = None
     started = time.monotonic()
     # a margin past the caps: a secret the cap cuts in two is still seen whole, and redacted
     margin = redactor.margin
     try:
+        if meter is not None:  # the watches are set up while the engine creates the container
+            meter_started = asyncio.ensure_future(asyncio.to_thread(meter.start))
         handle = await backend.create(spec)
         capture_task = asyncio.create_task(
             backend.capture(handle, profile.stdout_max_bytes + margin, profile.stderr_max_bytes + margin)
         )
         try:
+            if meter_started is not None:
+                await meter_started
             await backend.start(handle)
             try:
                 async with asyncio.timeout(profile.wall_timeout_s):
-                    exit_code = await backend.wait(handle)
+                    exit_code = await _wait_within_budget(backend, handle, over_budget)
             except TimeoutError:
                 timed_out = True
                 await backend.kill(handle)
@@ -175,10 +242,15 @@ async def run_in_sandbox(
             follower.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await follower
+        if meter_started is not None:
+            # the sandbox is gone: the meter's last look settles its figures
+            meter_report = await asyncio.shield(_stop_meter(meter, meter_started))
 
     oom = bool(state and state.oom_killed)
     pids_killed = bool(state and state.pids_limit_killed)
     pids_hits = usage.pids_limit_hits if usage else None
+    side_effects, side_effects_error = await workspace_changes(before, workspace, redactor, profile)
+    # the first that applies: how the sandbox ended, then what the workspace record says, then a note
     if timed_out:
         error = SandboxTimeout(f"killed after the {profile.wall_timeout_s:g}s deadline")
     elif oom:
@@ -188,9 +260,17 @@ async def run_in_sandbox(
             f"the sandbox reached its limit of {profile.pids_limit} processes and the {profile.runtime} runtime"
             " stopped it (the output so far is kept)"
         )
+    elif meter_report is not None and meter_report.exceeded is not None:
+        error = SandboxWorkspaceLimit(
+            f"{meter_report.detail}: the sandbox was stopped (write budget: {profile.workspace_write_bytes} bytes, "
+            f"{profile.workspace_write_files} entries)",
+            details={"exceeded": meter_report.exceeded},
+        )
+    elif side_effects is None or not side_effects.complete:
+        why = side_effects.incompleteness() if side_effects is not None else side_effects_error
+        error = SideEffectsIncomplete(why or "the workspace side-effect record is incomplete")
     elif pids_hits:
         error = SandboxPidsLimit(f"{pids_hits} process creation(s) refused at the limit of {profile.pids_limit}")
-    side_effects, side_effects_error = await workspace_changes(before, workspace)
     stdout = keep_output(captures[0], profile.stdout_max_bytes, redactor) if captures else None
     stderr = keep_output(captures[1], profile.stderr_max_bytes, redactor) if captures else None
     return RunOutcome(
@@ -205,6 +285,7 @@ async def run_in_sandbox(
         state=state,
         side_effects=side_effects,
         side_effects_error=side_effects_error,
+        write_budget=meter_report,
         usage=usage,
         lifecycle=lifecycle,
         error=error,
@@ -212,16 +293,29 @@ async def run_in_sandbox(
     )
 
 
-async def workspace_changes(before: Snapshot, workspace: Path) -> tuple[SideEffects | None, str | None]:
-    """The workspace's changes since ``before``; or None and why, when it cannot be read now (the run's
-    outcome is recorded all the same)."""
+async def workspace_changes(
+    before: Snapshot, workspace: Path, redactor: Redactor, profile: ResolvedProfile
+) -> tuple[SideEffects | None, str | None]:
+    """The workspace's changes since ``before`` (set-id bits the run left removed, names redacted); or
+    None and why, when it cannot be read now (the run's outcome is recorded all the same)."""
     try:
-        after = await asyncio.to_thread(snapshot, workspace)
-        return await asyncio.to_thread(diff, before, after, workspace), None
+        effects = await asyncio.to_thread(collect, before, workspace, redactor=redactor, limits=collect_limits(profile))
+        return effects, None
     except (OSError, OrchestratorError) as exc:
         why = exc.message if isinstance(exc, OrchestratorError) else (exc.strerror or str(exc))
         log.warning("workspace side effects unknown: %s: %s", type(exc).__name__, why)
         return None, f"{type(exc).__name__}: {why}"
+
+
+async def _stop_meter(meter: WorkspaceMeter | None, started: asyncio.Future[None]) -> MeterReport | None:
+    """Stops a meter whose start may still be running or may have failed (then there is nothing to stop)."""
+    try:
+        await started
+    except Exception as err:
+        log.warning("the workspace meter did not start: %s", err)
+        return None
+    assert meter is not None
+    return await asyncio.to_thread(meter.stop)
 
 
 def _lifecycle_status(follower: asyncio.Task[None], seen: dict[str, asyncio.Event]) -> str:

@@ -343,6 +343,7 @@ class Orchestrator:
             profile=profile,
             before=before,
             workspace=workspace,
+            redactor=redactor,
         )
         # From the begin record on, every way out ends with an end record: execution_finished below,
         # run_failed here (the begin record too may be interrupted once queued: it is written all the same)
@@ -398,14 +399,16 @@ class Orchestrator:
         profile: ResolvedProfile,
         before: Snapshot,
         workspace: Path,
+        redactor: Redactor,
     ) -> OrchestratorError:
         """The end record of an execution that started but did not finish: its code, and what it
-        changed in the workspace so far (the sandbox itself was torn down by the executor)."""
+        changed in the workspace so far (the sandbox itself was torn down by the executor; set-id bits
+        it left are removed here too)."""
         try:
-            effects = failed_side_effects(*await workspace_changes(before, workspace))
+            effects = failed_side_effects(*await workspace_changes(before, workspace, redactor, profile))
         except Exception as exc:  # a bug: never in the way of the end record
             log.warning("side effects of %s unknown: %s", execution_id, type(exc).__name__)
-            effects = {"error": f"unknown: {type(exc).__name__}"}
+            effects = {"error": f"unknown: {type(exc).__name__}", "complete": False}
         return await self._refuse(
             execution_id,
             gate,
@@ -447,8 +450,22 @@ class ExecutionResult:
 
     @property
     def ok(self) -> bool:
+        """The command ran to exit 0 within every limit, and the workspace record is complete."""
         o = self.outcome
-        return o.exit_code == 0 and not o.timed_out and not o.oom_killed
+        return o.exit_code == 0 and not self.sandbox_failed
+
+    @property
+    def sandbox_failed(self) -> bool:
+        """The run failed for a reason of the sandbox's, not the command's own exit status (CLI: 125)."""
+        o = self.outcome
+        return (
+            o.exit_code is None
+            or o.timed_out
+            or o.oom_killed
+            or o.pids_limit_killed
+            or o.over_budget
+            or not o.side_effects_complete
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The `sandboxctl run --json` shape."""
@@ -464,5 +481,6 @@ class ExecutionResult:
             "timed_out": o.timed_out,
             "oom_killed": o.oom_killed,
             "duration_ms": o.duration_ms,
+            "side_effects": o.side_effects.summary() if o.side_effects is not None else None,
             "error": {"code": self.error.code, "message": self.error.message} if self.error else None,
         }

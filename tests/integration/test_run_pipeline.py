@@ -198,6 +198,7 @@ def test_cli_run_exit_status_json_and_refusals(tmp_path: Path) -> None:
         "timed_out",
         "oom_killed",
         "duration_ms",
+        "side_effects",
         "error",
     }
     assert (out["ok"], out["decision"], out["exit_code"], out["stdout"], out["error"]) == (
@@ -207,6 +208,14 @@ def test_cli_run_exit_status_json_and_refusals(tmp_path: Path) -> None:
         "hello\n",
         None,
     )
+    assert out["side_effects"] == {
+        "complete": True,
+        "created": 0,
+        "modified": 0,
+        "deleted": 0,
+        "bytes_written": 0,
+        "setid_removed": 0,
+    }
     assert cli(*base, "--", "false", cwd=ws).returncode == 1  # the command's own status
     denied = cli(*base, "--json", "--", "sudo", "id", cwd=ws)
     assert denied.returncode == 125 and "POLICY.DENIED" in denied.stderr

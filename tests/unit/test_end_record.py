@@ -16,10 +16,9 @@ from orchestrator.domain.errors import SandboxOutputLimit
 from orchestrator.evidence import MAX_RECORD_BYTES, EventType, EvidenceWriter, iter_records, verify
 from orchestrator.evidence.fit import DEGRADED_KEY
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
-from orchestrator.results import Redactor, diff, snapshot
+from orchestrator.results import Redactor, collect, snapshot
+from orchestrator.results.record import SIDE_EFFECTS_MAX_BYTES
 from orchestrator.service.end_record import (
-    PATH_SHOWN_CHARS,
-    SIDE_EFFECTS_BUDGET,
     clip,
     finished_fields,
     side_effects_json,
@@ -54,6 +53,7 @@ def outcome(**changes: object) -> RunOutcome:
         "state": ExitState(7, False, datetime.now(UTC), datetime.now(UTC), error="e" * 100_000, image_id="sha256:x"),
         "side_effects": None,
         "side_effects_error": None,
+        "write_budget": None,
         "usage": ResourceUsage(1, 2, 3),
         "lifecycle": "failed: " + "\udcff" * 5000,
         "error": None,
@@ -72,36 +72,27 @@ def write_end(tmp_path: Path, fields: dict[str, object]) -> dict[str, object]:
     return record.fields()
 
 
-def test_a_huge_hostile_listing_is_summarised_within_its_budget(tmp_path: Path, profile: ResolvedProfile) -> None:
+def test_a_huge_hostile_listing_is_bounded_within_its_budget(tmp_path: Path, profile: ResolvedProfile) -> None:
+    """2,000 files with 255-byte names that are not UTF-8 (over 2 MiB written out): the record counts
+    them all, digests them all, lists what fits, and the end record needs nothing degraded."""
     ws = tmp_path / "ws"
     ws.mkdir()
     before = snapshot(ws)
     hostile_tree(ws, 2000)
-    effects = diff(before, snapshot(ws), ws)
-    assert effects.created_count == 2000 and len(effects.to_json()) > 2 * 1024 * 1024  # the attack's size
+    effects = collect(before, ws, redactor=Redactor())
     summary = side_effects_json(effects)
     assert summary is not None
-    assert len(canonical_json(summary)) <= SIDE_EFFECTS_BUDGET
-    assert summary["created"] == 2000 and summary["digest"] == hashlib.sha256(effects.to_json()).hexdigest()
-    shown = summary["created_paths"]
-    assert 0 < len(shown) < 2000 and summary["created_paths_omitted"] == 2000 - len(shown)
-    assert all(len(p) <= PATH_SHOWN_CHARS for p in shown) and shown[0].startswith("00000\\x80\\x81")
+    assert len(canonical_json(summary)) <= SIDE_EFFECTS_MAX_BYTES
+    assert summary["created_count"] == 2000 and summary["digest"] == effects.digest
+    assert summary["listing_complete"] is False and 0 < len(summary["created"]) < 2000
+    assert all(len(c["path"]) <= 256 for c in summary["created"]) and summary["created"][0]["path"].startswith(
+        "00000\\x80\\x81"
+    )
     fields = write_end(tmp_path, finished_fields(outcome(side_effects=effects, lifecycle="complete"), profile, None))
     data = fields["data"]
     assert isinstance(data, dict)
     assert DEGRADED_KEY not in data  # bounded in advance: nothing left for the writer to degrade
-    assert data["exit_code"] == 7 and data["side_effects"]["created"] == 2000
-
-
-def test_one_long_list_uses_the_room_the_others_leave(tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    before = snapshot(ws)
-    hostile_tree(ws, 600)  # created only: modified and deleted are empty
-    summary = side_effects_json(diff(before, snapshot(ws), ws))
-    assert summary is not None and summary["modified_paths"] == [] and summary["deleted_paths"] == []
-    assert len(canonical_json(summary)) <= SIDE_EFFECTS_BUDGET
-    assert len(canonical_json(summary["created_paths"])) > SIDE_EFFECTS_BUDGET * 0.9
+    assert data["exit_code"] == 7 and data["side_effects"]["created_count"] == 2000
 
 
 def test_a_small_listing_is_recorded_whole(tmp_path: Path) -> None:
@@ -109,8 +100,8 @@ def test_a_small_listing_is_recorded_whole(tmp_path: Path) -> None:
     ws.mkdir()
     before = snapshot(ws)
     hostile_tree(ws, 3, name_bytes=20)
-    effects = diff(before, snapshot(ws), ws)
-    assert side_effects_json(effects) == {**effects.to_dict(), "digest": effects.digest()}
+    effects = collect(before, ws, redactor=Redactor())
+    assert side_effects_json(effects) == effects.to_dict() and effects.listing_complete
 
 
 def test_free_text_is_clipped_and_output_is_sizes_and_the_hash_of_what_was_kept(

@@ -56,6 +56,8 @@ def test_resolved_workspace_write_is_fully_explicit(registry: ProfileRegistry) -
         "stderr_max_bytes": MIB,
         "nofile": 1024,
         "fsize_bytes": 256 * MIB,
+        "workspace_write_bytes": 1024 * MIB,
+        "workspace_write_files": 100_000,
         "seccomp": "default",
         "cap_add": [],
         "cap_drop": ["ALL"],
@@ -143,6 +145,19 @@ def test_caps_lower_every_limit(registry: ProfileRegistry) -> None:
     )
     assert (r.memory_bytes, r.memory_swap_bytes, r.cpus, r.pids_limit) == (1024 * MIB, 1024 * MIB, 1.5, 300)
     assert (r.wall_timeout_s, r.stdout_max_bytes, r.stderr_max_bytes) == (600.0, 2 * MIB, 2 * MIB)
+
+
+def test_caps_lower_the_workspace_write_budget(registry: ProfileRegistry) -> None:
+    ci = registry.get("ci")
+    assert (resolve(ci).workspace_write_bytes, resolve(ci).workspace_write_files) == (8 * 1024 * MIB, 500_000)
+    r = resolve(ci, caps=caps(max_workspace_write_bytes="2g", max_workspace_write_files=1000))
+    assert (r.workspace_write_bytes, r.workspace_write_files) == (2 * 1024 * MIB, 1000)
+    wide = resolve(ci, caps=caps(max_workspace_write_bytes="64t", max_workspace_write_files=10_000_000))
+    assert (wide.workspace_write_bytes, wide.workspace_write_files) == (8 * 1024 * MIB, 500_000)
+    untrusted = resolve(registry.get("untrusted"))
+    assert (untrusted.workspace_write_bytes, untrusted.workspace_write_files) == (256 * MIB, 20_000)
+    with pytest.raises(ValidationError):
+        caps(max_workspace_write_files=-1)
 
 
 def test_caps_never_raise_a_limit(registry: ProfileRegistry) -> None:

@@ -1,4 +1,7 @@
-"""Workspace snapshots and side effects, on real directories: symlinks are recorded, never followed."""
+"""Workspace snapshots and side effects, on real directories: symlinks are recorded, never followed.
+
+The hostile classes (changes hidden by floods, the record's bound, names carrying secrets, set-id bits,
+scan cost) have their own file: test_results_hostile_workspace.py."""
 
 from __future__ import annotations
 
@@ -17,28 +20,33 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.domain.canonical import sha256_hex
+from orchestrator.domain.canonical import canonical_json, sha256_hex
 from orchestrator.domain.errors import InputInvalid
-from orchestrator.results import FileChange, SideEffects, Snapshot, diff, snapshot
-from orchestrator.results.workspace import (
+from orchestrator.results import CollectLimits, FileChange, SideEffects, Snapshot, collect, snapshot
+from orchestrator.results.fstree import (
     MAX_PATH_BYTES,
     NOTE_BUDGET,
     NOTE_NOT_REGULAR,
-    NOTE_PATH_CHANGED,
     NOTE_PERMISSION,
+    NOTE_REPLACED,
     NOTE_SYMLINK,
+    READ_CHUNK,
+    Cursor,
+    Moved,
+    entry_at,
+    hash_file,
 )
+from orchestrator.results.record import EMPTY_DIGEST
 
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def run(root: Path, change: Callable[[], object], **kwargs: int) -> SideEffects:
+def run(root: Path, change: Callable[[], object], **limits: int) -> SideEffects:
     before = snapshot(root)
     change()
-    after = snapshot(root)
-    return diff(before, after, root, **kwargs)
+    return collect(before, root, limits=CollectLimits(**limits))
 
 
 def paths(changes: tuple[FileChange, ...]) -> list[str]:
@@ -127,14 +135,27 @@ def test_create_modify_delete(ws: Path) -> None:
     assert fx.deleted[0] == FileChange(path="gone.txt", kind="file", size=4, mode=0o644)
     assert (fx.created_count, fx.modified_count, fx.deleted_count) == (3, 1, 1)
     assert fx.hashed_bytes == 2 + 6 + 12
-    assert not fx.truncated
+    assert fx.hashed_files == 3
+    assert fx.bytes_written == 2 + 6 + (12 - 4)  # created files, plus what edit.txt grew
+    assert fx.complete and fx.listing_complete
+
+
+def assert_unchanged(fx: SideEffects) -> None:
+    assert (fx.created, fx.modified, fx.deleted) == ((), (), ())
+    assert (fx.created_count, fx.modified_count, fx.deleted_count, fx.bytes_written) == (0, 0, 0, 0)
+    assert fx.digest == EMPTY_DIGEST
+    assert fx.complete and fx.listing_complete
 
 
 def test_nothing_changed(ws: Path) -> None:
     fx = run(ws, lambda: None)
-    assert fx == SideEffects()
-    assert fx.to_json() == b'{"created":[],"created_count":0,"deleted":[],"deleted_count":0,"hashed_bytes":0,' + (
-        b'"modified":[],"modified_count":0,"truncated":false}'
+    assert_unchanged(fx)
+    assert fx.entries_examined == 10  # 5 looked up by name, 5 listed again to find new ones
+    assert fx.to_json() == (
+        b'{"bytes_written":0,"complete":true,"created":[],"created_count":0,"deleted":[],"deleted_count":0,'
+        b'"digest":"' + EMPTY_DIGEST.encode() + b'","entries_examined":10,"hashed_bytes":0,"hashed_files":0,'
+        b'"listing_complete":true,"modified":[],"modified_count":0,"problems":[],"problems_count":0,'
+        b'"setid_removed":[],"setid_removed_count":0}'
     )
 
 
@@ -259,7 +280,7 @@ def test_symlink_replaced_by_same_target_is_unchanged(ws: Path) -> None:
         (ws / "l").unlink()
         os.symlink("a", ws / "l")
 
-    assert run(ws, change) == SideEffects()
+    assert_unchanged(run(ws, change))
 
 
 def test_dir_replaced_by_symlink_to_outside(ws: Path, outside: Path) -> None:
@@ -278,48 +299,61 @@ def test_dir_replaced_by_symlink_to_outside(ws: Path, outside: Path) -> None:
     assert_never_read(fx)
 
 
-def test_dir_swapped_for_symlink_after_the_snapshot(ws: Path, outside: Path) -> None:
-    """The sandbox (or a leftover process) races the collector: the directory holding a new file becomes a
-    symlink to a host directory holding a file of the same name. The host must not hash that file."""
-    before = snapshot(ws)
+def _recorded(root: Path, relative: str) -> tuple[int, Cursor, str, object]:
+    """A cursor on the directory holding ``relative`` and the entry of its last component, as a scan
+    that is about to hash it holds them."""
+    parts = relative.split("/")
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    st = os.fstat(root_fd)
+    cursor = Cursor(root_fd, (st.st_dev, st.st_ino))
+    fd = cursor.goto(tuple(parts[:-1]))
+    return root_fd, cursor, parts[-1], entry_at(fd, parts[-1])
+
+
+def _hash(cursor: Cursor, name: str, entry: object) -> tuple[str | None, str | None]:
+    hashed = hash_file(cursor.fd, name, entry, 1 << 20, memoryview(bytearray(READ_CHUNK)))  # type: ignore[arg-type]
+    return hashed.sha256, hashed.note
+
+
+def test_dir_swapped_for_symlink_while_hashing_reads_the_original(ws: Path, outside: Path) -> None:
+    """The directory holding a new file becomes a symlink to a host directory holding a file of the same
+    name while the scan is in it: the scan reads through the descriptor it holds, never the host file."""
     (ws / "src" / "secret.txt").write_bytes(b"workspace file\n")
-    after = snapshot(ws)
-    shutil.rmtree(ws / "src")
-    os.symlink(outside, ws / "src")
-    fx = diff(before, after, ws)
-    assert paths(fx.created) == ["src/secret.txt"]
-    assert fx.created[0].sha256 is None
-    assert fx.created[0].note == NOTE_PATH_CHANGED
-    assert_never_read(fx)
+    root_fd, cursor, name, entry = _recorded(ws, "src/secret.txt")
+    try:
+        (ws / "src").rename(ws / "moved")
+        os.symlink(outside, ws / "src")
+        assert _hash(cursor, name, entry) == (sha(b"workspace file\n"), None)
+    finally:
+        cursor.close()
+        os.close(root_fd)
 
 
-def test_file_swapped_for_symlink_after_the_snapshot(ws: Path) -> None:
+def test_file_swapped_for_symlink_before_hashing(ws: Path) -> None:
     passwd = Path("/etc/passwd").read_bytes()
-    before = snapshot(ws)
     (ws / "report.txt").write_bytes(b"report\n")
-    (ws / "edit.txt").write_bytes(b"edited\n")
-    after = snapshot(ws)
-    for name in ("report.txt", "edit.txt"):
-        (ws / name).unlink()
-        os.symlink("/etc/passwd", ws / name)
-    fx = diff(before, after, ws)
-    assert [(c.path, c.kind, c.sha256, c.note) for c in (*fx.created, *fx.modified)] == [
-        ("report.txt", "file", None, NOTE_SYMLINK),
-        ("edit.txt", "file", None, NOTE_SYMLINK),
-    ]
-    assert fx.hashed_bytes == 0
-    assert_never_read(fx, sha(passwd))
+    root_fd, cursor, name, entry = _recorded(ws, "report.txt")
+    try:
+        (ws / "report.txt").unlink()
+        os.symlink("/etc/passwd", ws / "report.txt")
+        digest, note = _hash(cursor, name, entry)
+        assert (digest, note) == (None, NOTE_SYMLINK)
+        assert digest != sha(passwd)
+    finally:
+        cursor.close()
+        os.close(root_fd)
 
 
-def test_file_replaced_by_another_file_after_the_snapshot(ws: Path) -> None:
-    before = snapshot(ws)
+def test_file_replaced_by_another_file_before_hashing(ws: Path) -> None:
     (ws / "a.txt").write_bytes(b"first\n")
-    after = snapshot(ws)
-    (ws / "b.txt").write_bytes(b"second\n")
-    os.replace(ws / "b.txt", ws / "a.txt")
-    fx = diff(before, after, ws)
-    assert fx.created[0].sha256 is None
-    assert fx.created[0].note == "not hashed: replaced after snapshot"
+    root_fd, cursor, name, entry = _recorded(ws, "a.txt")
+    try:
+        (ws / "b.txt").write_bytes(b"second\n")
+        os.replace(ws / "b.txt", ws / "a.txt")
+        assert _hash(cursor, name, entry) == (None, NOTE_REPLACED)
+    finally:
+        cursor.close()
+        os.close(root_fd)
 
 
 # ---------------------------------------------------------------------------------------------- special files
@@ -340,15 +374,21 @@ def test_fifo_is_never_opened(ws: Path) -> None:
     assert fx.created == (FileChange(path="pipe", kind="other", mode=mode, note="fifo"),)
 
 
-def test_fifo_swapped_in_after_the_snapshot_does_not_block(ws: Path) -> None:
-    before = snapshot(ws)
+def test_fifo_swapped_in_before_hashing_does_not_block(ws: Path) -> None:
     (ws / "out.log").write_bytes(b"log\n")
-    after = snapshot(ws)
-    (ws / "out.log").unlink()
-    os.mkfifo(ws / "out.log")
-    fx = _in_thread(lambda: diff(before, after, ws))
-    assert fx.created[0].note in (NOTE_NOT_REGULAR, "not hashed: replaced after snapshot")
-    assert fx.created[0].sha256 is None
+    root_fd, cursor, name, entry = _recorded(ws, "out.log")
+    try:
+        (ws / "out.log").unlink()
+        os.mkfifo(ws / "out.log")
+        box: list[tuple[str | None, str | None]] = []
+        thread = threading.Thread(target=lambda: box.append(_hash(cursor, name, entry)), daemon=True)
+        thread.start()
+        thread.join(10)
+        assert not thread.is_alive(), "blocked on a FIFO"
+        assert box[0] in ((None, NOTE_NOT_REGULAR), (None, NOTE_REPLACED))
+    finally:
+        cursor.close()
+        os.close(root_fd)
 
 
 def test_unix_socket_is_other(tmp_path: Path) -> None:
@@ -359,7 +399,7 @@ def test_unix_socket_is_other(tmp_path: Path) -> None:
         before = snapshot(root)
         with socket.socket(socket.AF_UNIX) as sock:
             sock.bind(str(root / "s"))
-            fx = diff(before, snapshot(root), root)
+            fx = collect(before, root)
         assert fx.created[0].kind == "other"
         assert fx.created[0].note == "socket"
     finally:
@@ -450,21 +490,30 @@ def _unreadable_scenario(root: Path) -> str:
     (root / "locked" / "inner.txt").write_bytes(b"inner")
     os.chmod(root / "locked", 0)
     os.chmod(root / "old", 0o300)  # search but no read: not listable
-    after = snapshot(root)
-    return diff(before, after, root).to_json().decode()
+    return collect(before, root).to_json().decode()
 
 
-def test_unreadable_files_and_dirs_are_noted() -> None:
+def test_unreadable_files_and_dirs_are_problems() -> None:
+    """What cannot be looked into makes the record incomplete, naming each place."""
     fx = SideEffects.model_validate_json(_as_unprivileged(_unreadable_scenario))
     created = by_path(fx.created)
     assert created["private.txt"].note == NOTE_PERMISSION
     assert created["private.txt"].sha256 is None
-    assert created["locked"].note == "contents not listed: permission denied"
+    assert created["locked"].kind == "dir"
     assert "locked/inner.txt" not in created
     modified = by_path(fx.modified)
-    assert modified["old"].note == "mode changed; contents not listed: permission denied"
+    assert modified["old"].note == "mode changed"
     assert fx.deleted == ()  # old/a.txt is unknown, not deleted
-    assert fx.truncated
+    assert not fx.complete
+    assert [(p.kind, p.path) for p in fx.problems] == [
+        ("unreachable", "old"),
+        ("unlisted", "locked"),
+        ("unlisted", "old"),
+    ]
+    assert fx.problems[0].detail == (
+        "could not be entered after the run (permission denied): changes below it are not known"
+    )
+    assert fx.problems_count == 3
 
 
 # ---------------------------------------------------------------------------------------------- limits
@@ -506,13 +555,16 @@ def test_deep_tree_with_few_descriptors(ws: Path) -> None:
     parts = _deep(ws, depth)
     # siblings at several depths force the walk back up through '..'
     with _fd_limit(24):
-        after = snapshot(ws)
-        fx = diff(before, after, ws)
-    leaf = "/".join([*parts, "leaf.txt"])
+        fx = collect(before, ws)
     assert fx.created_count == depth + 1
-    assert fx.created[-1].path == leaf
-    assert fx.created[-1].sha256 == sha(b"deep\n")
-    assert not fx.truncated
+    assert fx.complete
+    assert (fx.hashed_files, fx.hashed_bytes) == (1, len(b"deep\n"))  # the leaf, 400 levels down
+    # the listing is bounded: long paths keep head and tail, and it stops at its byte budget
+    leaf = "/".join([*parts, "leaf.txt"])
+    assert not fx.listing_complete
+    shortened = fx.created[-1]
+    assert leaf.startswith(shortened.path.split("…")[0]) and len(shortened.path) == 256
+    assert shortened.note == "name shortened"
 
 
 def test_deep_tree_revisits_parents(ws: Path) -> None:
@@ -537,12 +589,10 @@ def test_deep_tree_revisits_parents(ws: Path) -> None:
 def test_cursor_climbs_back_after_a_move(ws: Path) -> None:
     """'..' of a directory moved elsewhere leads to its new parent: noticed by (dev, inode), and the
     cursor walks down again by name from the nearest open level instead."""
-    from orchestrator.results.workspace import _Cursor, _Moved
-
     parts = tuple(_deep(ws, 20))
     root_fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
     st = os.fstat(root_fd)
-    cursor = _Cursor(root_fd, (st.st_dev, st.st_ino))
+    cursor = Cursor(root_fd, (st.st_dev, st.st_ino))
     try:
         cursor.goto(parts)
         level12 = ws.joinpath(*parts[:12])
@@ -556,7 +606,7 @@ def test_cursor_climbs_back_after_a_move(ws: Path) -> None:
         replaced = ws.joinpath(*parts[:11])
         replaced.rename(ws / "old11")
         (ws / "new").rename(replaced)
-        with pytest.raises(_Moved):
+        with pytest.raises(Moved):
             cursor.goto(parts[:11], expected=(st.st_dev, os.stat(ws / "old11").st_ino))
     finally:
         cursor.close()
@@ -581,24 +631,27 @@ def test_entry_limit_truncates_without_false_deletions(tmp_path: Path) -> None:
     assert before.truncated
     assert len(before) == 10
     assert before.last == (b"f09",)
-    (root / "a0").write_bytes(b"early")  # sorts first: pushes f09 out of the after snapshot
+    (root / "a0").write_bytes(b"early")  # sorts first: within what the snapshot saw, so created
     (root / "f05").write_bytes(b"changed")
-    (root / "zz").write_bytes(b"late")  # past the horizon: not seen
-    after = snapshot(root, max_entries=10)
-    fx = diff(before, after, root)
+    (root / "f15").write_bytes(b"changed")  # past the snapshot's last entry: unknown, never a false "created"
+    (root / "zz").write_bytes(b"late")  # likewise
+    fx = collect(before, root)
     assert paths(fx.created) == ["a0"]
     assert paths(fx.modified) == ["f05"]
     assert fx.deleted == ()
-    assert fx.truncated
+    assert not fx.complete
+    assert [p.kind for p in fx.problems] == ["before_truncated"]
+    assert fx.problems[0].detail.startswith("the workspace held more than 10 entries before the run")
 
 
 def test_entry_limit_zero(ws: Path) -> None:
     snap = snapshot(ws, max_entries=0)
     assert snap.truncated
     assert len(snap) == 0
-    fx = diff(snap, snapshot(ws, max_entries=0), ws)
-    assert fx.truncated
-    assert fx.created_count == fx.deleted_count == 0
+    (ws / "new").write_bytes(b"")
+    fx = collect(snap, ws)
+    assert not fx.complete
+    assert fx.created_count == fx.deleted_count == fx.modified_count == 0
 
 
 def test_big_directory_keeps_the_walk_prefix(ws: Path) -> None:
@@ -644,31 +697,43 @@ def test_json_digest_and_round_trip(ws: Path) -> None:
     def change() -> None:
         (ws / "edit.txt").write_bytes(b"new\n")
         os.symlink("x", ws / "l")
+        (ws / "gone.txt").unlink()
 
     fx = run(ws, change)
-    assert fx.digest() == sha256_hex(fx.to_json())
+    # the digest as documented: per kind, sha256 of the canonical JSON lines of every change, in walk order
+    lines = {
+        group: hashlib.sha256(
+            b"".join(canonical_json(c.model_dump(mode="json", exclude_none=True)) + b"\n" for c in changes)
+        ).hexdigest()
+        for group, changes in (("created", fx.created), ("deleted", fx.deleted), ("modified", fx.modified))
+    }
+    assert fx.digest == sha256_hex(canonical_json(lines))
     again = SideEffects.model_validate_json(fx.to_json())
     assert again == fx
-    assert again.digest() == fx.digest()
     document = json.loads(fx.to_json())
     assert "sha256" not in document["created"][0]  # fields that do not apply are left out
-    assert fx.summary(max_paths=1) == {
+    assert fx.summary() == {
+        "complete": True,
         "created": 1,
         "modified": 1,
-        "deleted": 0,
-        "hashed_bytes": 4,
-        "truncated": False,
-        "digest": fx.digest(),
-        "created_paths": ["l"],
-        "modified_paths": ["edit.txt"],
-        "deleted_paths": [],
+        "deleted": 1,
+        "bytes_written": 0,  # edit.txt kept its size
+        "setid_removed": 0,
     }
+    assert fx.incompleteness() is None
 
 
 def test_counts_must_match() -> None:
     change = FileChange(path="a", kind="file", size=1, mode=0o644)
-    with pytest.raises(ValidationError, match="counts"):
+    with pytest.raises(ValidationError, match="more changes listed than counted"):
         SideEffects(created=(change,), created_count=0)
+    SideEffects(created=(change,), created_count=5, listing_complete=False)  # listed fewer than found: fine
+    with pytest.raises(ValidationError, match="complete must be true exactly when"):
+        SideEffects(complete=False)
+    with pytest.raises(ValidationError, match="complete must be true exactly when"):
+        SideEffects(problems_count=1)
+    with pytest.raises(ValidationError, match="set-id"):
+        SideEffects(setid_removed=("a",))
     with pytest.raises(ValidationError):
         FileChange(path="a", kind="file", mode=0o644, sha256="nothex")
     with pytest.raises(ValidationError):
@@ -678,7 +743,7 @@ def test_counts_must_match() -> None:
 def test_models_are_frozen(ws: Path) -> None:
     fx = run(ws, lambda: (ws / "n").write_bytes(b""))
     with pytest.raises(ValidationError):
-        fx.truncated = True  # type: ignore[misc]
+        fx.complete = False  # type: ignore[misc]
 
 
 # ---------------------------------------------------------------------------------------------- root errors
@@ -701,15 +766,16 @@ def test_root_replaced_between_snapshots(tmp_path: Path) -> None:
     root.rmdir()
     (tmp_path / "other").rename(root)
     with pytest.raises(InputInvalid, match="not the directory"):
-        diff(before, snapshot(root), root)
+        collect(before, root)
 
 
 def test_negative_limits_rejected(ws: Path) -> None:
     with pytest.raises(ValueError, match="max_entries"):
         snapshot(ws, max_entries=-1)
-    snap = snapshot(ws)
-    with pytest.raises(ValueError, match="budgets"):
-        diff(snap, snap, ws, max_hash_bytes=-1)
+    with pytest.raises(ValueError, match="limits"):
+        CollectLimits(max_hash_bytes=-1)
+    with pytest.raises(ValueError, match="listing_bytes"):
+        CollectLimits(listing_bytes=1 << 30)
 
 
 def test_no_descriptor_leak(ws: Path) -> None:
@@ -717,7 +783,7 @@ def test_no_descriptor_leak(ws: Path) -> None:
     count = len(os.listdir("/proc/self/fd"))
     before = snapshot(ws)
     (ws / "x").write_bytes(b"x")
-    diff(before, snapshot(ws), ws)
+    collect(before, ws)
     assert len(os.listdir("/proc/self/fd")) == count
 
 
@@ -727,5 +793,7 @@ def test_mode_bits_reported(ws: Path) -> None:
         os.chmod(ws / "tool", 0o4755)
 
     fx = run(ws, change)
-    assert fx.created[0].mode == 0o4755
+    assert fx.created[0].mode == 0o4755  # as the run left it
     assert stat.S_ISUID & fx.created[0].mode
+    assert fx.created[0].note == "set-uid/set-gid bits removed"
+    assert stat.S_IMODE(os.lstat(ws / "tool").st_mode) == 0o755  # as it stays on the host
