@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from unprivileged import as_nobody
 
 from orchestrator.domain.canonical import canonical_json, sha256_hex
 from orchestrator.domain.errors import InputInvalid
@@ -439,45 +440,6 @@ def test_huge_file_is_not_read(ws: Path) -> None:
 # ---------------------------------------------------------------------------------------------- permissions
 
 
-_PERMISSION_SCRIPT_UID = 65534
-
-
-def _as_unprivileged(work: Callable[[Path], str]) -> str:
-    """Run ``work`` where permission bits apply: in a forked child as nobody when the tests run as root."""
-    base = Path(tempfile.mkdtemp(prefix="results-perm-", dir="/tmp"))
-    os.chmod(base, 0o777)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 1
-        try:
-            os.close(read_fd)
-            if os.geteuid() == 0:
-                os.setgroups([])
-                os.setgid(_PERMISSION_SCRIPT_UID)
-                os.setuid(_PERMISSION_SCRIPT_UID)
-            root = base / "ws"
-            root.mkdir()
-            os.write(write_fd, work(root).encode())
-            code = 0
-        except BaseException as e:
-            with contextlib.suppress(Exception):
-                os.write(write_fd, f"ERROR {e!r}".encode())
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    chunks = []
-    while chunk := os.read(read_fd, 65536):
-        chunks.append(chunk)
-    os.close(read_fd)
-    _, status = os.waitpid(pid, 0)
-    for dirpath, dirnames, _ in os.walk(base):
-        for name in dirnames:
-            os.chmod(os.path.join(dirpath, name), 0o700)
-    shutil.rmtree(base)
-    output = b"".join(chunks).decode()
-    assert os.waitstatus_to_exitcode(status) == 0, output
-    return output
 
 
 def _unreadable_scenario(root: Path) -> str:
@@ -495,7 +457,7 @@ def _unreadable_scenario(root: Path) -> str:
 
 def test_unreadable_files_and_dirs_are_problems() -> None:
     """What cannot be looked into makes the record incomplete, naming each place."""
-    fx = SideEffects.model_validate_json(_as_unprivileged(_unreadable_scenario))
+    fx = SideEffects.model_validate_json(as_nobody(_unreadable_scenario))
     created = by_path(fx.created)
     assert created["private.txt"].note == NOTE_PERMISSION
     assert created["private.txt"].sha256 is None

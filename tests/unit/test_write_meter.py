@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from unprivileged import as_nobody
 
 from orchestrator.results import snapshot
 from orchestrator.results.write_meter import MeterReport, WorkspaceMeter, WriteBudget
@@ -190,45 +191,6 @@ def test_a_tree_made_faster_than_it_is_watched_is_counted(ws: Path) -> None:
 # ---------------------------------------------------------------------------------------------- blind spots
 
 
-_UID = 65534
-
-
-def _as_nobody(work: Callable[[Path], str]) -> str:
-    """Run ``work`` in a forked child as nobody (permission bits apply), in a directory nobody owns."""
-    base = Path(tempfile.mkdtemp(prefix="meter-", dir=Path.cwd() if os.access(Path.cwd(), os.W_OK) else None))
-    os.chmod(base, 0o777)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 1
-        try:
-            os.close(read_fd)
-            if os.geteuid() == 0:
-                os.setgroups([])
-                os.setgid(_UID)
-                os.setuid(_UID)
-            root = base / "ws"
-            root.mkdir()
-            os.write(write_fd, work(root).encode())
-            code = 0
-        except BaseException as e:
-            with contextlib.suppress(Exception):
-                os.write(write_fd, f"ERROR {e!r}".encode())
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    chunks = []
-    while chunk := os.read(read_fd, 65536):
-        chunks.append(chunk)
-    os.close(read_fd)
-    _, status = os.waitpid(pid, 0)
-    for dirpath, dirnames, _ in os.walk(base):
-        for name in dirnames:
-            os.chmod(os.path.join(dirpath, name), 0o700)
-    shutil.rmtree(base)
-    output = b"".join(chunks).decode()
-    assert os.waitstatus_to_exitcode(status) == 0, output
-    return output
 
 
 def _blind_scenario(root: Path) -> str:
@@ -246,7 +208,7 @@ def _blind_scenario(root: Path) -> str:
 def test_a_directory_out_of_sight_falls_back_to_the_filesystems_usage() -> None:
     """A directory the controller cannot read (a non-root controller, a directory the sandbox made
     unreadable): the filesystem's own usage is held against the budget instead (conservative)."""
-    exceeded, blind, written, detail = _as_nobody(_blind_scenario).split(" ", 3)
+    exceeded, blind, written, detail = as_nobody(_blind_scenario).split(" ", 3)
     assert (exceeded, blind) == ("bytes", "True"), detail
     assert detail.startswith("the workspace's filesystem grew by more than 16777216 bytes")
     assert int(written) < 1024 * MIB
