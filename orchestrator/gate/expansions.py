@@ -170,15 +170,9 @@ def builtin_evaluates(words: tuple[str, ...], st: WalkState, depth: int, parse: 
     name = words[0]
     if name not in _NAME_BUILTINS:
         return
-    for word in words[1:]:
-        start = word.find("[")
-        end = word.rfind("]")
-        if 0 <= start < end and ("$(" in word or "`" in word):
-            parse(f": {word[start + 1 : end]}", st, depth + 1, name)
     if name == "let":
         evaluates(st, "let")
-        return
-    if name in _DECLARES and any(
+    elif name in _DECLARES and any(
         w[:1] in "-+" and len(w) > 1 and "=" not in w and ("i" in w or "n" in w) for w in words[1:]
     ):
         evaluates(st, f"{name} -i/-n")
@@ -196,6 +190,9 @@ def builtin_evaluates(words: tuple[str, ...], st: WalkState, depth: int, parse: 
             if not w.startswith("-") or w == "--":
                 break
     for word in candidates:
-        if SUBSCRIPTED.match(word.lstrip("\"'")):
+        start = word.find("[")
+        end = word.rfind("]")
+        if 0 <= start < end and ("$(" in word[start:end] or "`" in word[start:end]):
+            parse(f": {word[start + 1 : end]}", st, depth + 1, name)
+        if name != "let" and SUBSCRIPTED.match(word.lstrip("\"'")):
             evaluates(st, f"subscripted variable name given to {name}")
-            return

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from orchestrator.gate.paths import expand_braces
+
 MAX_DEPTH = 8
 """How many quoting levels deep command strings inside words are split again."""
 
@@ -22,7 +24,7 @@ def segments(text: str, depth: int = 0) -> list[tuple[str, ...]]:
     """Best-effort command words of text the parser could not read: split like a shell would at
     ``; & | ( ) < >``, backticks and newlines, and again inside quoted words (a quoted word may be a
     command string: ``sh -c 'rm -rf x'``). Only for matching the denylist on what is visible."""
-    out = _splitsegments(text[:_MAX_SEGMENT_CHARS])
+    out = _split_segments(text[:_MAX_SEGMENT_CHARS])
     if depth < MAX_DEPTH:
         for words in list(out):
             for word in words:
@@ -43,7 +45,7 @@ def inside(word: str, depth: int) -> list[tuple[str, ...]]:
     return [(value,)] if value != word else []
 
 
-def _splitsegments(text: str) -> list[tuple[str, ...]]:
+def _split_segments(text: str) -> list[tuple[str, ...]]:
     text = text.replace("`", " ; ").replace("\n", " ; ")
     lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|()<>")
     lexer.whitespace_split = True
@@ -63,6 +65,8 @@ def _splitsegments(text: str) -> list[tuple[str, ...]]:
             if current:
                 out.append(tuple(current))
             current = [token[2:]] if token[2:] else []
+        elif "{" in token and ("," in token or ".." in token):
+            current.extend(expand_braces(token))  # ``{sudo,id}`` is ``sudo id`` for bash
         else:
             current.append(token)
     if current:

@@ -94,13 +94,14 @@ from orchestrator.gate.shellwords import (
     mask,
     node_text,
     position,
+    splice_continuations,
     unescape_ansi,
     unescape_dq,
     unescape_word,
     unquoted_blank,
 )
 from orchestrator.gate.unwrap import Argv, locate
-from orchestrator.gate.visibility import finish
+from orchestrator.gate.visibility import computed_options, finish
 from orchestrator.gate.walkstate import FROM_FILE, WalkState
 
 __all__ = [
@@ -139,11 +140,14 @@ _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirec
 class _Subs:
     """Commands found in substitutions inside one command's words: they feed it (or it feeds them)."""
 
-    __slots__ = ("into", "out_of")
+    __slots__ = ("extra", "into", "out_of")
 
     def __init__(self) -> None:
         self.into: list[int] = []
         self.out_of: list[int] = []
+        self.extra: list[str] = []
+        """Words the grammar gave a redirection beyond its target (``rm >/dev/null -rf /``): bash
+        passes them to the command."""
 
 
 def _scan(node: Node, st: WalkState, depth: int, subs: _Subs) -> None:
@@ -165,18 +169,40 @@ def _scan(node: Node, st: WalkState, depth: int, subs: _Subs) -> None:
         return
     elif t in _OPERAND_LEAVES and node.named_child_count == 0:
         text = node_text(node)
-        if _SUBSTITUTION_MARK.search(text):
-            # ``${PWD#$(cmd)}``, ``${x:-<(cmd)}``: the grammar keeps an operand as a leaf, yet bash
-            # expands it (and runs what it substitutes): read it as the words of a command
-            st.reasons["command substitution"] = None
-            subs.into.extend(_parse_into(f": {text}", st, depth + 1, "${…}"))
+        if _SUBSTITUTION_MARK.search(text) and (t != "raw_string" or _quotes_are_plain_characters(node)):
+            subs.into.extend(_operand_substitutions(text[1:-1] if t == "raw_string" else text, st, depth))
         return
     for child in node.children:
         if child.is_named:
             _scan(child, st, depth + 1, subs)
 
 
-_OPERAND_LEAVES = frozenset({"regex", "word", "extglob_pattern", "string_content"})
+def _operand_substitutions(text: str, st: WalkState, depth: int) -> list[int]:
+    """``${PWD#$(cmd)}``, ``${x:-<(cmd)}``, ``$(( '$(cmd)' ))``: the grammar keeps an operand as a leaf,
+    yet bash expands it (and runs what it substitutes): read it as the words of a command."""
+    st.reasons["command substitution"] = None
+    return _parse_into(f": {text}", st, depth + 1, "${…}")
+
+
+_OPERAND_LEAVES = frozenset({"regex", "word", "extglob_pattern", "string_content", "raw_string"})
+_PLAIN_QUOTE_CONTEXTS = frozenset({"arithmetic_expansion", "expansion", "string", "c_style_for_statement"})
+
+
+def _quotes_are_plain_characters(node: Node) -> bool:
+    """``'…'`` inside ``$(( ))``, ``(( ))`` or a double-quoted ``${…}`` is no quoting for bash: a
+    substitution in it runs."""
+    parent = node.parent
+    for _ in range(32):
+        if parent is None or parent.type in ("command", "program", "variable_assignment"):
+            return False
+        if parent.type in _PLAIN_QUOTE_CONTEXTS:
+            return True
+        if parent.type == "compound_statement" and parent.child_count and parent.children[0].type == "((":
+            return True
+        parent = parent.parent
+    return True
+
+
 _SUBSTITUTION_MARK = re.compile(r"\$\(|`|[<>]\(|\$\{")
 
 
@@ -208,6 +234,14 @@ def _literal(node: Node, st: WalkState, depth: int, subs: _Subs) -> str | None:
         parts: list[str] = []
         dynamic = False
         for child in node.children:
+            after = child.next_sibling
+            if (
+                child.type == "$"
+                and after is not None
+                and after.type == "string"
+                and after.start_byte == child.end_byte
+            ):
+                continue  # ``$"…"``: a translated string (bash reads the text, the ``$`` is no character)
             value = _literal(child, st, depth + 1, subs)
             if value is None:
                 dynamic = True
@@ -289,12 +323,18 @@ def _visit(node: Node, st: WalkState, depth: int) -> list[int]:
         st.reasons[reason] = None
         if t == "c_style_for_statement" and arith_uses_names(node):
             evaluates(st, "arithmetic for")
+        variable = node.child_by_field_name("variable") if t == "for_statement" else None
+        if variable is not None:
+            st.assignments[node_text(variable)] = None  # ``for BASH_ENV in …``
     elif t in _SIMPLE_REASONS:
         st.reasons[_SIMPLE_REASONS[t]] = None
         if t == "variable_assignment":
             note_assignment(node, st)
     elif t in EXPANSION_NODES:
         expansion(node, st)
+    elif t == "raw_string" and _quotes_are_plain_characters(node):
+        text = node_text(node)[1:-1]
+        return _operand_substitutions(text, st, depth) if _SUBSTITUTION_MARK.search(text) else []
     out: list[int] = []
     for child in node.children:
         if child.is_named:
@@ -310,6 +350,10 @@ def _container(node: Node, st: WalkState, depth: int) -> list[int]:
     elif t == "compound_statement":
         first = node.children[0].type if node.child_count else "{"
         st.reasons["arithmetic command" if first == "((" else "command group ({ })"] = None
+        after = st.src[node.start_byte + 1 : node.start_byte + 2]
+        if first == "{" and after not in (b" ", b"\t", b"\n", b""):
+            # ``{sudo,id}``: bash opens a group only with ``{`` and a blank; this is a word (brace-expanded)
+            _skipped(node, st)
         if first == "((" and arith_uses_names(node):
             evaluates(st, "arithmetic command")
     elif t == "command_substitution":
@@ -419,9 +463,20 @@ def _redirected(node: Node, st: WalkState, depth: int) -> list[int]:
             body += found
     if given is not None and head is not None:
         body += _feed(head, given.text, st, depth)
+    _words_after_redirect(st, head, subs, node)
     st.flows.extend((s, b) for s in subs.into for b in body)
     st.flows.extend((b, s) for s in subs.out_of for b in body)
     return body + subs.into + subs.out_of
+
+
+def _words_after_redirect(st: WalkState, head: int | None, subs: _Subs, node: Node) -> None:
+    """Words after a redirection's target belong to the command for bash; the grammar gave them to the
+    redirection: not read as the command's, so unseen (and matched against the denylist with it)."""
+    if not subs.extra:
+        return
+    st.parse_ok = False
+    st.blind(f"words after a redirection at {position(st.src, *node.start_point)}: cannot be analyzed reliably")
+    st.unanalyzed.append((*(st.commands[head] if head is not None else ()), *subs.extra))
 
 
 class _Input(NamedTuple):
@@ -431,7 +486,7 @@ class _Input(NamedTuple):
     text: str | None
 
 
-_QUOTED_DELIMITER = re.compile(r"""['"\\]""")
+_QUOTE_CHARS = re.compile(r"""['"\\]""")
 
 
 def _redirect(node: Node, st: WalkState, depth: int, subs: _Subs) -> _Input | None:
@@ -441,20 +496,30 @@ def _redirect(node: Node, st: WalkState, depth: int, subs: _Subs) -> _Input | No
         op = "<<"
         body = ""
         quoted = False
+        delimiter = ""
         for child in node.children:
             ct = child.type
             if ct in ("<<", "<<-"):
                 op = ct
             elif ct == "heredoc_start":
-                quoted = _QUOTED_DELIMITER.search(node_text(child)) is not None
+                quoted = _QUOTE_CHARS.search(node_text(child)) is not None
+                delimiter = _QUOTE_CHARS.sub("", node_text(child))
             elif ct == "heredoc_body":
                 body = node_text(child)
                 _scan(child, st, depth + 1, subs)
             elif ct in _REDIRECTS:
                 _redirect(child, st, depth + 1, subs)
             elif child.is_named and ct not in ("heredoc_start", "heredoc_end"):
-                _scan(child, st, depth + 1, subs)
+                value = _literal(child, st, depth + 1, subs)
+                subs.extra.append(node_text(child) if value is None else value)
         st.redirects.append((op, body))
+        lines = body.split("\n")
+        if delimiter and any((line.lstrip("\t") if op == "<<-" else line) == delimiter for line in lines[:-1]):
+            # bash ends the here-document at the first line that is its delimiter (quotes removed:
+            # ``<<"$E"`` ends at ``$E``); the grammar read on, so what follows was not read as commands
+            st.parse_ok = False
+            st.blind(f"here-document end the grammar missed at {position(st.src, *node.start_point)}")
+            st.unanalyzed.extend(segments(body))
         # unless its delimiter is quoted, the shell expands the body first ($, `, \)
         expands = not quoted and any(ch in body for ch in "$`\\")
         if op == "<<-":
@@ -475,6 +540,7 @@ def _redirect(node: Node, st: WalkState, depth: int, subs: _Subs) -> _Input | No
     op = ""
     target = ""
     plain = True
+    destinations = 0
     for child in node.children:
         if child.type == "file_descriptor":
             op = node_text(child) + op
@@ -482,7 +548,12 @@ def _redirect(node: Node, st: WalkState, depth: int, subs: _Subs) -> _Input | No
             op += child.type
         else:
             value = _literal(child, st, depth + 1, subs)
-            target = node_text(child) if value is None else value
+            word = node_text(child) if value is None else value
+            destinations += 1
+            if destinations > 1:
+                subs.extra.append(word)
+                continue
+            target = word
             plain = value is not None
     st.redirects.append((op, target))
     if op != "<":
@@ -522,7 +593,13 @@ def _test(node: Node, st: WalkState, depth: int) -> list[int]:
             op = node_text(operator) if operator is not None else ""
             operands = [c for c in child.children if c.is_named and c.type != "test_operator"]
             if op in ARITH_TEST_OPERATORS and first == "[[" and not all(numeric(o) for o in operands):
+                # [[ ]] reads the operands as arithmetic: a subscript's substitution runs, quoted or not
+                # ([ ] and test want integers: bash 5.2 says "integer expression expected")
                 evaluates(st, "arithmetic comparison in [[ ]]")
+                for operand in operands:
+                    text = node_text(operand).strip("'\"")
+                    if _SUBSTITUTION_MARK.search(text) and operand.type == "raw_string":
+                        subs.into.extend(_operand_substitutions(text, st, depth))
             elif op == "-v" and any(SUBSCRIPTED.match(node_text(o).strip("'\"")) for o in operands):
                 evaluates(st, "subscripted variable name given to -v")
         stack.extend(c for c in child.children if c.is_named)
@@ -577,7 +654,8 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
                     if start != last_end:
                         last_end = -1
                     continue
-            if start - last_end > 1 and last_end >= 0 and src[last_end:start].replace(b"\\\n", b"").strip(b" \t"):
+            if start - last_end >= 1 and last_end >= 0 and src[last_end:start].replace(b"\\\n", b"").strip(b" \t"):
+                # text the grammar skipped between two words, or a newline inside one command (``ls ==⏎cmd``)
                 _skipped(child, st)
             value = _literal(child, st, depth + 1, subs)
             joined = start == last_end or (start - last_end == 2 and src[last_end:start] == b"\\\n")
@@ -597,6 +675,9 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
             last_end = child.end_byte
     if index < 0:
         return subs.into + subs.out_of
+    if subs.extra:
+        st.commands[index] = tuple(words)
+        _words_after_redirect(st, index, subs, node)
     for a, b in spans:
         if unquoted_blank(src[a:b]):
             # the grammar read across a blank into one word (``sudo `` id``): bash splits there
@@ -608,6 +689,7 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
     command = tuple(words)
     st.commands[index] = command
     builtin_evaluates(command, st, depth, _parse_into)
+    computed_options(command, tuple(dynamic), st)
     out = [index]
     out += _unwrap(index, command, tuple(dynamic), st, depth)
     if given is not None:
@@ -621,9 +703,12 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
 
 
 def _skipped(node: Node, st: WalkState) -> None:
-    """The grammar skipped text before ``node`` without an ERROR node: as unreliable as one."""
+    """The grammar skipped text before ``node`` without an ERROR node: as unreliable as one (its
+    statement's words are kept for the denylist)."""
     st.parse_ok = False
     st.blind(f"parse error at {position(st.src, *node.start_point)}")
+    statement = node.parent if node.parent is not None else node
+    st.unanalyzed.extend(segments(node_text(statement)))
 
 
 _DECLARATION_KEYWORDS = frozenset({"export", "declare", "local", "readonly", "typeset", "unset", "unsetenv"})
@@ -706,6 +791,23 @@ def _bad_assignment(root: Node) -> bool:
     return False
 
 
+_TIGHT_CONTINUATION = re.compile(r"(?:^|(?<=[^ \t\\]))(?<!\\)(?:\\\\)*\\\n|(?<=\n)\\\n")
+"""A line continuation right after a non-blank character, or at the start of a line."""
+
+
+def _splicing_changes(command: str) -> bool:
+    """Whether removing the line continuations first, as bash does, changes the commands read."""
+    return (
+        _analyze_shell(command, spliced=True).commands
+        != _analyze_shell(splice_continuations(command), spliced=True).commands
+    )
+
+
+def _line_col(text: str, offset: int) -> str:
+    line = text.count("\n", 0, offset) + 1
+    return f"{line}:{offset - (text.rfind(chr(10), 0, offset) + 1) + 1}"
+
+
 def _parse_into(command: str, st: WalkState, depth: int, context: str | None) -> list[int]:
     if SUPPLEMENTARY.search(command) is not None:
         try:
@@ -715,6 +817,12 @@ def _parse_into(command: str, st: WalkState, depth: int, context: str | None) ->
             st.blind("too many distinct characters outside the BMP: cannot be analyzed")
             st.unanalyzed.extend(segments(command))
             return []
+    tight = _TIGHT_CONTINUATION.search(command) if not st.spliced else None
+    if tight is not None and _splicing_changes(command):
+        # bash removes ``\<newline>`` before it reads words (``$\⏎(cmd)``, ``x\⏎#y``, a line that starts
+        # with one); where the grammar reads the text otherwise, what it reads is not what would run
+        st.blind(f"line continuation inside a word at {_line_col(command, tight.start())}: cannot be analyzed")
+        st.unanalyzed.extend(segments(splice_continuations(command)))
     data = command.encode("utf-8", "surrogatepass")
     tree = _PARSER.parse(data)
     root = tree.root_node
@@ -746,8 +854,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 CONTROL_REASON = "control character in command: cannot be analyzed reliably"
 
 
-def _analyze_shell(command: str) -> ShellAnalysis:
+def _analyze_shell(command: str, *, spliced: bool = False) -> ShellAnalysis:
     st = WalkState()
+    st.spliced = spliced
     st.reserved = command
     if _CONTROL.search(command):
         st.blind(CONTROL_REASON)
@@ -823,10 +932,12 @@ def _unwrap(index: int, words: tuple[str, ...], dynamic: tuple[bool, ...], st: W
                     continue  # ``coproc (…)``: the subshell's commands were recorded with the words
                 j = st.add(inner.words)
                 st.wraps.append((index, j))
-                if inner.dynamic[0]:
+                if inner.dynamic[0] or GLOB_IN_WORD.search(inner.words[0]):
+                    # a computed or globbed program name (``nice /usr/bin/sud? id``)
                     st.reasons["expansion in command word"] = None
                     st.blind(COMPUTED_REASON, complex_too=False)
                 builtin_evaluates(inner.words, st, depth + 1, _parse_into)
+                computed_options(inner.words, inner.dynamic, st)
                 out.append(j)
                 out += _unwrap(j, inner.words, inner.dynamic, st, depth + 1)
             elif inner.text is None:

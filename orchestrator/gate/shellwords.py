@@ -212,3 +212,54 @@ def brace_expression(text: str) -> bool:
             opened[-1] = True
         i += 1
     return found
+
+
+def splice_continuations(command: str) -> str:
+    """The text with bash's line continuations removed where bash removes them: not in single quotes,
+    ``$'…'`` or comments (checked on bash 5.2). A ``'`` inside ``"$(…)"`` is taken literally here, so
+    such a continuation is removed too; the caller only compares, so that errs towards "changed"."""
+    out: list[str] = []
+    i, n = 0, len(command)
+    quote = ""  # "" outside quotes, '"' in double quotes
+    word_start = True
+    while i < n:
+        c = command[i]
+        if c == "\\" and i + 1 < n:
+            if command[i + 1] != "\n":
+                out.append(command[i : i + 2])
+                word_start = False
+            i += 2
+            continue
+        if quote:
+            quote = "" if c == '"' else quote
+        elif c == '"':
+            quote = c
+        elif c == "'" or (c == "$" and command.startswith("$'", i)):
+            start = i + (2 if c == "$" else 1)
+            end = _closing_single_quote(command, start, ansi=c == "$")
+            out.append(command[i:end])
+            i, word_start = end, False
+            continue
+        elif c == "#" and word_start:
+            end = command.find("\n", i)
+            end = n if end < 0 else end
+            out.append(command[i:end])
+            i = end
+            continue
+        out.append(c)
+        word_start = not quote and c in " \t\n;&|()<>"
+        i += 1
+    return "".join(out)
+
+
+def _closing_single_quote(command: str, start: int, *, ansi: bool) -> int:
+    """The index just past the quote that closes ``'…'`` (``$'…'`` honours ``\\'``), or the end."""
+    i = start
+    while i < len(command):
+        if ansi and command[i] == "\\":
+            i += 2
+            continue
+        if command[i] == "'":
+            return i + 1
+        i += 1
+    return len(command)

@@ -130,6 +130,9 @@ def _option_inners(site: _Site) -> None:
                 out.inners.append(Sh(None if dynamic else f": {value}"))
         elif runs is Runs.CODE:
             _code(site, hit.spelling, value, dynamic)
+        elif runs is Runs.BINDS:
+            out.inners.append(Argv((value,), (dynamic,)))
+            out.blind.append(f"'{site.name} {hit.spelling}' binds a command name: later commands by it run {value!r}")
         elif runs is Runs.MODULE and (dynamic or value in site.program.code_modules):
             out.blind.append(f"'{site.name} {hit.spelling} {value}' runs code from its arguments or input")
         elif runs is Runs.LOAD and (dynamic or not _PLAIN_REFERENCE.fullmatch(value)):

@@ -24,6 +24,7 @@ class WalkState:
         "redirects",
         "reserved",
         "self_spawning",
+        "spliced",
         "src",
         "stdin",
         "unanalyzed",
@@ -54,6 +55,8 @@ class WalkState:
         self.unanalyzed: list[tuple[str, ...]] = []
         self.opaque: list[tuple[str, tuple[str, ...]]] = []
         self.from_input: set[int] = set()
+        self.spliced = False
+        """Line continuations are not checked again (a nested analysis made to compare readings)."""
         """Commands parsed out of a here-document a shell reads: they do not inherit it as input."""
         self.stdin: dict[int, str | None] = {}
         """Command index → the here-document or here-string it reads (None: one with expansions)."""

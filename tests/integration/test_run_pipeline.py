@@ -326,10 +326,10 @@ FORK_BOMB = (
     "try:\n"
     "    while n < 5000:\n"
     "        if os.fork() == 0:\n"
-    "            os.execv(\"/bin/sleep\", [\"sleep\", \"30\"])\n"
+    '            os.execv("/bin/sleep", ["sleep", "30"])\n'
     "        n += 1\n"
     "except OSError as e:\n"
-    "    print(\"refused:\", e.strerror, flush=True)\n"
+    '    print("refused:", e.strerror, flush=True)\n'
     "'"
 )
 

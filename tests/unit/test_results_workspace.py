@@ -440,8 +440,6 @@ def test_huge_file_is_not_read(ws: Path) -> None:
 # ---------------------------------------------------------------------------------------------- permissions
 
 
-
-
 def _unreadable_scenario(root: Path) -> str:
     (root / "old").mkdir()
     (root / "old" / "a.txt").write_bytes(b"a")

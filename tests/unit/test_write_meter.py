@@ -191,8 +191,6 @@ def test_a_tree_made_faster_than_it_is_watched_is_counted(ws: Path) -> None:
 # ---------------------------------------------------------------------------------------------- blind spots
 
 
-
-
 def _blind_scenario(root: Path) -> str:
     hit = threading.Event()
     meter = WorkspaceMeter(root, snapshot(root), WriteBudget(16 * MIB, 1000), hit.set)

@@ -21,6 +21,7 @@ _RUNS_WORDS = {
     Runs.PIPE: "a command when it starts with | or !",
     Runs.EXPANDS: "words expanded again",
     Runs.ACTION: "a command in exec=CMD",
+    Runs.BINDS: "binds a command name",
 }
 _HEADER = """# The program table
 

@@ -49,6 +49,9 @@ class Runs(enum.Enum):
     """A file name, or a shell command when it starts with ``|`` or ``!`` (``strace -o '|cmd'``)."""
     EXPANDS = "expands"
     """Words expanded again by the shell: a substitution in them runs (``compgen -W``)."""
+    BINDS = "binds"
+    """Binds a command name to a program or shared object (``hash -p PATH NAME``, ``enable -f LIB``):
+    later commands by that name run what the gate does not see as them."""
     ACTION = "action"
     """An action that runs a shell command when it is ``exec=CMD`` (``tar --checkpoint-action``)."""
 

@@ -438,7 +438,10 @@ SHELL_BUILTINS: tuple[Program, ...] = (
         names("enable"),
         "enable builtins (-f loads a shared object)",
         Family.BUILTIN,
-        options=(flag("-f", risk=(HIGH, "loads a shared object as a builtin")), *(flag(f"-{c}") for c in "adnps")),
+        options=(
+            value("-f", runs=Runs.BINDS, risk=(HIGH, "loads a shared object as a builtin")),
+            *(flag(f"-{c}") for c in "adnps"),
+        ),
         permute=False,
         abbreviate=False,
     ),
@@ -472,7 +475,10 @@ SHELL_BUILTINS: tuple[Program, ...] = (
         names("hash"),
         "remember program locations (-p binds a name to a program)",
         Family.BUILTIN,
-        options=(value("-p", risk=(HIGH, "binds a command name to another program")), *(flag(f"-{c}") for c in "rdlt")),
+        options=(
+            value("-p", runs=Runs.BINDS, risk=(HIGH, "binds a command name to another program")),
+            *(flag(f"-{c}") for c in "rdlt"),
+        ),
         permute=False,
         abbreviate=False,
     ),
