@@ -23,10 +23,14 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from orchestrator.gate.intent import analyze_shell
 from orchestrator.gate.programs import Opt, Program, Takes, lookup, scan
+from orchestrator.gate.programs.build import names
+from orchestrator.gate.risk import assess_command, combine
 
 # --------------------------------------------------------------------------------------------
 # reading a --help
@@ -148,6 +152,12 @@ _SYNOPSIS_GROUP = re.compile(r"\[((?:[^\[\]]|\[[^\[\]]*\])*)\]")
 """``[…]``, with one level of brackets inside (``[--exec-path[=<path>]]``)."""
 
 
+def _split_attached(word: str) -> tuple[str, str]:
+    """``--git-dir=<path>`` → (``--git-dir``, ``=<path>``); ``--exec-path[=<path>]`` → (…, ``[=<path>]``)."""
+    cut = min((i for i in (word.find("="), word.find("[")) if i > 0), default=len(word))
+    return word[:cut], word[cut:]
+
+
 def parse_synopsis(text: str) -> dict[str, tuple[str, str]]:
     """The options of a synopsis: ``[-cl] [-a name]`` (bash's ``help -s``), ``[-l|--lib fakerootlib]``,
     ``[--git-dir=<path>] [--exec-path[=<path>]]`` (git)."""
@@ -158,7 +168,7 @@ def parse_synopsis(text: str) -> dict[str, tuple[str, str]]:
             continue
         takes = VALUE if any(len(words) > 1 for words in alternatives) else NONE
         for words in alternatives:
-            first, attached = re.fullmatch(r"(-[^=\[]*)(.*)", words[0]).groups()  # type: ignore[union-attr]
+            first, attached = _split_attached(words[0])
             if attached:
                 found[first] = (OPTIONAL if attached.startswith("[") else VALUE, f"[{group}]")
             elif first.startswith("--") or len(first) == 2:
@@ -179,16 +189,16 @@ def _run(argv: list[str]) -> str:
 # --------------------------------------------------------------------------------------------
 # what is checked, and the justified exceptions
 
-CHECKED = (
+CHECKED = names(
     # programs that run a command: the option list must be complete
     "su runuser setpriv chroot unshare nsenter setsid systemd-run nice ionice chrt taskset prlimit timeout"
     " stdbuf flock nohup time watch setarch linux32 linux64 strace valgrind gdb env fakeroot xargs script"
     " runcon dbus-run-session systemd-inhibit ld.so git"
     # interpreters and tools: the options that take a value must be there, and the listed ones right
     " sed python3 perl node rm chmod chown chgrp cp mv tee install split sort uniq date file sdiff diff3 tar man kill"
-).split()
+)
 
-BUILTINS = "exec command trap mapfile readarray compgen alias enable bind complete hash fc".split()
+BUILTINS = names("exec command trap mapfile readarray compgen alias enable bind complete hash fc")
 """bash builtins, read from the synopsis ``help -s NAME`` prints."""
 
 SYNOPSIS_ONLY = {"fakeroot", "git"}
@@ -211,7 +221,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     **{
         ("prlimit", spelling): "takes an optional attached <limit> (getopt 'c::d::…', optional_argument);"
         " the help prints the resource options bare and explains <limit> below them"
-        for spelling in _PRLIMIT_RESOURCES.split()
+        for spelling in names(_PRLIMIT_RESOURCES)
     },
     ("nsenter", "--wdns"): "struct option: optional_argument in every version; the help says '<dir>'",
     ("xargs", "--max-lines"): "struct option: optional_argument, as -l; the help prints it next to -L",
@@ -264,7 +274,7 @@ def _agrees(name: str, documented: str, takes: Takes) -> bool:
     return {VALUE: Takes.VALUE, OPTIONAL: Takes.ATTACHED, NONE: Takes.NONE}[documented] is takes
 
 
-@pytest.mark.parametrize("name", CHECKED + BUILTINS)
+@pytest.mark.parametrize("name", (*CHECKED, *BUILTINS))
 def test_the_table_reads_options_as_the_installed_program_documents_them(name: str) -> None:
     listed = _documented(name)
     program = lookup(name)
@@ -337,3 +347,17 @@ def test_synopses_are_read() -> None:
 )
 def test_help_lines_are_read(line: str, expected: dict[str, str]) -> None:
     assert {s: t for s, (t, _) in parse_help(line).items()} == expected
+
+
+@pytest.mark.parametrize("value", ["exec", "e", "E", "exe", "i,ex", "interactive,exec"])
+def test_awk_w_exec_is_recognized_in_every_spelling_mawk_accepts(value: str, tmp_path: Path) -> None:
+    """mawk (Debian's awk) reads ``-W`` as a comma-separated list of abbreviations in any case:
+    ``awk -We prog.awk`` runs prog.awk, which the gate cannot read."""
+    reason = combine(assess_command(analyze_shell(f"awk -W {value} prog.awk"))).reason
+    assert "awk -W runs a program file or library" in reason.split("; ")
+    mawk = shutil.which("mawk")
+    if mawk is None:
+        pytest.skip("mawk is not installed")
+    program = tmp_path / "prog.awk"
+    program.write_text('BEGIN { print "ran prog.awk" }\n', encoding="utf-8")
+    assert _run([mawk, "-W", value, str(program)]).strip() == "ran prog.awk"
