@@ -1,4 +1,6 @@
-"""The program table against the programs installed here: what their ``--help`` says.
+"""The program table against the programs installed here: what their ``--help`` says, and how they
+read the command lines where the table once read them otherwise (awk ``-W exec``, ssh's options
+after the destination).
 
 For every checked program that is installed, its ``--help`` is parsed (``-x, --long=VALUE``,
 ``-x VALUE``, ``--long[=VALUE]``, ``-x <value>``, ``-x[VALUE]``…) and each option it lists is read
@@ -31,6 +33,7 @@ from orchestrator.gate.intent import analyze_shell
 from orchestrator.gate.programs import Opt, Program, Takes, lookup, scan
 from orchestrator.gate.programs.build import names
 from orchestrator.gate.risk import assess_command, combine
+from orchestrator.gate.unwrap import Sh, locate
 
 # --------------------------------------------------------------------------------------------
 # reading a --help
@@ -361,3 +364,19 @@ def test_awk_w_exec_is_recognized_in_every_spelling_mawk_accepts(value: str, tmp
     program = tmp_path / "prog.awk"
     program.write_text('BEGIN { print "ran prog.awk" }\n', encoding="utf-8")
     assert _run([mawk, "-W", value, str(program)]).strip() == "ran prog.awk"
+
+
+def test_ssh_reads_options_again_after_the_destination(tmp_path: Path) -> None:
+    """ssh.c parses its options once more after the destination: ``ssh HOST -o ProxyCommand=CMD``
+    runs CMD here, and the gate must see it (options after the remote command are its own)."""
+    marker = tmp_path / "proxy-ran"
+    proxy = f"touch {marker}"
+    found = locate(("ssh", "example.invalid", "-o", f"ProxyCommand={proxy}", "true"), (False,) * 5)
+    assert found is not None and Sh(proxy) in found.inners
+    assert locate(("ssh", "example.invalid", "true", "-o", f"ProxyCommand={proxy}"), (False,) * 5) is None
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        pytest.skip("ssh is not installed")
+    argv = [ssh, "-F", "/dev/null", "-o", "BatchMode=yes", "example.invalid", "-o", f"ProxyCommand={proxy}", "true"]
+    _run(argv)  # the proxy command runs here; the connection then fails (it prints nothing)
+    assert marker.exists()

@@ -394,8 +394,12 @@ NETWORK: tuple[Program, ...] = (
         names("ssh"),
         "remote shell (the remote command runs elsewhere; -o ProxyCommand=… runs here)",
         T,
-        options=tuple(value(f"-{c}") for c in "BbcDEeFIiJLlmOoPpQRSWw"),
+        options=(
+            *(value(f"-{c}") for c in "BbcDEeFIiJLlmOoPpQRSWw"),
+            *(flag(f"-{c}") for c in "1246AaCfGgKkMNnqsTtVvXxYy"),
+        ),
         permute=False,
+        options_again=1,
         findings=_NETWORK,
         command=_SSH_COMMAND,
         check="ssh",
