@@ -196,7 +196,7 @@ CHECKED = names(
     # programs that run a command: the option list must be complete
     "su runuser setpriv chroot unshare nsenter setsid systemd-run nice ionice chrt taskset prlimit timeout"
     " stdbuf flock nohup time watch setarch linux32 linux64 strace valgrind gdb env fakeroot xargs script"
-    " runcon dbus-run-session systemd-inhibit ld.so git"
+    " runcon dbus-run-session systemd-inhibit ld.so git ssh scp sftp"
     # interpreters and tools: the options that take a value must be there, and the listed ones right
     " sed python3 perl node rm chmod chown chgrp cp mv tee install split sort uniq date file sdiff diff3 tar man kill"
 )
@@ -204,7 +204,7 @@ CHECKED = names(
 BUILTINS = names("exec command trap mapfile readarray compgen alias enable bind complete hash fc")
 """bash builtins, read from the synopsis ``help -s NAME`` prints."""
 
-SYNOPSIS_ONLY = {"fakeroot", "git"}
+SYNOPSIS_ONLY = {"fakeroot", "git", "ssh", "scp", "sftp"}
 """Programs whose ``--help`` is a synopsis only (``[-l|--lib fakerootlib]``)."""
 
 SINGLE_DASH_LONGS = {"gdb"}

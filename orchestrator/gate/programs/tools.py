@@ -408,7 +408,12 @@ NETWORK: tuple[Program, ...] = (
         names("scp"),
         "remote copy",
         T,
-        options=(value("-S", runs=Runs.PROGRAM), *(value(f"-{c}") for c in "cDFiJloPX")),
+        options=(
+            value("-S", runs=Runs.PROGRAM),
+            *(value(f"-{c}") for c in "cDFiJloPX"),
+            *(flag(f"-{c}") for c in "346ABCOpqRrsTv"),
+        ),
+        permute=False,  # OpenSSH's own BSD getopt: options end at the first operand
         findings=_NETWORK,
         command=_SSH_COMMAND,
         check="ssh",
@@ -421,7 +426,9 @@ NETWORK: tuple[Program, ...] = (
             value("-S", runs=Runs.PROGRAM),
             value("-D", runs=Runs.PROGRAM),
             *(value(f"-{c}") for c in "BbcFiJloPRsX"),
+            *(flag(f"-{c}") for c in "46AaCfNpqrv"),
         ),
+        permute=False,  # OpenSSH's own BSD getopt: options end at the first operand
         findings=_NETWORK,
         command=_SSH_COMMAND,
         check="ssh",
