@@ -203,6 +203,10 @@ def test_commands_in_option_values_and_operands(command: str, inner: Argv | Sh) 
         ("awk 'BEGIN{system(\"id\")}'", "runs awk code that runs commands (system)"),
         ("sed 'e id' f", "runs sed code that runs a command (e)"),
         ("gdb -batch -ex 'shell id' ./a", "runs gdb code the gate cannot read"),
+        # gdb permutes: the -ex after the program is gdb's; and gdb alone reads commands from its input
+        ("gdb ./a -ex 'shell id'", "'gdb' runs code the gate cannot read"),
+        ("gdb ./a", "'gdb' runs code the gate cannot read"),
+        ("deno run x.ts", "'deno' runs code the gate cannot read"),
         ("xargs -I X X -n 1", "program name is computed at run time ('X' is replaced by input)"),
         ("git -c core.hooksPath=/tmp/h commit", "runs hooks from another directory"),
         ("ssh -F ./cfg host", "reads a configuration that can run local programs"),

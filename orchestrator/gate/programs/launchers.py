@@ -161,6 +161,8 @@ TRACING: tuple[Program, ...] = (
             ),
             info("-version", "--version", "-help", "--help", "-configuration", "--configuration"),
         ),
+        # gdb permutes (gdb PROG -ex CMD runs CMD) until --args; read as stopping at PROG so that PROG
+        # is found, which is safe only because anything but an information option is unseen (whole)
         permute=False,
         abbreviate=False,
         command=ARGV,
