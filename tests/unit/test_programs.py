@@ -167,6 +167,11 @@ def test_the_command_after_any_known_options_is_found(case: tuple[str, list[str]
     ("command", "inner"),
     [
         ("sudo -u root -E A=1 B=2 rm -rf build", Argv(_INNER, (False,) * 3)),
+        # sudo reads NAME=VALUE between its options (parse_args.c), and -h HOST names a host
+        ("sudo A=1 -u root rm -rf build", Argv(_INNER, (False,) * 3)),
+        ("sudo -h host rm -rf build", Argv(_INNER, (False,) * 3)),
+        # ssh reads its options once more after the destination (ssh.c)
+        ("ssh host -o ProxyCommand='rm -rf build' true", Sh("rm -rf build")),
         ("env -i -u HOME A=1 rm -rf build", Argv(_INNER, (False,) * 3)),
         ("xargs -0 -n 1 rm -rf build", Argv(_INNER, (False,) * 3)),
         ("su - root -c 'rm -rf build'", Sh("rm -rf build")),

@@ -167,6 +167,10 @@ def scan(program: Program | None, words: Sequence[str], start: int = 1) -> Scan:
                 permute = prog.permute
                 i += 1
                 continue
+            if not permute and not only_operands and prog.environment_among_options and _environment(w):
+                # sudo A=1 -u root CMD: NAME=VALUE between the options
+                i += 1
+                continue
             if not permute and not only_operands and operands_before_options:
                 # ssh DESTINATION: an operand, then options again
                 operands_before_options -= 1
@@ -271,6 +275,11 @@ def scan(program: Program | None, words: Sequence[str], start: int = 1) -> Scan:
     out.end = min(i, n)
     out.plus_flags = tuple(plus_flags)
     return out
+
+
+def _environment(word: str) -> bool:
+    """sudo's test for an environment assignment among its options (parse_args.c ``is_envar``)."""
+    return "=" in word and word[0] not in "/="
 
 
 def _old_style_bundle(index: _Index, words: Sequence[str], i: int, out: Scan) -> int:

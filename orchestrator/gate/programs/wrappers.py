@@ -40,7 +40,9 @@ PRIVILEGE: tuple[Program, ...] = (
             stop("-e", "--edit"),
             value("-g", "--group"),
             flag("-H", "--set-home"),
-            attached("-h"),  # -h alone is help, -hHOST a host
+            # -hHOST and -h HOST name a host; -h followed by an option or NAME=VALUE (or nothing) is
+            # help, which runs nothing: read as taking a value
+            value("-h"),
             value("--host"),
             info("--help"),
             flag("-i", "--login"),
@@ -61,10 +63,11 @@ PRIVILEGE: tuple[Program, ...] = (
             value("-u", "--user"),
             info("-V", "--version"),
             stop("-v", "--validate"),
-            value("-a"),
-            value("-c"),
+            value("-a", "--auth-type"),
+            value("-c", "--login-class"),
         ),
         permute=False,
+        environment_among_options=True,
         command=Command(
             Locate.AFTER_OPTIONS, assignments=True, default=SHELL_DEFAULT, default_with=("--shell", "--login")
         ),
