@@ -240,7 +240,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     " left out of the table, so that the gate asks instead of guessing where the command starts",
     ("flock", "-c"): "not an option of flock's getopt: '-c STRING' after the file is Command.string_option",
     ("flock", "--command"): "as -c",
-    ("strace", "--stack-traces"): "optional_argument from strace 6.13 (no_argument before): ATTACHED reads both",
+    ("strace", "--stack-traces"): "optional_argument from strace 6.8 (no_argument before): ATTACHED reads both",
     ("cp", "--update"): "optional_argument from coreutils 9.3 (no_argument before): ATTACHED reads both",
     ("mv", "--update"): "as cp",
 }

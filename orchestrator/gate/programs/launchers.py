@@ -36,7 +36,7 @@ TRACING: tuple[Program, ...] = (
         W,
         options=(
             # as strace.c's optstring ("+a:Ab:cCdDe:E:fFhiI:knNo:O:p:P:qrs:S:tTu:U:vVwxX:yYzZ") and
-            # struct option longopts (strace 6.1 to 6.19) have them
+            # struct option longopts (strace 6.1 and the current source) have them
             *(value(f"-{c}") for c in "abEIOPsSuUX"),
             value("-e"),
             value("-o", "--output", runs=Runs.PIPE),

@@ -522,7 +522,7 @@ RESOURCES: tuple[Program, ...] = (
             flag("--fcntl"),
             value("--start"),
             value("--length"),
-            # --fd N (util-linux 2.41) puts the command right after the options, without FILE: left
+            # --fd N (util-linux after 2.42) puts the command right after the options, without FILE: left
             # out, so that the gate asks instead of taking the command's name for the file
             flag("--verbose"),
             *help_version(),
