@@ -529,7 +529,10 @@ def locate(words: tuple[str, ...], dynamic: tuple[bool, ...]) -> Unwrapped | Non
         _default(site)
     if program.code_operand:
         _code_operand(site)
-    if program.whole and not (len(words) > 1 and all(h.opt is not None and h.opt.info for h in found.hits)):
+    # seen only when information options were given and nothing else: `gdb PROG` still reads commands
+    # (gdb permutes: `gdb PROG -ex CMD`), `deno run x.ts` has no option at all
+    informed = bool(found.hits) and all(h.opt is not None and h.opt.info for h in found.hits)
+    if program.whole and not (informed and not found.positionals):
         out.blind.append(f"'{name}' runs code the gate cannot read")
     if not out.inners and not out.blind and not out.leftover:
         return None

@@ -167,6 +167,11 @@ def test_the_command_after_any_known_options_is_found(case: tuple[str, list[str]
     ("command", "inner"),
     [
         ("sudo -u root -E A=1 B=2 rm -rf build", Argv(_INNER, (False,) * 3)),
+        # sudo reads NAME=VALUE between its options (parse_args.c), and -h HOST names a host
+        ("sudo A=1 -u root rm -rf build", Argv(_INNER, (False,) * 3)),
+        ("sudo -h host rm -rf build", Argv(_INNER, (False,) * 3)),
+        # ssh reads its options once more after the destination (ssh.c)
+        ("ssh host -o ProxyCommand='rm -rf build' true", Sh("rm -rf build")),
         ("env -i -u HOME A=1 rm -rf build", Argv(_INNER, (False,) * 3)),
         ("xargs -0 -n 1 rm -rf build", Argv(_INNER, (False,) * 3)),
         ("su - root -c 'rm -rf build'", Sh("rm -rf build")),
@@ -203,6 +208,10 @@ def test_commands_in_option_values_and_operands(command: str, inner: Argv | Sh) 
         ("awk 'BEGIN{system(\"id\")}'", "runs awk code that runs commands (system)"),
         ("sed 'e id' f", "runs sed code that runs a command (e)"),
         ("gdb -batch -ex 'shell id' ./a", "runs gdb code the gate cannot read"),
+        # gdb permutes: the -ex after the program is gdb's; and gdb alone reads commands from its input
+        ("gdb ./a -ex 'shell id'", "'gdb' runs code the gate cannot read"),
+        ("gdb ./a", "'gdb' runs code the gate cannot read"),
+        ("deno run x.ts", "'deno' runs code the gate cannot read"),
         ("xargs -I X X -n 1", "program name is computed at run time ('X' is replaced by input)"),
         ("git -c core.hooksPath=/tmp/h commit", "runs hooks from another directory"),
         ("ssh -F ./cfg host", "reads a configuration that can run local programs"),

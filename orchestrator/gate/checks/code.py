@@ -68,6 +68,15 @@ def interpreter(prog: str, words: Sequence[str], out: list[Finding]) -> None:
         out.append(Finding(HIGH, f"{prog} runs code from its input (interactive or stdin)"))
 
 
+def _w_exec(value: str) -> bool:
+    """Whether awk's ``-W`` value asks for ``exec FILE``: mawk reads a comma-separated list of
+    abbreviations in any case (``-We f``, ``-W E f``, ``-W i,ex f``), gawk a long option's prefix."""
+    return any(
+        item and "exec".startswith(item)
+        for item in (part.split("=", 1)[0].strip().lower() for part in value.split(","))
+    )
+
+
 def _awk(prog: str, words: Sequence[str], out: list[Finding]) -> None:
     """Program files/libraries (``-f``, ``-E``, ``-i``, ``-l``, ``-W exec``) are unknown code: HIGH.
     Program text (``-e``/``--source`` or the first operand) is HIGH when it calls ``system``, pipes
@@ -81,7 +90,7 @@ def _awk(prog: str, words: Sequence[str], out: list[Finding]) -> None:
             continue
         if hit.opt.runs is Runs.CODE:
             programs.append(hit.value)
-        elif loaded is None and (hit.opt.runs is Runs.LOAD or (hit.opt.name == "-W" and "exec" in hit.value)):
+        elif loaded is None and (hit.opt.runs is Runs.LOAD or (hit.opt.name == "-W" and _w_exec(hit.value))):
             loaded = hit.opt.spellings[0]
     if loaded is not None:
         out.append(Finding(HIGH, f"{prog} {loaded} runs a program file or library"))

@@ -168,8 +168,9 @@ GIT = Program(
         value("--namespace"),
         value("--super-prefix"),
         value("--config-env"),
-        value("--list-cmds"),
+        value("--shallow-file"),
         value("--attr-source"),
+        Opt(("--list-cmds",), Takes.ATTACHED, stop=True),  # --list-cmds=GROUP only: lists and exits
         attached("--exec-path"),
         *(
             flag(long)
@@ -177,10 +178,13 @@ GIT = Program(
                 "--bare",
                 "--no-replace-objects",
                 "--literal-pathspecs",
+                "--no-literal-pathspecs",
                 "--glob-pathspecs",
                 "--noglob-pathspecs",
                 "--icase-pathspecs",
                 "--no-optional-locks",
+                "--no-lazy-fetch",
+                "--no-advice",
                 "--html-path",
                 "--man-path",
                 "--info-path",

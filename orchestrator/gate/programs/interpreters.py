@@ -76,13 +76,33 @@ INTERPRETERS: tuple[Program, ...] = (
                 value(long, runs=Runs.LOAD)
                 for long in names(
                     "--import --loader --experimental-loader --env-file --env-file-if-exists --run --watch-path"
-                    " --experimental-test-module-mocks"
+                    # a snapshot restores and runs an application; the builder config names a script;
+                    # an OpenSSL configuration can load engines (shared objects)
+                    " --snapshot-blob --build-snapshot-config --openssl-config"
                 )
             ),
             Opt(("--test",), runs=Runs.LOAD),
             Opt(("--watch",), runs=Runs.LOAD),
             value("-C", "--conditions"),
-            *(value(long) for long in names("--input-type --title --inspect-port --disable-warning")),
+            value("--inspect-port", "--debug-port"),
+            value("--report-directory", "--report-dir"),
+            *(
+                value(long)
+                for long in names(
+                    "--input-type --title --disable-warning --allow-fs-read --allow-fs-write --cpu-prof-dir"
+                    " --cpu-prof-interval --cpu-prof-name --diagnostic-dir --disable-proto --dns-result-order"
+                    " --experimental-default-type --experimental-policy --experimental-sea-config --heap-prof-dir"
+                    " --heap-prof-interval --heap-prof-name --heapsnapshot-near-heap-limit --heapsnapshot-signal"
+                    " --icu-data-dir --inspect-publish-uid --max-http-header-size"
+                    " --network-family-autoselection-attempt-timeout --policy-integrity --redirect-warnings"
+                    " --report-filename --report-signal --secure-heap --secure-heap-min --test-concurrency"
+                    " --test-name-pattern --test-reporter --test-reporter-destination --test-shard --test-timeout"
+                    " --tls-cipher-list --tls-keylog --trace-event-categories --trace-event-file-pattern"
+                    " --trace-require-module --unhandled-rejections --use-largepages --v8-pool-size"
+                )
+            ),
+            *(attached(long) for long in names("--inspect --inspect-brk --inspect-wait")),
+            flag("--experimental-test-module-mocks"),
             flag("-i", "--interactive"),
             flag("-c", "--check"),
             info("-v", "--version", "-h", "--help", "--v8-options"),
@@ -119,8 +139,9 @@ INTERPRETERS: tuple[Program, ...] = (
             attached("-d", runs=Runs.LOAD),
             value("-I"),
             *(attached(f"-{c}") for c in "l0ixCDF"),
-            *(flag(f"-{c}") for c in "acnpsStTuUwWX"),
-            info("-v", "-V", "--version", "-h", "--help"),
+            *(flag(f"-{c}") for c in "acfnpsStTuUwWX"),
+            Opt(("-V",), Takes.ATTACHED, info=True, stop=True),  # -V:NAME prints one configuration value
+            info("-v", "--version", "-h", "--help"),
         ),
         permute=False,
         abbreviate=False,

@@ -9,41 +9,63 @@ from orchestrator.gate.programs.build import HIGH, attached, flag, help_version,
 from orchestrator.gate.programs.model import Command, Family, Locate, Program, Runs, Takes
 from orchestrator.gate.programs.wrappers import ARGV, SHELL_DEFAULT, W
 
+_VALGRIND_OPTIONS = names(
+    "tool trace-children trace-children-skip trace-children-skip-by-arg child-silent-after-fork vgdb vgdb-error"
+    " vgdb-stop-at track-fds time-stamp log-fd log-file log-socket xml xml-fd xml-file xml-socket xml-user-comment"
+    " demangle num-callers error-limit exit-on-first-error error-exitcode error-markers show-error-list"
+    " keep-debuginfo show-below-main default-suppressions suppressions gen-suppressions input-fd dsymutil"
+    " max-stackframe main-stacksize alignment redzone-size xtree-memory xtree-memory-file fullpath-after"
+    " extra-debuginfo-path debuginfo-server allow-mismatched-debuginfo smc-check read-inline-info read-var-info"
+    " vgdb-poll vgdb-shadow-registers vgdb-prefix run-libc-freeres run-cxx-freeres sim-hints fair-sched"
+    " kernel-variant merge-recursive-frames num-transtab-sectors avg-transtab-entry-size aspace-minaddr"
+    " valgrind-stacksize show-emwarns require-text-symbol soname-synonyms sigill-diagnostics unw-stack-scan-thresh"
+    " unw-stack-scan-frames resync-filter max-threads"
+    # memcheck, the default tool
+    " leak-check leak-resolution show-leak-kinds errors-for-leak-kinds leak-check-heuristics show-reachable"
+    " show-possibly-lost xtree-leak xtree-leak-file undef-value-errors track-origins partial-loads-ok"
+    " expensive-definedness-checks freelist-vol freelist-big-blocks workaround-gcc296-bugs ignore-ranges"
+    " ignore-range-below-sp malloc-fill free-fill keep-stacktraces show-mismatched-frees"
+)
+"""valgrind's core and memcheck options, as ``valgrind --help`` (3.19) lists them; other tools' options
+are not listed (the gate asks)."""
+
 TRACING: tuple[Program, ...] = (
     Program(
         names("strace"),
         "trace the system calls of a command (-o '|CMD' pipes the trace to a command)",
         W,
         options=(
-            # as `strace --help` (strace 6.x) lists them
+            # as strace.c's optstring ("+a:Ab:cCdDe:E:fFhiI:knNo:O:p:P:qrs:S:tTu:U:vVwxX:yYzZ") and
+            # struct option longopts (strace 6.1 and the current source) have them
             *(value(f"-{c}") for c in "abEIOPsSuUX"),
             value("-e"),
             value("-o", "--output", runs=Runs.PIPE),
             stop("-p", "--attach", takes=Takes.VALUE),
-            *(flag(f"-{c}") for c in "AcCdDfFiknqQrtTvwxyYzZ"),
+            *(flag(f"-{c}") for c in "AcCdDfFiknNqrtTvwxyYzZ"),
             *(
                 value(long)
                 for long in names(
-                    "--trace --signal --status --inject --fault --user --env --string-limit --columns"
+                    "--trace --signals --status --inject --fault --user --env --string-limit --columns"
                     " --summary-sort-by --summary-columns --summary-syscall-overhead --interruptible --detach-on"
                     " --trace-path --trace-fds --abbrev --verbose --raw --read --write --const-print-style --kvm"
-                    " --argv0"
+                    " --argv0 --decode-pids --syscall-limit --stack-trace-frame-limit --color"
                 )
             ),
             *(
                 attached(long)
                 for long in names(
-                    "--quiet --silence --decode-fds --decode-pids --absolute-timestamps --relative-timestamps"
-                    " --timestamps --syscall-times --daemonize --secontext --tips --stack-traces"
-                    " --summary-wall-clock --strings-in-hex"
+                    "--quiet --silent --silence --decode-fds --absolute-timestamps --relative-timestamps"
+                    " --timestamps --syscall-times --daemonize --daemonised --daemonized --secontext --tips"
+                    " --stack-trace --stack-traces --strings-in-hex --namespace"
                 )
             ),
             *(
                 flag(long)
                 for long in names(
                     "--follow-forks --output-separately --output-append-mode --summary-only --summary"
-                    " --seccomp-bpf --kill-on-exit --successful-only --failed-only --debug --no-abbrev"
-                    " --instruction-pointer --syscall-number"
+                    " --seccomp-bpf --kill-on-exit --successful-only --failed-only --failing-only --debug"
+                    " --no-abbrev --instruction-pointer --syscall-number --summary-wall-clock --pidns-translation"
+                    " --always-show-pid --arg-names"
                 )
             ),
             info("-h", "--help"),
@@ -88,12 +110,15 @@ TRACING: tuple[Program, ...] = (
     ),
     Program(
         names("valgrind"),
-        "run a program under a dynamic analysis tool (options are --name=value)",
+        "run a program under a dynamic analysis tool (options are --name=value, one word each)",
         W,
         options=(
-            value("--db-command", runs=Runs.SHELL),
+            # valgrind never takes an option's value from the next word: --log-file FILE runs FILE
+            attached("--db-command", runs=Runs.SHELL),
+            *(attached(f"--{name}") for name in _VALGRIND_OPTIONS),
             flag("-q", "--quiet"),
             flag("-v", "--verbose"),
+            flag("-s"),
             flag("-d"),
             info("-h", "--help", "--help-debug", "--help-dyn-options"),
             info("--version"),
@@ -107,25 +132,37 @@ TRACING: tuple[Program, ...] = (
         "debugger: runs debugger commands (from -ex, -x or its input) that can run any program",
         W,
         options=(
-            value("-ex", "--ex", "--eval-command", runs=Runs.CODE),
-            value("-iex", "--iex", "--init-eval-command", runs=Runs.CODE),
-            value("-x", "--x", "--command", runs=Runs.LOAD),
-            value("-ix", "--ix", "--init-command", runs=Runs.LOAD),
+            # gdb reads options with getopt_long_only: every name takes one dash or two
+            *(
+                value(*(f"{dashes}{name}" for name in names(synonyms) for dashes in ("-", "--")), runs=runs)
+                for synonyms, runs in (
+                    ("ex eval-command", Runs.CODE),
+                    ("iex init-eval-command", Runs.CODE),
+                    ("eiex early-init-eval-command", Runs.CODE),
+                    ("x command", Runs.LOAD),
+                    ("ix init-command", Runs.LOAD),
+                    ("eix early-init-command", Runs.LOAD),
+                )
+            ),
             flag("--args", "-args"),
             *(
                 flag(f"-{name}", f"--{name}")
                 for name in names(
-                    "batch batch-silent q quiet silent nx n nh readnow readnever write statistics tui nw w"
+                    "batch batch-silent q quiet silent nx n nh readnow r readnever write statistics tui nw"
+                    " nowindows w windows f fullname return-child-result"
                 )
             ),
             *(
                 value(f"-{name}", f"--{name}")
                 for name in names(
-                    "p pid c core s symbols e exec se d directory cd tty i interpreter data-directory D b l"
+                    "p pid c core s symbols e exec se d directory cd tty i interpreter ui data-directory D b baud"
+                    " l annotate"
                 )
             ),
             info("-version", "--version", "-help", "--help", "-configuration", "--configuration"),
         ),
+        # gdb permutes (gdb PROG -ex CMD runs CMD) until --args; read as stopping at PROG so that PROG
+        # is found, which is safe only because anything but an information option is unseen (whole)
         permute=False,
         abbreviate=False,
         command=ARGV,
@@ -147,6 +184,7 @@ ENVIRONMENT: tuple[Program, ...] = (
             value("-S", "--split-string", runs=Runs.SPLIT),
             flag("-v", "--debug"),
             value("-a", "--argv0"),
+            value("--env0-from"),
             attached("--block-signal"),
             attached("--default-signal"),
             attached("--ignore-signal"),
@@ -181,7 +219,7 @@ ENVIRONMENT: tuple[Program, ...] = (
         W,
         options=(
             value("-l", "--lib", runs=Runs.LOAD),
-            value("--faked", runs=Runs.PROGRAM),
+            value("-f", "--faked", runs=Runs.PROGRAM),
             value("-i"),
             value("-s"),
             flag("-u", "--unknown-is-real"),
@@ -346,6 +384,7 @@ MULTIPLEXERS: tuple[Program, ...] = (
             value("-O", "--log-out"),
             value("-T", "--log-timing"),
             value("-m", "--logging-format"),
+            value("-o", "--output-limit"),
             flag("-q", "--quiet"),
             attached("-t", "--timing"),
             *help_version(),
@@ -501,7 +540,7 @@ RUNNERS: tuple[Program, ...] = (
             value("--who"),
             value("--why"),
             value("--mode"),
-            flag("--list"),
+            stop("--list"),
             info("-h", "--help"),
             info("--version"),
             flag("--no-pager"),

@@ -182,6 +182,13 @@ class Program:
     """Long options may be abbreviated to a unique prefix (getopt_long)."""
     leading: int = 0
     """Positional words before the options (``setarch ARCH [options] CMD``)."""
+    environment_among_options: bool = False
+    """Programs that stop at their first operand: a word with ``=`` (not starting with ``/`` or ``=``)
+    is an environment assignment and the options go on (sudo's getopt loop: ``sudo A=1 -u root CMD``)."""
+    options_again: int = 0
+    """Programs that stop at their first operand: after this many operands, options are read once
+    more (``ssh [options] DESTINATION [options] COMMAND``: ssh.c parses its options again after the
+    destination, so ``ssh host -o ProxyCommand=… cmd`` runs the proxy command)."""
     command: Command | None = None
     """Where the command it runs is found, if it runs one."""
     language: str = ""

@@ -140,6 +140,7 @@ def scan(program: Program | None, words: Sequence[str], start: int = 1) -> Scan:
             out.positionals.append(i)
             i += 1
     permute = prog.permute
+    operands_before_options = prog.options_again
     only_operands = False
     bundle_start = i if prog.bundled_first else -1
     plus_flags: list[str] = []
@@ -164,6 +165,16 @@ def scan(program: Program | None, words: Sequence[str], start: int = 1) -> Scan:
                 prog = sub if sub is not None else UNKNOWN
                 index = _index(prog)
                 permute = prog.permute
+                i += 1
+                continue
+            if not permute and not only_operands and prog.environment_among_options and _environment(w):
+                # sudo A=1 -u root CMD: NAME=VALUE between the options
+                i += 1
+                continue
+            if not permute and not only_operands and operands_before_options:
+                # ssh DESTINATION: an operand, then options again
+                operands_before_options -= 1
+                out.positionals.append(i)
                 i += 1
                 continue
             if not permute and not only_operands:
@@ -264,6 +275,11 @@ def scan(program: Program | None, words: Sequence[str], start: int = 1) -> Scan:
     out.end = min(i, n)
     out.plus_flags = tuple(plus_flags)
     return out
+
+
+def _environment(word: str) -> bool:
+    """sudo's test for an environment assignment among its options (parse_args.c ``is_envar``)."""
+    return "=" in word and word[0] not in "/="
 
 
 def _old_style_bundle(index: _Index, words: Sequence[str], i: int, out: Scan) -> int:

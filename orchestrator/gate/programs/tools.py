@@ -98,7 +98,11 @@ FILES: tuple[Program, ...] = (
                     "--remove-destination --parents --attributes-only --strip-trailing-slashes --copy-contents"
                 )
             ),
-            *(attached(long) for long in names("--preserve --no-preserve --reflink --sparse")),
+            attached("--preserve"),
+            attached("--reflink"),
+            value("--no-preserve"),
+            value("--sparse"),
+            *short_flag_long_optional("-Z", "--context"),
             *_VERSIONS,
         ),
         check="cp",
@@ -152,6 +156,8 @@ FILES: tuple[Program, ...] = (
             flag("-s", "--strip"),
             flag("-d", "--directory"),
             flag("-D"),
+            *short_flag_long_optional("-b", "--backup"),
+            *short_flag_long_optional("-Z", "--context"),
         ),
     ),
     Program(
@@ -166,8 +172,8 @@ FILES: tuple[Program, ...] = (
             value("-l", "--lines"),
             value("-n", "--number"),
             value("-t", "--separator"),
-            attached("-d", "--numeric-suffixes"),
-            attached("-x", "--hex-suffixes"),
+            *short_flag_long_optional("-d", "--numeric-suffixes"),
+            *short_flag_long_optional("-x", "--hex-suffixes"),
             value("--additional-suffix"),
         ),
     ),
@@ -194,6 +200,8 @@ TEXT: tuple[Program, ...] = (
             value("--files0-from"),
             value("--random-source"),
             value("--parallel"),
+            value("--sort"),
+            value("--batch-size"),
             flag("--debug"),
         ),
     ),
@@ -243,6 +251,7 @@ TEXT: tuple[Program, ...] = (
             value("-F", "--separator"),
             value("-e", "--exclude"),
             value("-P", "--parameter"),
+            value("--exclude-quiet"),
             flag("-b", "--brief"),
             flag("-i", "--mime"),
             flag("-z", "--uncompress"),
@@ -258,6 +267,9 @@ TEXT: tuple[Program, ...] = (
         options=(
             value("-o", "--output", risk=(HIGH, WRITES)),
             value("--diff-program", runs=Runs.PROGRAM, risk=(HIGH, RUNS)),
+            value("-I", "--ignore-matching-lines"),
+            value("-w", "--width"),
+            value("--tabsize"),
         ),
     ),
     Program(
@@ -322,7 +334,21 @@ TEXT: tuple[Program, ...] = (
             *(value(*s) for s in (("-T", "--files-from"), ("-X", "--exclude-from"), ("-b", "--blocking-factor"))),
             *(value(*s) for s in (("-g", "--listed-incremental"), ("-H", "--format"), ("-K", "--starting-file"))),
             *(value(*s) for s in (("-L", "--tape-length"), ("-N", "--newer", "--after-date"), ("-V", "--label"))),
-            *(flag(f"-{c}") for c in "vzjJaZrudAkpSWhMGBi"),
+            *(flag(f"-{c}") for c in "vzjJaZrudAkpWhMGBi"),
+            # spelled out: as a prefix --sparse would read as --sparse-version, which takes a value
+            flag("-S", "--sparse"),
+            value("--transform", "--xform"),
+            *(
+                value(long)
+                for long in names(
+                    "--exclude --exclude-ignore --exclude-ignore-recursive --exclude-tag --exclude-tag-all"
+                    " --exclude-tag-under --add-file --group --group-map --owner --owner-map --mode --mtime --sort"
+                    " --hole-detection --level --sparse-version --xattrs-exclude --xattrs-include --volno-file"
+                    " --record-size --pax-option --newer-mtime --suffix --strip-components --index-file"
+                    " --no-quote-chars --quote-chars --quoting-style --warning"
+                )
+            ),
+            *(attached(long) for long in names("--occurrence --one-top-level --atime-preserve --backup --totals")),
         ),
         bundled_first=True,
     ),
@@ -336,6 +362,17 @@ TEXT: tuple[Program, ...] = (
             value("-C", "--config-file", runs=Runs.LOAD, risk=(HIGH, "reads a configuration that can run programs")),
             value("-M", "--manpath"),
             value("-L", "--locale"),
+            value("-R", "--recode"),
+            value("-m", "--systems"),
+            value("-S", "-s", "--sections"),
+            value("-e", "--extension"),
+            value("-r", "--prompt"),
+            value("-E", "--encoding"),
+            value("-p", "--preprocessor"),
+            flag("-t", "--troff"),  # not a prefix of --troff-device
+            attached("-T", "--troff-device"),
+            attached("-X", "--gxditview"),
+            attached("--warnings"),
         ),
     ),
 )
@@ -357,8 +394,12 @@ NETWORK: tuple[Program, ...] = (
         names("ssh"),
         "remote shell (the remote command runs elsewhere; -o ProxyCommand=… runs here)",
         T,
-        options=tuple(value(f"-{c}") for c in "BbcDEeFIiJLlmOoPpQRSWw"),
+        options=(
+            *(value(f"-{c}") for c in "BbcDEeFIiJLlmOoPpQRSWw"),
+            *(flag(f"-{c}") for c in "1246AaCfGgKkMNnqsTtVvXxYy"),
+        ),
         permute=False,
+        options_again=1,
         findings=_NETWORK,
         command=_SSH_COMMAND,
         check="ssh",
@@ -367,7 +408,12 @@ NETWORK: tuple[Program, ...] = (
         names("scp"),
         "remote copy",
         T,
-        options=(value("-S", runs=Runs.PROGRAM), *(value(f"-{c}") for c in "cDFiJloPX")),
+        options=(
+            value("-S", runs=Runs.PROGRAM),
+            *(value(f"-{c}") for c in "cDFiJloPX"),
+            *(flag(f"-{c}") for c in "346ABCOpqRrsTv"),
+        ),
+        permute=False,  # OpenSSH's own BSD getopt: options end at the first operand
         findings=_NETWORK,
         command=_SSH_COMMAND,
         check="ssh",
@@ -379,8 +425,10 @@ NETWORK: tuple[Program, ...] = (
         options=(
             value("-S", runs=Runs.PROGRAM),
             value("-D", runs=Runs.PROGRAM),
-            *(value(f"-{c}") for c in "BbcFiJloPRX"),
+            *(value(f"-{c}") for c in "BbcFiJloPRsX"),
+            *(flag(f"-{c}") for c in "46AaCfNpqrv"),
         ),
+        permute=False,  # OpenSSH's own BSD getopt: options end at the first operand
         findings=_NETWORK,
         command=_SSH_COMMAND,
         check="ssh",
