@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import functools
 import re
-import shlex
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -73,7 +72,6 @@ from orchestrator.gate.expansions import (
     ARITH_TEST_OPERATORS,
     EVAL_REASON,
     EXPANSION_NODES,
-    IDENTIFIER,
     STATEMENTS,
     SUBSCRIPTED,
     arith_uses_names,
@@ -99,6 +97,13 @@ from orchestrator.gate.shellwords import (
     unescape_dq,
     unescape_word,
     unquoted_blank,
+)
+from orchestrator.gate.source_text import (
+    TIGHT_CONTINUATION,
+    bad_assignment,
+    error_position,
+    line_col,
+    plain_words,
 )
 from orchestrator.gate.unwrap import Argv, locate
 from orchestrator.gate.visibility import computed_options, finish
@@ -739,73 +744,12 @@ _HANDLERS: dict[str, Callable[[Node, WalkState, int], list[int]]] = {
 # parsing entry points
 
 
-def _error_position(root: Node, data: bytes) -> str:
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node.type == "ERROR" or node.is_missing:
-            return position(data, *node.start_point)
-        if node.has_error:
-            stack.extend(reversed(node.children))
-    return position(data, *root.end_point)
-
-
-_PLAIN = re.compile(r"""[ \t]*(?:(?:[\w@%+=:,./-]|'[^']*'|"[^"$`\\]*")+(?:[ \t]+|$))*""", re.ASCII)
-"""Only literal words: unquoted characters shlex leaves unquoted, '…' and "…" without $ ` \\."""
-_ASSIGNMENT_START = re.compile(r"[ \t]*[A-Za-z_][A-Za-z0-9_]*\+?=")
-_RESERVED = frozenset(
-    {"if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until", "do", "done"}
-    | {"function", "in", "coproc", "time", "!", "{", "}", "[[", "]]"}
-)
-
-
-def _plain_words(command: str) -> tuple[str, ...] | None:
-    """The words of a string made only of literal words (the shape ``shlex.join`` produces), or None.
-
-    For these bash's reading is unambiguous, so they are a second opinion where tree-sitter-bash has
-    grammar gaps (it rejects ``l%`` and ``a ==``, and reads ``7=`` as an assignment)."""
-    if _PLAIN.fullmatch(command) is None or _ASSIGNMENT_START.match(command):
-        return None
-    words = tuple(shlex.split(command))
-    if not words or words[0] in _RESERVED:
-        return None
-    return words
-
-
-def _bad_assignment(root: Node) -> bool:
-    """A leading 'assignment' whose name is not an identifier (``7=x``): bash runs it as a command."""
-    for child in root.children:
-        if not child.is_named or child.type == "comment":
-            continue
-        if child.type in ("command", "variable_assignments"):
-            nodes = [c for c in child.children if c.type == "variable_assignment"]
-        elif child.type == "variable_assignment":
-            nodes = [child]
-        else:
-            return False
-        for node in nodes:
-            name = node.children[0] if node.child_count else None
-            if name is not None and name.type == "variable_name" and not IDENTIFIER.fullmatch(node_text(name)):
-                return True
-        return False
-    return False
-
-
-_TIGHT_CONTINUATION = re.compile(r"(?:^|(?<=[^ \t\\]))(?<!\\)(?:\\\\)*\\\n|(?<=\n)\\\n")
-"""A line continuation right after a non-blank character, or at the start of a line."""
-
-
 def _splicing_changes(command: str) -> bool:
     """Whether removing the line continuations first, as bash does, changes the commands read."""
     return (
         _analyze_shell(command, spliced=True).commands
         != _analyze_shell(splice_continuations(command), spliced=True).commands
     )
-
-
-def _line_col(text: str, offset: int) -> str:
-    line = text.count("\n", 0, offset) + 1
-    return f"{line}:{offset - (text.rfind(chr(10), 0, offset) + 1) + 1}"
 
 
 def _parse_into(command: str, st: WalkState, depth: int, context: str | None) -> list[int]:
@@ -817,26 +761,26 @@ def _parse_into(command: str, st: WalkState, depth: int, context: str | None) ->
             st.blind("too many distinct characters outside the BMP: cannot be analyzed")
             st.unanalyzed.extend(segments(command))
             return []
-    tight = _TIGHT_CONTINUATION.search(command) if not st.spliced else None
+    tight = TIGHT_CONTINUATION.search(command) if not st.spliced else None
     if tight is not None and _splicing_changes(command):
         # bash removes ``\<newline>`` before it reads words (``$\⏎(cmd)``, ``x\⏎#y``, a line that starts
         # with one); where the grammar reads the text otherwise, what it reads is not what would run
-        st.blind(f"line continuation inside a word at {_line_col(command, tight.start())}: cannot be analyzed")
+        st.blind(f"line continuation inside a word at {line_col(command, tight.start())}: cannot be analyzed")
         st.unanalyzed.extend(segments(splice_continuations(command)))
     data = command.encode("utf-8", "surrogatepass")
     tree = _PARSER.parse(data)
     root = tree.root_node
     # text the tree does not cover was skipped by the parser without an ERROR node (``- A=1``)
     skipped = root.start_byte > len(data) - len(data.lstrip()) or root.end_byte < len(data.rstrip())
-    if root.has_error or skipped or _bad_assignment(root):
-        words = _plain_words(command)
+    if root.has_error or skipped or bad_assignment(root):
+        words = plain_words(command)
         if words is not None:
             index = st.add(words)
             builtin_evaluates(words, st, depth, _parse_into)
             return [index, *_unwrap(index, words, (False,) * len(words), st, depth)]
     if root.has_error or skipped:
         st.parse_ok = False
-        where = _error_position(root, data) if root.has_error else "1:1"
+        where = error_position(root, data) if root.has_error else "1:1"
         suffix = f" in the command run by '{context}'" if context else ""
         st.blind(f"parse error at {where}{suffix}")
         st.unanalyzed.extend(segments(command))
