@@ -23,6 +23,21 @@ W = Family.WRAPPER
 ARGV = Command(Locate.AFTER_OPTIONS)
 SHELL_DEFAULT = ("sh",)
 _PRIVILEGE = ((HIGH, "escalates privileges"),)
+_SU_OPTIONS = (
+    value("-c", "--command", runs=Runs.SHELL),
+    value("--session-command", runs=Runs.SHELL),
+    flag("-f", "--fast"),
+    value("-g", "--group"),
+    value("-G", "--supp-group"),
+    flag("-", "-l", "--login"),
+    flag("-m", "-p", "--preserve-environment"),
+    flag("-P", "--pty"),
+    flag("-T", "--no-pty"),
+    value("-s", "--shell"),
+    value("-w", "--whitelist-environment"),
+    *help_version(),
+)
+"""su's options; runuser takes the same and -u (util-linux 2.38 su-common.c)."""
 
 PRIVILEGE: tuple[Program, ...] = (
     Program(
@@ -87,20 +102,7 @@ PRIVILEGE: tuple[Program, ...] = (
         names("su"),
         "run a shell as another user (options permute; the operands after the user go to the shell)",
         W,
-        options=(
-            value("-c", "--command", runs=Runs.SHELL),
-            value("--session-command", runs=Runs.SHELL),
-            flag("-f", "--fast"),
-            value("-g", "--group"),
-            value("-G", "--supp-group"),
-            flag("-", "-l", "--login"),
-            flag("-m", "-p", "--preserve-environment"),
-            flag("-P", "--pty"),
-            flag("-T", "--no-pty"),
-            value("-s", "--shell"),
-            value("-w", "--whitelist-environment"),
-            *help_version(),
-        ),
+        options=_SU_OPTIONS,
         command=Command(Locate.AFTER_OPTIONS, skip=1, via_shell=SHELL_DEFAULT, default=SHELL_DEFAULT),
         findings=_PRIVILEGE,
     ),
@@ -108,21 +110,7 @@ PRIVILEGE: tuple[Program, ...] = (
         names("runuser"),
         "run a command (-u USER CMD) or, like su, a shell as another user",
         W,
-        options=(
-            value("-c", "--command", runs=Runs.SHELL),
-            value("--session-command", runs=Runs.SHELL),
-            flag("-f", "--fast"),
-            value("-g", "--group"),
-            value("-G", "--supp-group"),
-            flag("-", "-l", "--login"),
-            flag("-m", "-p", "--preserve-environment"),
-            flag("-P", "--pty"),
-            flag("-T", "--no-pty"),
-            value("-s", "--shell"),
-            value("-u", "--user"),
-            value("-w", "--whitelist-environment"),
-            *help_version(),
-        ),
+        options=(*_SU_OPTIONS, value("-u", "--user")),
         command=Command(Locate.CUSTOM, handler="runuser", via_shell=SHELL_DEFAULT, default=SHELL_DEFAULT),
         findings=_PRIVILEGE,
     ),
