@@ -21,8 +21,31 @@ from orchestrator.gate.gate import Gate
 from orchestrator.gate.policy import Policy, PolicySource
 
 PROGRAMS = [
-    "git", "make", "python3", "pytest", "npm", "node", "cargo", "go", "ls", "cat", "grep", "sed", "awk",
-    "curl", "wget", "docker", "kubectl", "helm", "terraform", "rm", "cp", "mv", "tar", "zip", "ssh",
+    "git",
+    "make",
+    "python3",
+    "pytest",
+    "npm",
+    "node",
+    "cargo",
+    "go",
+    "ls",
+    "cat",
+    "grep",
+    "sed",
+    "awk",
+    "curl",
+    "wget",
+    "docker",
+    "kubectl",
+    "helm",
+    "terraform",
+    "rm",
+    "cp",
+    "mv",
+    "tar",
+    "zip",
+    "ssh",
 ]
 
 
@@ -101,11 +124,11 @@ def main() -> None:
     print(f"{'policy':<10} {'p50':>8} {'p95':>8} {'p99':>8} {'mean':>8}")
     for name, values in samples.items():
         print(
-            f"{name:<10} {pct(values, .5):8.4f} {pct(values, .95):8.4f} {pct(values, .99):8.4f} "
+            f"{name:<10} {pct(values, 0.5):8.4f} {pct(values, 0.95):8.4f} {pct(values, 0.99):8.4f} "
             f"{statistics.fmean(values):8.4f}"
         )
     a, b = samples["1000-rule"], samples["built-in"]
-    print(f"ratio 1000-rule/built-in: p50 {pct(a, .5) / pct(b, .5):.2f}  p95 {pct(a, .95) / pct(b, .95):.2f}")
+    print(f"ratio 1000-rule/built-in: p50 {pct(a, 0.5) / pct(b, 0.5):.2f}  p95 {pct(a, 0.95) / pct(b, 0.95):.2f}")
     p95 = pct(a, 0.95)
     print(f"target p95 <= 0.200 ms with 1,000 rules: {'met' if p95 <= 0.2 else 'NOT met'} ({p95:.4f} ms)")
     first_sight(gates["1000-rule"], args.rounds // 10)
@@ -128,8 +151,8 @@ def first_sight(gate: Gate, rounds: int) -> None:
     finally:
         gc.enable()
     print(
-        f"first sight of a string (no cache), 1000-rule: p50 {pct(samples, .5):.4f}  p95 {pct(samples, .95):.4f}"
-        f"  p99 {pct(samples, .99):.4f} ms ({len(samples)} requests)"
+        f"first sight of a string (no cache), 1000-rule: p50 {pct(samples, 0.5):.4f}  p95 {pct(samples, 0.95):.4f}"
+        f"  p99 {pct(samples, 0.99):.4f} ms ({len(samples)} requests)"
     )
 
 

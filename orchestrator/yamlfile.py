@@ -185,8 +185,8 @@ class _EventCheck:
         if self.stack:
             self.stack[-1].took(values, depth, key)
 
-    def run(self, text: str) -> None:
-        for event in yaml.parse(text, Loader=_FAST_LOADER):
+    def run(self, text: str, loader: Any = _FAST_LOADER) -> None:
+        for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.ScalarEvent):
                 if "\x00" in event.value:
                     raise self.fail(event, "NUL characters are not allowed")
@@ -236,8 +236,12 @@ def _explain(err: yaml.YAMLError, text: str, source: str, limits: YamlLimits) ->
     if isinstance(err, yaml.reader.ReaderError):
         return _bad_character(text, err.position, source, limits)
     try:
-        for _ in yaml.parse(text, Loader=yaml.SafeLoader):  # events only: no recursion
-            pass
+        # the limits again, so that a document too deep or too large is refused as such, and soon:
+        # libyaml looks ahead over a whole flow collection before its first event (and since 0.2.6 gives
+        # up past 1,000 levels), while PyYAML's parser costs time quadratic in the depth it has seen
+        _EventCheck(source, limits).run(text, yaml.SafeLoader)
+    except ConfigInvalid as refused:
+        return refused
     except yaml.YAMLError as clearer:
         err = clearer
     mark = getattr(err, "problem_mark", None)
