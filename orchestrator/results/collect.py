@@ -204,6 +204,19 @@ class _Collector:
         self.hashed_files += 1
         return hashed.sha256, hashed.size, None
 
+    def examine(
+        self, fd: int, key: str, name: str, now: Entry, was: Entry | None
+    ) -> tuple[str | None, int | None, list[str]]:
+        """A created or modified entry: set-id bits removed, a file hashed. (sha256, size, notes)."""
+        removed = self.setid(fd, key, name, now, was)
+        notes = [] if removed is None else [removed]
+        if now.kind != "file":
+            return None, None, notes
+        sha256, size, note = self.hash(fd, name, now)
+        if note is not None:
+            notes.append(note)
+        return sha256, size, notes
+
     def setid(self, fd: int, key: str, name: str, now: Entry, was: Entry | None) -> str | None:
         """Removes set-id bits the run left on a regular file; the note to add, if any."""
         if now.kind != "file" or not now.mode & SETID_BITS:
@@ -264,14 +277,9 @@ class _Collector:
             notes = changed(was, now)
             if notes is None:
                 continue
-            removed = self.setid(fd, key, name, now, was)
-            if removed is not None:
-                notes.append(removed)
-            sha256 = size = None
+            sha256, size, more = self.examine(fd, key, name, now, was)
+            notes.extend(more)
             if now.kind == "file":
-                sha256, size, note = self.hash(fd, name, now)
-                if note is not None:
-                    notes.append(note)
                 self.bytes_written += max(0, now.size - (was.size if was.kind == "file" else 0))
             record.add("modified", key, now, sha256=sha256, size=size, notes=notes)
 
@@ -336,19 +344,11 @@ class _Collector:
             # below PATH_MAX or where the snapshot did not look: only set-id bits (the problem is recorded)
             self.setid(fd, key or f"…/{name}", name, now, None)
         else:
-            notes: list[str] = []
-            removed = self.setid(fd, key, name, now, None)
-            if removed is not None:
-                notes.append(removed)
-            sha256 = size = None
-            if now.kind == "file":
-                sha256, size, note = self.hash(fd, name, now)
-                if note is not None:
-                    notes.append(note)
-                if st.st_nlink == 1 or (now.dev, now.ino) not in self.linked:
-                    if st.st_nlink > 1:
-                        self.linked.add((now.dev, now.ino))
-                    self.bytes_written += now.size
+            sha256, size, notes = self.examine(fd, key, name, now, None)
+            if now.kind == "file" and (st.st_nlink == 1 or (now.dev, now.ino) not in self.linked):
+                if st.st_nlink > 1:
+                    self.linked.add((now.dev, now.ino))
+                self.bytes_written += now.size
             record.add("created", key, now, sha256=sha256, size=size, notes=notes)
         if now.kind == "dir":
             return self._descend(frame, name, key, now)
