@@ -13,6 +13,7 @@ leave the store saying "approved" and the evidence saying "timed out", or the ot
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import time
@@ -23,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+from orchestrator.approvals.rules import RuleApprover
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
 from orchestrator.domain.errors import InputInvalid
 
@@ -222,24 +224,46 @@ class QueueApprover:
     """Puts each ask in the store and waits for a decision made elsewhere. Its timeout and its
     cancellation are settled in the store (see ``approvals.base.decide``), never only in memory."""
 
-    def __init__(self, store: ApprovalStore, poll_s: float = 0.05, max_poll_s: float = 0.5) -> None:
+    def __init__(
+        self, store: ApprovalStore, poll_s: float = 0.05, max_poll_s: float = 0.5, rules: RuleApprover | None = None
+    ) -> None:
         self.store = store
         self._poll = poll_s
         self._max_poll = max_poll_s
+        self._rules = rules
+        self._wakeups: dict[str, asyncio.Event] = {}
 
     @property
     def name(self) -> str:
         return "queue"
 
     async def request_approval(self, request: ApprovalRequest) -> ApprovalResult:
+        # rules answer what they match at once; the rest waits in the queue for a person
+        matched = self._rules.match(request) if self._rules is not None else None
+        if matched is not None:
+            return matched
         await asyncio.to_thread(self.store.submit, request)
+        wakeup = self._wakeups.setdefault(request.execution_id, asyncio.Event())
         delay = self._poll
-        while True:
-            result = await asyncio.to_thread(self.store.result, request.execution_id)
-            if result is not None:
-                return result
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, self._max_poll)
+        try:
+            while True:
+                result = await asyncio.to_thread(self.store.result, request.execution_id)
+                if result is not None:
+                    return result
+                # polled, because other processes answer too; woken at once by an answer given here
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await wakeup.wait()
+                wakeup.clear()
+                delay = min(delay * 1.5, self._max_poll)
+        finally:
+            self._wakeups.pop(request.execution_id, None)
+
+    def wake(self, approval_id: str) -> None:
+        """An answer was stored by this process: its waiter reads it now rather than at its next poll."""
+        wakeup = self._wakeups.get(approval_id)
+        if wakeup is not None:
+            wakeup.set()
 
     async def settle_timeout(self, request: ApprovalRequest) -> ApprovalResult:
         """What the store kept once the timeout closed the ask: TIMEOUT, or the answer that won."""

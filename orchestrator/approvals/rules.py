@@ -44,7 +44,8 @@ class RuleApprover:
     def from_file(cls, path: Path) -> RuleApprover:
         return cls(load_model_file(RuleApprovalsConfig, path, key="approvals"))
 
-    def evaluate(self, request: ApprovalRequest) -> ApprovalResult:
+    def match(self, request: ApprovalRequest) -> ApprovalResult | None:
+        """The first matching rule's outcome; None when no rule matches."""
         sanitized = request.sanitized
         facts = RequestFacts(sanitized, analysis_of_sanitized(sanitized), sanitized.profile or self._default_profile)
         for rule, matcher in self._compiled:
@@ -55,6 +56,12 @@ class RuleApprover:
                     approver=f"rule:{rule.name}",
                     reason=rule.reason or f"approval rule {rule.name!r} matched",
                 )
+        return None
+
+    def evaluate(self, request: ApprovalRequest) -> ApprovalResult:
+        matched = self.match(request)
+        if matched is not None:
+            return matched
         return ApprovalResult(
             outcome=ApprovalOutcome(self.config.default),
             approver="rule:default",

@@ -1,4 +1,9 @@
-"""One error tree with stable codes. Codes are public API: add new ones, never rename."""
+"""One error tree with stable codes. Codes are public API: add new ones, never rename.
+
+Each code carries its CLI exit code and its HTTP status side by side (the API, the client and the
+README table read them from here). ``http_status`` None: never a response's status — the error is part
+of an execution's outcome, reported inside the execution (HTTP 200).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ class OrchestratorError(Exception):
     code: ClassVar[str] = "INTERNAL"
     retryable: ClassVar[bool] = False
     exit_code: ClassVar[int] = 125
+    http_status: ClassVar[int | None] = 500
 
     def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -34,31 +40,38 @@ class OrchestratorError(Exception):
 class InputInvalid(OrchestratorError):
     code = "INPUT.INVALID"
     exit_code = 2
+    http_status = 400
 
 
 class ConfigInvalid(OrchestratorError):
     code = "CONFIG.INVALID"
     exit_code = 2
+    http_status = 500
 
 
 class NoApprovalProvider(OrchestratorError):
     code = "CONFIG.NO_APPROVAL_PROVIDER"
+    http_status = 503
 
 
 class PolicyDenied(OrchestratorError):
     code = "POLICY.DENIED"
+    http_status = 403
 
 
 class ApprovalDenied(OrchestratorError):
     code = "APPROVAL.DENIED"
+    http_status = 403
 
 
 class ApprovalTimeout(OrchestratorError):
     code = "APPROVAL.TIMEOUT"
+    http_status = 403
 
 
 class ApprovalAborted(OrchestratorError):
     code = "APPROVAL.ABORTED"
+    http_status = 403
 
 
 class ApprovalNotPending(OrchestratorError):
@@ -67,28 +80,34 @@ class ApprovalNotPending(OrchestratorError):
 
     code = "APPROVAL.NOT_PENDING"
     exit_code = 1
+    http_status = 409
 
 
 class ProfileNotFound(OrchestratorError):
     code = "PROFILE.NOT_FOUND"
+    http_status = 400
 
 
 class SandboxUnavailable(OrchestratorError):
     code = "SANDBOX.UNAVAILABLE"
     retryable = True
+    http_status = 503
 
 
 class SandboxStartFailed(OrchestratorError):
     code = "SANDBOX.START_FAILED"
     retryable = True
+    http_status = 503
 
 
 class SandboxTimeout(OrchestratorError):
     code = "SANDBOX.TIMEOUT"
+    http_status = None
 
 
 class SandboxOOM(OrchestratorError):
     code = "SANDBOX.OOM"
+    http_status = None
 
 
 class SandboxPidsLimit(OrchestratorError):
@@ -96,16 +115,19 @@ class SandboxPidsLimit(OrchestratorError):
     kept); under runc the refused forks failed with EAGAIN and this is a note beside the exit."""
 
     code = "SANDBOX.PIDS_LIMIT"
+    http_status = None
 
 
 class SandboxOutputLimit(OrchestratorError):
     code = "SANDBOX.OUTPUT_LIMIT"
+    http_status = None
 
 
 class SandboxWorkspaceLimit(OrchestratorError):
     """The run passed its workspace write budget (bytes or files): the sandbox was killed."""
 
     code = "SANDBOX.WORKSPACE_LIMIT"
+    http_status = None
 
 
 class SideEffectsIncomplete(OrchestratorError):
@@ -113,16 +135,19 @@ class SideEffectsIncomplete(OrchestratorError):
     not be removed): what the run changed may be more than the record says."""
 
     code = "SANDBOX.SIDE_EFFECTS_INCOMPLETE"
+    http_status = None
 
 
 class ExecutionCancelled(OrchestratorError):
     code = "EXECUTION.CANCELLED"
     exit_code = 130
+    http_status = None
 
 
 class EvidenceCorrupt(OrchestratorError):
     code = "EVIDENCE.CORRUPT"
     exit_code = 1
+    http_status = 500
 
 
 class EvidenceIncomplete(OrchestratorError):
@@ -130,18 +155,70 @@ class EvidenceIncomplete(OrchestratorError):
 
     code = "EVIDENCE.INCOMPLETE"
     exit_code = 3
+    http_status = None
 
 
 class EvidenceUnavailable(OrchestratorError):
     code = "EVIDENCE.UNAVAILABLE"
+    http_status = 503
 
 
 class SessionNotFound(OrchestratorError):
     code = "SESSION.NOT_FOUND"
+    http_status = 404
+
+
+class Unauthorized(OrchestratorError):
+    """No bearer token, or one the service does not know (never says which)."""
+
+    code = "AUTH.UNAUTHORIZED"
+    exit_code = 2
+    http_status = 401
+
+
+class Forbidden(OrchestratorError):
+    """The token is known but its role may not do this (or not for this tenant)."""
+
+    code = "AUTH.FORBIDDEN"
+    exit_code = 2
+    http_status = 403
+
+
+class NotFound(OrchestratorError):
+    """No such execution or approval — or one of another tenant's (never told apart)."""
+
+    code = "RESOURCE.NOT_FOUND"
+    exit_code = 1
+    http_status = 404
+
+
+class ExecutionNotRunning(OrchestratorError):
+    """A cancel of an execution that already ended: nothing changed."""
+
+    code = "EXECUTION.NOT_RUNNING"
+    exit_code = 1
+    http_status = 409
+
+
+class RequestTooLarge(OrchestratorError):
+    code = "REQUEST.TOO_LARGE"
+    exit_code = 2
+    http_status = 413
+
+
+class RateLimited(OrchestratorError):
+    code = "REQUEST.RATE_LIMITED"
+    retryable = True
+    http_status = 429
 
 
 class InternalError(OrchestratorError):
     code = "INTERNAL"
+
+
+def error_class(code: str) -> type[OrchestratorError]:
+    """The class of a code (the client raises what the library would); unknown codes are INTERNAL."""
+    return _BY_CODE.get(code, InternalError)
 
 
 def all_error_types() -> list[type[OrchestratorError]]:
@@ -154,3 +231,9 @@ def all_error_types() -> list[type[OrchestratorError]]:
             seen.append(cls)
         stack.extend(cls.__subclasses__())
     return seen
+
+
+_BY_CODE: dict[str, type[OrchestratorError]] = {
+    cls.code: cls for cls in all_error_types() if cls is not OrchestratorError and cls.code != "INTERNAL"
+}
+_BY_CODE["INTERNAL"] = InternalError

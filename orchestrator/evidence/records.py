@@ -40,6 +40,7 @@ class EventType(StrEnum):
     EXECUTION_FINISHED = "execution_finished"
     RUN_FAILED = "run_failed"
     EXECUTION_ABANDONED = "execution_abandoned"
+    CANCEL_REQUESTED = "cancel_requested"  # who asked (the service's DELETE); the end record follows
     # lifecycle events reported by the container engine
     CONTAINER_CREATED = "container_created"
     CONTAINER_STARTED = "container_started"

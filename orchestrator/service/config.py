@@ -21,7 +21,10 @@ class ApprovalsSection(BaseModel):
         description="Who answers 'ask': rules (below), terminal (only with a TTY), queue (SQLite store), none;"
         " auto = terminal when stdin is a TTY, else none (asks fail fast).",
     )
-    rules: list[ApprovalRule] = Field(default_factory=list, description="For provider: rules.")
+    rules: list[ApprovalRule] = Field(
+        default_factory=list,
+        description="For provider: rules; with provider: queue, tried first (what no rule matches waits in the queue).",
+    )
     default: GrantOutcome = Field(default="denied", description="For provider: rules, when no rule matches.")
     queue_path: str | None = Field(default=None, description="For provider: queue; default in the state dir.")
 

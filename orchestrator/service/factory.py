@@ -43,7 +43,8 @@ def approval_provider(config: OrchestratorConfig) -> ApprovalProvider | None:
     if section.provider == "rules":
         return RuleApprover(RuleApprovalsConfig(rules=section.rules, default=section.default))
     if section.provider == "queue":
-        return QueueApprover(ApprovalStore(queue_path(config)))
+        rules = RuleApprover(RuleApprovalsConfig(rules=section.rules)) if section.rules else None
+        return QueueApprover(ApprovalStore(queue_path(config)), rules=rules)
     if section.provider in ("terminal", "auto"):
         try:
             return TerminalApprover()

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import logging
 import os
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from orchestrator.domain.errors import (
 )
 from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
+from orchestrator.domain.wire import ErrorBody, RunResult
 from orchestrator.evidence import EventType, EvidenceWriter
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
@@ -59,6 +61,32 @@ _REFUSALS: dict[ApprovalOutcome, type[OrchestratorError]] = {
     ApprovalOutcome.ABORT: ApprovalAborted,
     ApprovalOutcome.TIMEOUT: ApprovalTimeout,
 }
+
+
+class Observer:
+    """Told where an execution is while the flow runs (the service keeps its state table with it).
+    Called on the event loop; must not block or raise (what it raises is logged and ignored)."""
+
+    def decided(self, execution_id: ExecutionId, gate: GateResult) -> None:
+        """The gate decided (before any approval)."""
+
+    def awaiting_approval(self, execution_id: ExecutionId, deadline_unix: float) -> None:
+        """The ask is queued; silence until ``deadline_unix`` is APPROVAL.TIMEOUT."""
+
+    def approval_settled(self, execution_id: ExecutionId, result: ApprovalResult) -> None:
+        """An approval (or the timeout) answered the ask."""
+
+    def running(self, execution_id: ExecutionId, profile: ResolvedProfile) -> None:
+        """The begin record is durable; the sandbox is being created."""
+
+
+def _tell(observer: Observer | None, method: str, *args: Any) -> None:
+    if observer is None:
+        return
+    try:
+        getattr(observer, method)(*args)
+    except Exception as exc:  # an observer's bug never changes a decision or a run
+        log.warning("execution observer failed in %s: %s", method, type(exc).__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +189,19 @@ class Orchestrator:
         return err
 
     # -- the flow --------------------------------------------------------------------------
-    async def authorize(self, raw: Any) -> Authorization:
-        """Decide ``raw`` (a request model or dict). Returns an Authorization or raises the refusal."""
-        execution_id = new_execution_id()
+    async def authorize(
+        self,
+        raw: Any,
+        *,
+        execution_id: ExecutionId | None = None,
+        observer: Observer | None = None,
+        approval_deadline: float | None = None,
+    ) -> Authorization:
+        """Decide ``raw`` (a request model or dict). Returns an Authorization or raises the refusal.
+
+        ``execution_id``: chosen by the caller (the service names an execution before it is decided);
+        ``approval_deadline``: an ask already queued before a restart keeps its deadline."""
+        execution_id = execution_id or new_execution_id()
         try:
             check_out_of_earlier_workspaces(self.governing)  # e.g. a policy about to be reloaded
             request = parse_request(raw)
@@ -186,6 +224,7 @@ class Orchestrator:
 
         gate = self.gate.evaluate(request)
         decision = gate.decision
+        _tell(observer, "decided", execution_id, gate)
         await self._record(
             EventType.REQUEST_RECEIVED,
             execution_id,
@@ -206,7 +245,15 @@ class Orchestrator:
         if decision.decision is Decision.ALLOW:
             return self._authorized(execution_id, request, gate, None, "policy")
 
-        approval = await self._approve(execution_id, request, gate)
+        try:
+            approval = await self._approve(execution_id, request, gate, observer, approval_deadline)
+        except asyncio.CancelledError as cancel:
+            # the ask was withdrawn (approvals.base.decide); the execution ends here, on the record
+            reason = _cancel_reason(cancel, "cancelled while waiting for approval")
+            await _despite_cancellation(
+                self._refuse(execution_id, gate, ExecutionCancelled(reason), status="cancelled")
+            )
+            raise
         return self._authorized(execution_id, request, gate, approval, approval.approver)
 
     def _authorized(
@@ -240,7 +287,14 @@ class Orchestrator:
             data={"approval_key": gate.approval_key, "cached": cached},
         )
 
-    async def _approve(self, execution_id: ExecutionId, request: Request, gate: GateResult) -> ApprovalResult:
+    async def _approve(
+        self,
+        execution_id: ExecutionId,
+        request: Request,
+        gate: GateResult,
+        observer: Observer | None = None,
+        deadline: float | None = None,
+    ) -> ApprovalResult:
         key = gate.approval_key
         policy_hash = gate.decision.policy_version_hash
         scope = (
@@ -274,6 +328,8 @@ class Orchestrator:
                 NoApprovalProvider(f"approval needed ({gate.decision.reason}) but no approval provider is configured"),
             )
         timeout_s = self.gate.policy.current().config.approval_timeout_s
+        if deadline is not None:  # resumed after a restart: what is left of the first wait
+            timeout_s = max(deadline - time.time(), 0.001)
         ask = ApprovalRequest(
             execution_id=execution_id,
             approval_key=key,
@@ -287,11 +343,13 @@ class Orchestrator:
             gate,
             data={"approval_key": key, "provider": self.approvals.name, "timeout_s": timeout_s},
         )
+        _tell(observer, "awaiting_approval", execution_id, time.time() + timeout_s)
         try:
             result = await decide(self.approvals, ask)
         except OrchestratorError as err:
             raise await self._refuse(execution_id, gate, err) from None
         await self._record_approval(execution_id, gate, result, cached=False)
+        _tell(observer, "approval_settled", execution_id, result)
         if not result.outcome.grants:
             refusal = _REFUSALS[result.outcome]
             raise await self._refuse(execution_id, gate, refusal(f"{result.approver}: {result.reason}".rstrip(": ")))
@@ -300,13 +358,20 @@ class Orchestrator:
         return result
 
     # -- execution ---------------------------------------------------------------------------
-    async def execute(self, raw: Any, *, workspace: Path) -> ExecutionResult:
+    async def execute(
+        self,
+        raw: Any,
+        *,
+        workspace: Path,
+        execution_id: ExecutionId | None = None,
+        observer: Observer | None = None,
+    ) -> ExecutionResult:
         """Authorize ``raw``, then run it in a fresh sandbox. Refusals raise; a command that ran
         (whatever its exit) returns an ExecutionResult."""
-        auth = await self.authorize(raw)
-        return await self.run(auth, workspace=workspace)
+        auth = await self.authorize(raw, execution_id=execution_id, observer=observer)
+        return await self.run(auth, workspace=workspace, observer=observer)
 
-    async def run(self, auth: Authorization, *, workspace: Path) -> ExecutionResult:
+    async def run(self, auth: Authorization, *, workspace: Path, observer: Observer | None = None) -> ExecutionResult:
         if self.backend is None or self.profiles is None:
             raise InternalError("this orchestrator has no sandbox backend")
         request, gate = auth.request, auth.gate
@@ -363,12 +428,14 @@ class Orchestrator:
                     "env_keys": sorted(spec.env),
                 },
             )
+            _tell(observer, "running", execution_id, profile)
             with active_execution(execution_id, workspace):
                 outcome = await run_in_sandbox(
                     self.backend, spec, record, redactor=redactor, workspace=workspace, before=before
                 )
-        except asyncio.CancelledError:
-            await _despite_cancellation(failed(ExecutionCancelled("cancelled while running")))
+        except asyncio.CancelledError as cancel:
+            reason = _cancel_reason(cancel, "cancelled while running")
+            await _despite_cancellation(failed(ExecutionCancelled(reason)))
             raise
         except OrchestratorError as err:
             raise await failed(err) from None
@@ -424,6 +491,12 @@ class Orchestrator:
             await self.backend.close()
 
 
+def _cancel_reason(cancel: asyncio.CancelledError, default: str) -> str:
+    """The message a canceller gave ``Task.cancel(msg)`` (the service names who asked), or ``default``."""
+    given = cancel.args[0] if cancel.args and isinstance(cancel.args[0], str) else ""
+    return f"{default}: {given}" if given else default
+
+
 async def _despite_cancellation(step: Coroutine[Any, Any, object]) -> None:
     """Run ``step`` to its end even if this task is cancelled again meanwhile (a second Ctrl-C or
     SIGTERM): an end record must not be cut off half-way. The cancellation is delivered afterwards."""
@@ -467,20 +540,23 @@ class ExecutionResult:
             or not o.side_effects_complete
         )
 
+    def to_wire(self) -> RunResult:
+        o = self.outcome
+        return RunResult(
+            ok=self.ok,
+            execution_id=self.authorization.execution_id,
+            decision=self.authorization.gate.decision.decision.value,
+            exit_code=o.exit_code,
+            stdout=o.stdout.decode("utf-8", "replace"),
+            stderr=o.stderr.decode("utf-8", "replace"),
+            truncated=o.truncated,
+            timed_out=o.timed_out,
+            oom_killed=o.oom_killed,
+            duration_ms=o.duration_ms,
+            side_effects=o.side_effects.summary() if o.side_effects is not None else None,
+            error=ErrorBody(code=self.error.code, message=self.error.message) if self.error else None,
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The `sandboxctl run --json` shape."""
-        o = self.outcome
-        return {
-            "ok": self.ok,
-            "execution_id": self.authorization.execution_id,
-            "decision": self.authorization.gate.decision.decision.value,
-            "exit_code": o.exit_code,
-            "stdout": o.stdout.decode("utf-8", "replace"),
-            "stderr": o.stderr.decode("utf-8", "replace"),
-            "truncated": o.truncated,
-            "timed_out": o.timed_out,
-            "oom_killed": o.oom_killed,
-            "duration_ms": o.duration_ms,
-            "side_effects": o.side_effects.summary() if o.side_effects is not None else None,
-            "error": {"code": self.error.code, "message": self.error.message} if self.error else None,
-        }
+        return self.to_wire().model_dump(mode="json")

@@ -1,0 +1,161 @@
+"""The response shapes, defined once: `sandboxctl --json`, the HTTP API, its OpenAPI document and the
+Python client all use these models. Everything here is already sanitized (no env values, no stdin,
+no file content) and output is redacted and capped before it gets here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.domain.errors import OrchestratorError
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+
+class ErrorBody(_Wire):
+    code: str = Field(description="Stable error code (README: Error codes).")
+    message: str = Field(description="What happened, safe to show (never a secret).")
+    retryable: bool = Field(default=False, description="Trying again later may succeed.")
+    details: dict[str, Any] | None = Field(default=None, description="Structured context: fields, file, line, ...")
+
+    @classmethod
+    def of(cls, err: OrchestratorError) -> ErrorBody:
+        return cls(code=err.code, message=err.message, retryable=err.retryable, details=err.details or None)
+
+
+class ErrorResponse(_Wire):
+    """The body of every error response."""
+
+    error: ErrorBody
+
+
+class ExecutionState(StrEnum):
+    """Where an execution is. The last four are final."""
+
+    RECEIVED = "received"  # accepted; the gate is deciding
+    PENDING_APPROVAL = "pending_approval"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # ran to exit 0 within every limit
+    FAILED = "failed"  # ran, and exited non-zero or hit a sandbox limit; or the sandbox failed
+    REFUSED = "refused"  # never ran: denied by the policy or an approver, timed out, invalid
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in _FINAL
+
+
+_FINAL = frozenset({ExecutionState.SUCCEEDED, ExecutionState.FAILED, ExecutionState.REFUSED, ExecutionState.CANCELLED})
+
+
+class RunResult(_Wire):
+    """A command that ran, whatever its exit: the `sandboxctl run --json` shape."""
+
+    ok: bool = Field(description="Exit 0 within every limit, with a complete workspace record.")
+    execution_id: str
+    decision: str = Field(description="allow | ask (then approved)")
+    exit_code: int | None = Field(description="None when the sandbox never ran to an exit.")
+    stdout: str = Field(description="Redacted, then capped to the profile's limit (UTF-8, invalid bytes replaced).")
+    stderr: str
+    truncated: bool = Field(description="Output passed the profile's cap.")
+    timed_out: bool
+    oom_killed: bool
+    duration_ms: int
+    side_effects: dict[str, Any] | None = Field(description="Workspace changes: counts, sizes, sha256 per entry.")
+    error: ErrorBody | None = Field(description="Why the run is not ok, when a sandbox limit ended it.")
+
+
+class ApprovalInfo(_Wire):
+    """The approval an execution waited for (its id is the execution's id)."""
+
+    approval_id: str
+    deadline: datetime | None = Field(default=None, description="When silence becomes APPROVAL.TIMEOUT.")
+    outcome: str | None = Field(default=None, description="approved | approved_for_session | denied | abort | timeout")
+    approver: str | None = None
+    reason: str | None = None
+
+
+class ExecutionView(_Wire):
+    execution_id: str
+    state: ExecutionState
+    tenant: str
+    subject: str
+    tool: str
+    session_id: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    request: dict[str, Any] = Field(description="The sanitized request (env keys only, content as size + sha256).")
+    decision: str | None = Field(default=None, description="allow | ask | deny, once the gate decided.")
+    reason: str | None = Field(default=None, description="The policy's reason.")
+    risk_level: str | None = None
+    matched_rule: str | None = None
+    profile: str | None = None
+    approval: ApprovalInfo | None = None
+    result: RunResult | None = Field(default=None, description="Once the command ran.")
+    error: ErrorBody | None = Field(default=None, description="Why it was refused, cancelled or failed.")
+    cancelled_by: str | None = None
+
+
+class ExecutionPage(_Wire):
+    items: list[ExecutionView]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; None on the last.")
+
+
+class SubmitAnswer(_Wire):
+    """202 (accepted: not finished yet) or 200 (finished within ?wait=)."""
+
+    execution: ExecutionView
+
+
+class PendingApprovalView(_Wire):
+    approval_id: str
+    execution_id: str
+    tenant: str
+    subject: str
+    request: dict[str, Any] = Field(description="The sanitized request.")
+    policy_reason: str
+    risk_level: str | None = None
+    risk_reasons: str | None = None
+    matched_rule: str | None = None
+    profile: str | None = None
+    created_at: datetime
+    deadline: datetime
+    seconds_left: float
+
+
+class ApprovalList(_Wire):
+    items: list[PendingApprovalView]
+
+
+class ApprovalDecisionBody(_Wire):
+    decision: Literal["approve", "approve_for_session", "deny"]
+    reason: str = Field(default="", max_length=1000, description="Recorded in the evidence with the approver.")
+
+
+class ApprovalAnswer(_Wire):
+    approval_id: str
+    outcome: str = Field(description="What the store kept (yours, or the timeout's / another approver's).")
+    approver: str
+    reason: str
+
+
+class EvidencePage(_Wire):
+    records: list[dict[str, Any]] = Field(description="Evidence records as written (already sanitized).")
+
+
+class OutputChunk(_Wire):
+    """One SSE `output` event: redacted, within the caps."""
+
+    stream: Literal["stdout", "stderr"]
+    data: str = Field(description="UTF-8 text (bytes that are not UTF-8 replaced).")
+
+
+class Health(_Wire):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str] = Field(default_factory=dict, description="Each readiness check: 'ok' or why not.")
