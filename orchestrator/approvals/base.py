@@ -43,6 +43,15 @@ class SettlesInStore(Protocol):
         ...
 
 
+SUSPEND = "suspend: the service stops; the ask stays queued for its next start"
+"""The ``Task.cancel(msg)`` that leaves an ask pending in its store (a service shutting down resumes
+the wait when it starts again); any other cancellation withdraws it."""
+
+
+def is_suspend(cancel: BaseException) -> bool:
+    return bool(cancel.args) and cancel.args[0] == SUSPEND
+
+
 async def decide(provider: ApprovalProvider, request: ApprovalRequest) -> ApprovalResult:
     """Ask ``provider``; silence past ``request.timeout_s`` is a TIMEOUT (a denial, recorded apart)."""
     try:
@@ -56,8 +65,8 @@ async def decide(provider: ApprovalProvider, request: ApprovalRequest) -> Approv
             approver=provider.name,
             reason=f"no answer within {request.timeout_s:g}s",
         )
-    except asyncio.CancelledError:
-        if isinstance(provider, SettlesInStore):
+    except asyncio.CancelledError as cancel:
+        if isinstance(provider, SettlesInStore) and not is_suspend(cancel):
             # shielded: the ask is closed even though this task is being cancelled
             with contextlib.suppress(Exception):
                 await asyncio.shield(provider.withdraw(request))

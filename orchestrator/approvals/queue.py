@@ -214,6 +214,20 @@ class ApprovalStore:
         )
         return Resolution(won=won, state="decided", result=result)
 
+    def known(self, approval_id: str) -> bool:
+        """The ask is in the store (in any state)."""
+        with self._connect() as db:
+            return db.execute("SELECT 1 FROM approvals WHERE id = ?", (approval_id,)).fetchone() is not None
+
+    def pending_one(self, approval_id: str) -> PendingApproval | None:
+        with self._connect() as db:
+            row = db.execute(
+                _SELECT_PENDING.replace("ORDER BY created_at", "AND id = ?"), (time.time(), approval_id)
+            ).fetchone()
+        return (
+            PendingApproval(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6], row[7]) if row else None
+        )
+
     def result(self, approval_id: str) -> ApprovalResult | None:
         """The stored outcome of a decided ask; None while it is pending (or withdrawn, or unknown)."""
         with self._connect() as db:

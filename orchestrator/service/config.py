@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.approvals.rules import ApprovalRule, GrantOutcome
 from orchestrator.gate.config import SafetyConfig, default_safety_config, with_defaults
@@ -35,12 +35,72 @@ class EvidenceSection(BaseModel):
     path: str | None = Field(default=None, description="Evidence JSONL file (default: state dir).")
 
 
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"  # also a directory name: a tenant's workspaces live under it
+
+
+class TokenEntry(BaseModel):
+    """One bearer token. Its secret comes from exactly one of token / token_file / token_env, so that a
+    Kubernetes Secret can supply it as a mounted file or an environment variable."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    subject: str = Field(min_length=1, max_length=128, pattern=_NAME, description="Who the token is.")
+    role: Literal["agent", "approver", "admin"] = Field(description="agent | approver | admin")
+    tenants: list[Annotated[str, Field(pattern=_NAME)]] = Field(
+        default_factory=list, description="The tenants it acts for (agent: exactly one; admin: all, leave empty)."
+    )
+    token: str | None = Field(default=None, min_length=16, description="The secret itself (prefer a file or env).")
+    token_file: str | None = Field(default=None, description="A file holding the secret (first line).")
+    token_env: str | None = Field(default=None, description="An environment variable holding the secret.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TokenEntry:
+        sources = [s for s in (self.token, self.token_file, self.token_env) if s is not None]
+        if len(sources) != 1:
+            raise ValueError("give exactly one of token, token_file, token_env")
+        if self.role == "agent" and len(self.tenants) != 1:
+            raise ValueError("an agent token acts for exactly one tenant")
+        if self.role == "approver" and not self.tenants:
+            raise ValueError("an approver token names the tenants it decides for")
+        if self.role == "admin" and self.tenants:
+            raise ValueError("an admin token acts for every tenant: leave tenants empty")
+        return self
+
+
+class ServiceLimits(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024, description="413 past it.")
+    rate_per_s: float = Field(default=200.0, gt=0, description="Requests per second per token (429 past it).")
+    burst: int = Field(default=400, ge=1, description="Requests a token may send at once before the rate applies.")
+    max_wait_s: float = Field(default=600.0, gt=0, le=86400, description="The longest ?wait= honoured.")
+    max_page: int = Field(default=200, ge=1, le=1000, description="The most items a listing returns.")
+    header_timeout_s: float = Field(default=10.0, gt=0, description="A client must send its headers within this.")
+    body_timeout_s: float = Field(default=30.0, gt=0, description="... and its whole body within this.")
+
+
+class ServiceSection(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    tokens: list[TokenEntry] = Field(default_factory=list, description="Who may call the service.")
+    store: str | None = Field(default=None, description="SQLite state database (default: state dir/service.db).")
+    workspaces: str | None = Field(
+        default=None, description="Root of the tenants' workspaces: <root>/<tenant>/<session or 'default'>."
+    )
+    workspace_owner: str = Field(
+        default="1000:1000", pattern=r"^\d+:\d+$", description="uid:gid new workspaces belong to (the profiles' user)."
+    )
+    allow_self_approval: bool = Field(default=False, description="May an approver approve what it submitted itself.")
+    limits: ServiceLimits = Field(default_factory=ServiceLimits)
+
+
 class OrchestratorConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     safety: SafetyConfig = Field(default_factory=default_safety_config)
     approvals: ApprovalsSection = Field(default_factory=ApprovalsSection)
     evidence: EvidenceSection = Field(default_factory=EvidenceSection)
+    service: ServiceSection = Field(default_factory=ServiceSection, description="`sandboxctl serve` only.")
     caps: ProfileCaps | None = Field(
         default=None,
         description="Policy caps: the most any profile may get (memory, cpus, pids, wall time, output,"

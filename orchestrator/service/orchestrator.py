@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.approvals.base import ApprovalProvider, decide
+from orchestrator.approvals.base import ApprovalProvider, decide, is_suspend
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
 from orchestrator.backends.base import SandboxBackend
 from orchestrator.domain.canonical import canonical_sha256
@@ -248,6 +248,8 @@ class Orchestrator:
         try:
             approval = await self._approve(execution_id, request, gate, observer, approval_deadline)
         except asyncio.CancelledError as cancel:
+            if is_suspend(cancel):  # the service stops: the ask stays queued, the execution resumes later
+                raise
             # the ask was withdrawn (approvals.base.decide); the execution ends here, on the record
             reason = _cancel_reason(cancel, "cancelled while waiting for approval")
             await _despite_cancellation(

@@ -1,0 +1,140 @@
+"""The long-running service, assembled: one orchestrator (gate, approvals, evidence, backend, profiles
+— the very objects `sandboxctl run` builds), the state store, the execution manager, the credentials,
+and the guarded background work (the orphan reaper). The HTTP layer drives it and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.approvals.base import ApprovalProvider
+from orchestrator.approvals.queue import QueueApprover
+from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
+from orchestrator.backends.base import SandboxBackend
+from orchestrator.backends.docker import DockerBackend
+from orchestrator.domain.errors import OrchestratorError
+from orchestrator.evidence import EvidenceWriter, default_evidence_path
+from orchestrator.gate.policy import PolicySource
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.config import OrchestratorConfig, ServiceLimits, load_config
+from orchestrator.service.executions import ExecutionManager
+from orchestrator.service.factory import state_dir
+from orchestrator.service.governing import Governing, approval_queue, policy_file
+from orchestrator.service.grants import StoredGrants
+from orchestrator.service.orchestrator import Orchestrator
+from orchestrator.service.reaper import collect_orphans
+from orchestrator.service.store import StateStore
+from orchestrator.service.tasks import Guarded
+from orchestrator.service.tokens import Credential, load_credentials
+from orchestrator.service.workspaces import Workspaces
+
+log = logging.getLogger(__name__)
+
+REAP_EVERY_S = 60.0
+
+
+def _approvals(config: OrchestratorConfig, store: StateStore) -> ApprovalProvider | None:
+    """A service has no terminal: asks wait in the queue (rules, when given, answer first)."""
+    section = config.approvals
+    if section.provider == "none":
+        return None
+    if section.provider == "rules":
+        return RuleApprover(RuleApprovalsConfig(rules=section.rules, default=section.default))
+    rules = RuleApprover(RuleApprovalsConfig(rules=section.rules)) if section.rules else None
+    return QueueApprover(store.approvals, rules=rules)
+
+
+@dataclass
+class Service:
+    config: OrchestratorConfig
+    orchestrator: Orchestrator
+    store: StateStore
+    manager: ExecutionManager
+    credentials: list[Credential]
+    limits: ServiceLimits
+    started_at: float = field(default_factory=time.time)
+    background: Guarded = field(default_factory=Guarded)
+    recovered: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    async def open(cls, config_path: Path | None, *, backend: SandboxBackend | None = None) -> Service:
+        config = load_config(config_path)
+        credentials = load_credentials(config.service.tokens)
+        section = config.service
+        store_path = Path(section.store) if section.store else Path(state_dir()) / "service.db"
+        store = await asyncio.to_thread(StateStore, store_path.resolve())
+        try:
+            evidence_path = Path(config.evidence.path) if config.evidence.path else default_evidence_path()
+            governing: tuple[Governing, ...] = (approval_queue(store_path.resolve()),)
+            if config_path is not None:
+                governing = (policy_file(config_path), *governing)
+            if backend is None:
+                backend = DockerBackend()
+            backend.prepare()
+            orchestrator = Orchestrator(
+                evidence=EvidenceWriter(evidence_path),
+                policy=PolicySource(config_path),
+                approvals=_approvals(config, store),
+                grants=StoredGrants(store),
+                backend=backend,
+                profiles=ProfileRegistry(),
+                caps=config.caps,
+                governing=governing,
+            )
+            uid, gid = (int(x) for x in section.workspace_owner.split(":"))
+            root = Path(section.workspaces) if section.workspaces else Path(state_dir()) / "workspaces"
+            manager = ExecutionManager(
+                orchestrator,
+                store,
+                Workspaces(root.resolve(), (uid, gid)),
+                allow_self_approval=section.allow_self_approval,
+            )
+        except BaseException:
+            await store.close()
+            raise
+        return cls(config, orchestrator, store, manager, credentials, section.limits)
+
+    async def start(self) -> None:
+        """Recover what a previous run left, then collect orphans now and every minute."""
+        self.recovered = await self.manager.recover()
+        self.background.spawn(self._reap_forever(), "orphan-reaper")
+
+    async def _reap_forever(self) -> None:
+        backend = self.orchestrator.backend
+        assert backend is not None
+        while True:
+            try:
+                await collect_orphans(backend, self.orchestrator.evidence)
+            except OrchestratorError as err:  # the engine is away: try again next time
+                log.warning("orphan collection failed: %s", err.code)
+            await asyncio.sleep(REAP_EVERY_S)
+
+    async def readiness(self) -> dict[str, str]:
+        """Each check: 'ok', or why not."""
+        checks: dict[str, str] = {}
+        backend = self.orchestrator.backend
+        try:
+            assert backend is not None
+            async with asyncio.timeout(5):
+                await backend.info()
+            checks["engine"] = "ok"
+        except (OrchestratorError, TimeoutError, AssertionError) as err:
+            checks["engine"] = f"unreachable: {getattr(err, 'code', type(err).__name__)}"
+        try:
+            async with asyncio.timeout(5):
+                await self.store.writable()
+            checks["store"] = "ok"
+        except Exception as err:
+            checks["store"] = f"not writable: {type(err).__name__}"
+        failure = self.orchestrator.evidence.failed
+        checks["evidence"] = "ok" if failure is None else f"failed: {type(failure).__name__}"
+        return checks
+
+    async def close(self) -> None:
+        await self.background.cancel_all()
+        await self.manager.suspend()
+        await self.orchestrator.aclose()
+        await self.store.close()

@@ -1,0 +1,46 @@
+"""Where the service's executions run: ``<root>/<tenant>/<session or "default">``, one directory per
+tenant and agent session, created on first use and owned by the profiles' user (the sandbox writes as
+that user). Tenant and session names become directory names: only a safe alphabet gets there."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from orchestrator.domain.errors import InputInvalid
+
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+DEFAULT_SESSION = "default"
+
+
+class Workspaces:
+    def __init__(self, root: Path, owner: tuple[int, int]) -> None:
+        self.root = root
+        self.owner = owner
+
+    def path(self, tenant: str, session: str | None) -> Path:
+        for name, value in (("tenant", tenant), ("session_id", session)):
+            if value is not None and (not isinstance(value, str) or not _SAFE.match(value)):
+                raise InputInvalid(
+                    f"{name}: with the service, 1-128 of A-Z a-z 0-9 . _ - (it names a workspace directory)",
+                    details={"fields": [name]},
+                )
+        return self.root / tenant / (session or DEFAULT_SESSION)
+
+    async def ensure(self, tenant: str, session: Any) -> Path:
+        path = self.path(tenant, session)
+        if not path.is_dir():
+            await asyncio.to_thread(self._create, path)
+        return path
+
+    def _create(self, path: Path) -> None:
+        for directory in (self.root, path.parent):
+            directory.mkdir(mode=0o711, parents=True, exist_ok=True)
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            return
+        os.chown(path, *self.owner)
