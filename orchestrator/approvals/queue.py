@@ -214,6 +214,11 @@ class ApprovalStore:
         )
         return Resolution(won=won, state="decided", result=result)
 
+    def resolution(self, approval_id: str) -> Resolution:
+        """What the store holds for the ask now."""
+        with self._connect() as db:
+            return self._read(db, approval_id)
+
     def known(self, approval_id: str) -> bool:
         """The ask is in the store (in any state)."""
         with self._connect() as db:

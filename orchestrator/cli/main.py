@@ -11,7 +11,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from orchestrator.cli import approvals_cmd, check_cmd, evidence_cmd, ops_cmd, profiles_cmd, run_cmd, warm_cmd
+from orchestrator.cli import (
+    approvals_cmd,
+    check_cmd,
+    evidence_cmd,
+    ops_cmd,
+    profiles_cmd,
+    run_cmd,
+    serve_cmd,
+    warm_cmd,
+)
 from orchestrator.cli.arguments import undecodable_argument
 from orchestrator.cli.output import fail, flush_stdio
 from orchestrator.domain.text import terminal_safe
@@ -44,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     profiles_cmd.register(sub)
     ops_cmd.register(sub)
     warm_cmd.register(sub)
+    serve_cmd.register(sub)
     return parser
 
 

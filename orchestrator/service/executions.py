@@ -96,9 +96,13 @@ class ExecutionManager(Observer):
         self.store = store
         self.workspaces = workspaces
         self.allow_self_approval = allow_self_approval
-        self._on_change = on_change
+        self._listeners: list[Callable[[ExecutionView], None]] = [on_change] if on_change else []
         self._live: dict[str, _Live] = {}
         self._finished: list[str] = []  # oldest first, for trimming _live
+
+    def add_listener(self, listener: Callable[[ExecutionView], None]) -> None:
+        """Called with each changed execution (on the loop; must not block)."""
+        self._listeners.append(listener)
 
     # -- the observer (called by the orchestrator, on the loop) ------------------------------------
     def decided(self, execution_id: ExecutionId, gate: GateResult) -> None:
@@ -145,9 +149,9 @@ class ExecutionManager(Observer):
         if store:
             self._spawn_store(live.view)
         live.notify()
-        if self._on_change is not None:
+        for listener in self._listeners:
             try:
-                self._on_change(live.view)
+                listener(live.view)
             except Exception as exc:
                 log.warning("execution change listener failed: %s", type(exc).__name__)
 

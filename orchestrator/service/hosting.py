@@ -9,6 +9,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator.approvals.base import ApprovalProvider
 from orchestrator.approvals.queue import QueueApprover
@@ -16,7 +17,8 @@ from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
 from orchestrator.backends.base import SandboxBackend
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import OrchestratorError
-from orchestrator.evidence import EvidenceWriter, default_evidence_path
+from orchestrator.domain.principal import Principal
+from orchestrator.evidence import EvidenceWriter, default_evidence_path, tail, verify
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.config import OrchestratorConfig, ServiceLimits, load_config
@@ -138,3 +140,19 @@ class Service:
         await self.manager.suspend()
         await self.orchestrator.aclose()
         await self.store.close()
+
+
+async def evidence_of(
+    service: Service, execution_id: str, principal: Principal, limit: int = 1000
+) -> list[dict[str, Any]]:
+    """The evidence records of one execution the caller may see (404 otherwise), oldest first."""
+    await service.manager.get(execution_id, principal)
+    path = service.orchestrator.evidence.path
+    records = await asyncio.to_thread(tail, path, limit, execution_id=execution_id)
+    return [r.model_dump(mode="json") for r in records]
+
+
+async def verify_evidence(service: Service) -> dict[str, Any]:
+    await service.orchestrator.evidence.flush()
+    report = await asyncio.to_thread(verify, service.orchestrator.evidence.path)
+    return report.to_dict()

@@ -80,6 +80,16 @@ class Observer:
         """The begin record is durable; the sandbox is being created."""
 
 
+class Telemetry:
+    """Timings for the service's metrics (no-ops by default). Must not block or raise."""
+
+    def durable_write(self, seconds: float) -> None:
+        """A durable evidence append took ``seconds`` (queued → fsynced)."""
+
+    def sandbox_started(self, seconds: float) -> None:
+        """From the begin record to the engine's start event."""
+
+
 def _tell(observer: Observer | None, method: str, *args: Any) -> None:
     if observer is None:
         return
@@ -132,6 +142,7 @@ class Orchestrator:
         self.backend = backend
         self.profiles = profiles
         self.caps = caps
+        self.telemetry = Telemetry()
 
     # -- evidence helpers ------------------------------------------------------------------
     async def _record(
@@ -159,7 +170,9 @@ class Orchestrator:
         # record is never lost to the size or the text of what a workload put in it
         if durable:
             # waits for this record and everything queued before it to be fsynced
+            began = time.monotonic()
             await self.evidence.append(base, durable=True)
+            self.telemetry.durable_write(time.monotonic() - began)
         else:
             self.evidence.append_nowait(base)
 
@@ -392,7 +405,11 @@ class Orchestrator:
         except OrchestratorError as err:
             raise await self._refuse(execution_id, gate, err) from None
 
+        began = time.monotonic()
+
         async def record(event: EventType, **fields: Any) -> None:
+            if event is EventType.CONTAINER_STARTED:
+                self.telemetry.sandbox_started(time.monotonic() - began)
             await self._record(event, execution_id, gate, profile_hash=profile.profile_hash, **fields)
 
         redactor = Redactor(literals=request.env.values())

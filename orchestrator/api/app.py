@@ -1,0 +1,93 @@
+"""The aiohttp application: middlewares (errors, auth, rate limit), the route table, start-up and
+shutdown of the service it drives."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from orchestrator.api.auth import RateLimiter, TokenBook
+from orchestrator.api.errors import errors_middleware
+from orchestrator.api.events import EventHub
+from orchestrator.api.keys import EVENTS, LIMITER, METRICS, OPENAPI, PRINCIPAL, SERVICE, TOKENS
+from orchestrator.api.metrics import ServiceMetrics
+from orchestrator.api.openapi import build_document
+from orchestrator.api.routes import ROUTES
+from orchestrator.domain.wire import ExecutionView
+from orchestrator.service.hosting import Service
+
+log = logging.getLogger(__name__)
+VERSION = "0.1.0"
+_PUBLIC = frozenset((r.method, r.path) for r in ROUTES if not r.auth)
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    resource = request.match_info.route.resource
+    canonical = resource.canonical if resource is not None else request.path
+    if (request.method, canonical) in _PUBLIC or request.path.startswith("/ui"):
+        return await handler(request)
+    principal = request.app[TOKENS].principal(request.headers.get("Authorization"))
+    request.app[LIMITER].take(principal.subject)
+    request[PRINCIPAL] = principal
+    return await handler(request)
+
+
+def build_app(service: Service) -> web.Application:
+    """An app over ``service`` (opened by the caller; the app starts and stops it)."""
+    # aiohttp's own body cap is ours plus room: the handlers refuse past the configured one themselves
+    app = web.Application(
+        middlewares=[errors_middleware, auth_middleware], client_max_size=service.limits.max_body_bytes + 1024
+    )
+    metrics = ServiceMetrics()
+    hub = EventHub()
+    app[SERVICE] = service
+    app[TOKENS] = TokenBook(service.credentials)
+    app[LIMITER] = RateLimiter(service.limits.rate_per_s, service.limits.burst)
+    app[METRICS] = metrics
+    app[EVENTS] = hub
+    app[OPENAPI] = build_document(VERSION)
+    service.orchestrator.telemetry = metrics
+
+    def changed(view: ExecutionView) -> None:
+        metrics.observe(view)
+        hub.publish(view)
+
+    service.manager.add_listener(changed)
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, route.handler)
+
+    async def lifecycle(app: web.Application) -> object:
+        await service.start()
+        yield
+        await service.close()
+
+    app.cleanup_ctx.append(lifecycle)  # type: ignore[arg-type]
+    return app
+
+
+def serve(config: Path | None, host: str, port: int) -> int:
+    """Run until SIGTERM/SIGINT. Returns the exit code."""
+
+    async def main() -> None:
+        service = await Service.open(config)
+        app = build_app(service)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=10)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, backlog=1024)
+        await site.start()
+        log.warning("serving on http://%s:%d (recovered: %s)", host, port, service.recovered)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        await runner.cleanup()
+
+    asyncio.run(main())
+    return 0

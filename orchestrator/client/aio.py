@@ -1,0 +1,125 @@
+"""AsyncClient: the service's API over aiohttp."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, Self
+
+import aiohttp
+
+from orchestrator.client import core
+from orchestrator.domain.errors import SandboxUnavailable
+from orchestrator.domain.wire import (
+    ApprovalAnswer,
+    ApprovalList,
+    EvidencePage,
+    ExecutionPage,
+    ExecutionView,
+    OutputChunk,
+    SubmitAnswer,
+)
+
+
+class AsyncClient:
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = 60.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self._timeout = timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+        return self._session
+
+    async def _send(self, call: core.Call, *, read_timeout: float | None = None) -> tuple[int, bytes]:
+        try:
+            async with self._http().request(
+                call.method,
+                self.base_url + call.target(),
+                data=call.payload(),
+                headers={**core.headers(self._token), "Content-Type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=read_timeout or self._timeout),
+            ) as response:
+                return response.status, await response.read()
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise SandboxUnavailable(f"the service at {self.base_url} did not answer: {type(err).__name__}") from None
+
+    async def submit(self, request: Any, *, wait: float | None = None) -> ExecutionView:
+        status, body = await self._send(core.submit(request, wait), read_timeout=(wait or 0) + self._timeout)
+        return core.decode(SubmitAnswer, status, body).execution
+
+    async def get(self, execution_id: str, *, wait: float | None = None) -> ExecutionView:
+        status, body = await self._send(core.get(execution_id, wait), read_timeout=(wait or 0) + self._timeout)
+        return core.decode(ExecutionView, status, body)
+
+    async def run(self, request: Any, *, timeout_s: float | None = None) -> ExecutionView:
+        """Submit and wait for the end (approvals included). Refusals raise; a command that ran returns
+        its execution (``.result``: exit code, output, side effects)."""
+        deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
+        view = await self.submit(request, wait=core.POLL_S)
+        while not view.state.final:
+            left = core.POLL_S if deadline is None else min(core.POLL_S, deadline - asyncio.get_running_loop().time())
+            if left <= 0:
+                return view
+            view = await self.get(view.execution_id, wait=left)
+        return view
+
+    async def list(
+        self, *, state: str | None = None, tenant: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> ExecutionPage:
+        return core.decode(ExecutionPage, *await self._send(core.listing(state, tenant, limit, cursor)))
+
+    async def cancel(self, execution_id: str) -> ExecutionView:
+        return core.decode(ExecutionView, *await self._send(core.cancel(execution_id)))
+
+    async def approvals(self) -> ApprovalList:
+        return core.decode(ApprovalList, *await self._send(core.approvals()))
+
+    async def approve(self, approval_id: str, reason: str = "", *, for_session: bool = False) -> ApprovalAnswer:
+        decision = "approve_for_session" if for_session else "approve"
+        return core.decode(ApprovalAnswer, *await self._send(core.decide(approval_id, decision, reason)))
+
+    async def deny(self, approval_id: str, reason: str = "") -> ApprovalAnswer:
+        return core.decode(ApprovalAnswer, *await self._send(core.decide(approval_id, "deny", reason)))
+
+    async def evidence(self, execution_id: str) -> EvidencePage:
+        return core.decode(EvidencePage, *await self._send(core.evidence(execution_id)))
+
+    async def stream(self, execution_id: str) -> AsyncIterator[OutputChunk | ExecutionView]:
+        """Output chunks as the command produces them, then the finished execution. A dropped connection
+        is resumed from the last event received (no chunk lost or repeated)."""
+        parser = core.SSEParser()
+        for _attempt in range(5):
+            try:
+                async with self._http().get(
+                    self.base_url + core.output_path(execution_id),
+                    headers=core.headers(self._token, sse=True, last_event_id=parser.last_id),
+                    timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
+                ) as response:
+                    if response.status >= 400:
+                        core.raise_for(response.status, await response.read())
+                    async for raw in response.content:
+                        event = parser.line(raw.decode("utf-8"))
+                        if event is None:
+                            continue
+                        item = core.stream_item(event[0], event[2])
+                        if item is not None:
+                            yield item
+                        if isinstance(item, ExecutionView):
+                            return
+            except (aiohttp.ClientError, TimeoutError):
+                await asyncio.sleep(0.2)
+        raise SandboxUnavailable(f"the output stream of {execution_id} kept breaking off")

@@ -1,0 +1,143 @@
+"""What both fronts share: each call as data (method, path, query, body, answer model), the decoding of
+answers and errors, and the SSE parser. The fronts only move bytes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode
+
+from pydantic import BaseModel
+
+from orchestrator.domain.errors import OrchestratorError, error_class
+from orchestrator.domain.wire import (
+    ExecutionView,
+    OutputChunk,
+)
+
+M = TypeVar("M", bound=BaseModel)
+POLL_S = 30.0  # one long poll (?wait=) at a time while run() waits
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    method: str
+    path: str
+    query: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+
+    def target(self) -> str:
+        return self.path + (f"?{urlencode(self.query)}" if self.query else "")
+
+    def payload(self) -> bytes | None:
+        return None if self.body is None else json.dumps(self.body).encode("utf-8")
+
+
+def _id(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _request_body(request: Any) -> Any:
+    return request.model_dump(mode="json", exclude_none=True) if isinstance(request, BaseModel) else request
+
+
+def submit(request: Any, wait: float | None) -> Call:
+    query = {"wait": f"{wait:g}"} if wait else {}
+    return Call("POST", "/v1/executions", query, _request_body(request))
+
+
+def get(execution_id: str, wait: float | None = None) -> Call:
+    return Call("GET", f"/v1/executions/{_id(execution_id)}", {"wait": f"{wait:g}"} if wait else {})
+
+
+def listing(state: str | None, tenant: str | None, limit: int, cursor: str | None) -> Call:
+    query = {k: v for k, v in (("state", state), ("tenant", tenant), ("cursor", cursor)) if v}
+    return Call("GET", "/v1/executions", {**query, "limit": str(limit)})
+
+
+def cancel(execution_id: str) -> Call:
+    return Call("DELETE", f"/v1/executions/{_id(execution_id)}")
+
+
+def approvals() -> Call:
+    return Call("GET", "/v1/approvals")
+
+
+def decide(approval_id: str, decision: str, reason: str) -> Call:
+    return Call("POST", f"/v1/approvals/{_id(approval_id)}", body={"decision": decision, "reason": reason})
+
+
+def evidence(execution_id: str) -> Call:
+    return Call("GET", "/v1/evidence", {"execution_id": execution_id})
+
+
+def output_path(execution_id: str) -> str:
+    return f"/v1/executions/{_id(execution_id)}/output"
+
+
+def headers(token: str, *, sse: bool = False, last_event_id: str | None = None) -> dict[str, str]:
+    out = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream" if sse else "application/json"}
+    if last_event_id is not None:
+        out["Last-Event-ID"] = last_event_id
+    return out
+
+
+def raise_for(status: int, body: bytes) -> None:
+    """An error answer as the library's exception (its code, message and details)."""
+    if status < 400:
+        return
+    try:
+        error = json.loads(body)["error"]
+        cls = error_class(str(error["code"]))
+        err: OrchestratorError = cls(str(error.get("message", "")), details=error.get("details") or {})
+    except (ValueError, KeyError, TypeError):
+        err = error_class("INTERNAL")(f"HTTP {status} without an error body")
+    err.details.setdefault("http_status", status)
+    raise err
+
+
+def decode(model: type[M], status: int, body: bytes) -> M:
+    raise_for(status, body)
+    return model.model_validate_json(body)
+
+
+class SSEParser:
+    """Incremental text/event-stream parser: feed lines, get (event, id, data) when an event completes."""
+
+    def __init__(self) -> None:
+        self.event = "message"
+        self.data: list[str] = []
+        self.id: str | None = None
+        self.last_id: str | None = None
+
+    def line(self, line: str) -> tuple[str, str | None, str] | None:
+        line = line.rstrip("\r\n")
+        if not line:
+            if not self.data:
+                self.event = "message"
+                return None
+            done = (self.event, self.id, "\n".join(self.data))
+            if self.id is not None:
+                self.last_id = self.id
+            self.event, self.data, self.id = "message", [], None
+            return done
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self.event = value
+        elif name == "data":
+            self.data.append(value)
+        elif name == "id":
+            self.id = value
+        return None
+
+
+def stream_item(event: str, data: str) -> OutputChunk | ExecutionView | None:
+    if event == "output":
+        return OutputChunk.model_validate_json(data)
+    if event == "result":
+        return ExecutionView.model_validate_json(data)
+    return None

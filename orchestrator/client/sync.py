@@ -1,0 +1,120 @@
+"""Client: the service's API over the standard library's http.client (no event loop needed)."""
+
+from __future__ import annotations
+
+import http.client
+import time
+from collections.abc import Iterator
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+from orchestrator.client import core
+from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
+from orchestrator.domain.wire import (
+    ApprovalAnswer,
+    ApprovalList,
+    EvidencePage,
+    ExecutionPage,
+    ExecutionView,
+    OutputChunk,
+    SubmitAnswer,
+)
+
+
+class Client:
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = 60.0) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InputInvalid("base_url: http://host:port or https://host:port")
+        self.base_url = base_url.rstrip("/")
+        self._parts = parts
+        self._token = token
+        self._timeout = timeout_s
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self._parts.scheme == "https" else http.client.HTTPConnection
+        return cls(self._parts.hostname or "", self._parts.port, timeout=timeout)
+
+    def _send(self, call: core.Call, *, read_timeout: float | None = None) -> tuple[int, bytes]:
+        connection = self._connection(read_timeout or self._timeout)
+        try:
+            headers = {**core.headers(self._token), "Content-Type": "application/json"}
+            connection.request(call.method, self._parts.path.rstrip("/") + call.target(), call.payload(), headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException) as err:
+            raise SandboxUnavailable(f"the service at {self.base_url} did not answer: {type(err).__name__}") from None
+        finally:
+            connection.close()
+
+    def submit(self, request: Any, *, wait: float | None = None) -> ExecutionView:
+        status, body = self._send(core.submit(request, wait), read_timeout=(wait or 0) + self._timeout)
+        return core.decode(SubmitAnswer, status, body).execution
+
+    def get(self, execution_id: str, *, wait: float | None = None) -> ExecutionView:
+        status, body = self._send(core.get(execution_id, wait), read_timeout=(wait or 0) + self._timeout)
+        return core.decode(ExecutionView, status, body)
+
+    def run(self, request: Any, *, timeout_s: float | None = None) -> ExecutionView:
+        """Submit and wait for the end (approvals included). Refusals raise."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        view = self.submit(request, wait=core.POLL_S)
+        while not view.state.final:
+            left = core.POLL_S if deadline is None else min(core.POLL_S, deadline - time.monotonic())
+            if left <= 0:
+                return view
+            view = self.get(view.execution_id, wait=left)
+        return view
+
+    def list(
+        self, *, state: str | None = None, tenant: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> ExecutionPage:
+        return core.decode(ExecutionPage, *self._send(core.listing(state, tenant, limit, cursor)))
+
+    def cancel(self, execution_id: str) -> ExecutionView:
+        return core.decode(ExecutionView, *self._send(core.cancel(execution_id)))
+
+    def approvals(self) -> ApprovalList:
+        return core.decode(ApprovalList, *self._send(core.approvals()))
+
+    def approve(self, approval_id: str, reason: str = "", *, for_session: bool = False) -> ApprovalAnswer:
+        decision = "approve_for_session" if for_session else "approve"
+        return core.decode(ApprovalAnswer, *self._send(core.decide(approval_id, decision, reason)))
+
+    def deny(self, approval_id: str, reason: str = "") -> ApprovalAnswer:
+        return core.decode(ApprovalAnswer, *self._send(core.decide(approval_id, "deny", reason)))
+
+    def evidence(self, execution_id: str) -> EvidencePage:
+        return core.decode(EvidencePage, *self._send(core.evidence(execution_id)))
+
+    def stream(self, execution_id: str) -> Iterator[OutputChunk | ExecutionView]:
+        """Output chunks as produced, then the finished execution; a dropped connection resumes."""
+        parser = core.SSEParser()
+        for _attempt in range(5):
+            connection = self._connection(None)
+            try:
+                headers = core.headers(self._token, sse=True, last_event_id=parser.last_id)
+                connection.request("GET", self._parts.path.rstrip("/") + core.output_path(execution_id), None, headers)
+                response = connection.getresponse()
+                if response.status >= 400:
+                    core.raise_for(response.status, response.read())
+                while raw := response.readline():
+                    event = parser.line(raw.decode("utf-8"))
+                    if event is None:
+                        continue
+                    item = core.stream_item(event[0], event[2])
+                    if item is not None:
+                        yield item
+                    if isinstance(item, ExecutionView):
+                        return
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.2)
+            finally:
+                connection.close()
+        raise SandboxUnavailable(f"the output stream of {execution_id} kept breaking off")
