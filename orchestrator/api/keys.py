@@ -18,10 +18,8 @@ LIMITER = web.AppKey("limiter", RateLimiter)
 METRICS = web.AppKey("metrics", ServiceMetrics)
 OPENAPI = web.AppKey("openapi", dict[str, Any])
 EVENTS = web.AppKey("events", EventHub)
-PRINCIPAL = "principal"  # request key: set by the auth middleware
+PRINCIPAL = web.RequestKey("principal", Principal)  # set by the auth middleware
 
 
 def principal_of(request: web.Request) -> Principal:
-    found = request.get(PRINCIPAL)
-    assert isinstance(found, Principal)
-    return found
+    return request[PRINCIPAL]

@@ -1,0 +1,133 @@
+"""Executions through the HTTP API, end to end on the real engine: the same gate, approvals, backend
+and evidence as the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from conftest import Harness
+
+from orchestrator.client import core
+from orchestrator.domain.errors import ApprovalNotPending, ExecutionNotRunning, NotFound, PolicyDenied
+from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
+from orchestrator.evidence import verify
+
+pytestmark = pytest.mark.integration
+
+
+async def test_an_allowed_command_runs_and_its_evidence_verifies(harness: Harness) -> None:
+    agent = harness.client("agent-a")
+    view = await agent.run({"tool": "shell", "command": ["echo", "hello"]})
+    assert view.state is ExecutionState.SUCCEEDED and view.decision == "allow"
+    assert view.result is not None and view.result.exit_code == 0 and view.result.stdout == "hello\n"
+    assert (view.tenant, view.subject) == ("team-a", "agent-a")
+    events = [r["event"] for r in (await agent.evidence(view.execution_id)).records]
+    assert events[0] == "request_received" and events[-1] == "execution_finished"
+    assert "container_started" in events
+    await harness.service.orchestrator.evidence.flush()
+    report = verify(harness.service.orchestrator.evidence.path)
+    assert report.ok and report.complete
+
+
+async def test_a_denial_answers_at_once_with_its_code_and_is_listed(harness: Harness) -> None:
+    agent = harness.client("agent-a")
+    with pytest.raises(PolicyDenied) as denied:
+        await agent.submit({"tool": "shell_command", "command": "sudo id"})
+    assert denied.value.details["http_status"] == 403
+    ident = denied.value.details["execution_id"]
+    view = await agent.get(ident)
+    assert view.state is ExecutionState.REFUSED and view.error is not None and view.error.code == "POLICY.DENIED"
+    page = await agent.list(state="refused")
+    assert [v.execution_id for v in page.items] == [ident]
+
+
+async def test_an_ask_waits_for_an_approver_in_the_page_and_then_runs(harness: Harness) -> None:
+    agent, approver = harness.client("agent-a"), harness.client("approver-a")
+    view = await agent.submit({"tool": "shell_command", "command": "uname -s"})
+    assert view.state is ExecutionState.PENDING_APPROVAL and view.approval is not None
+    pending = (await approver.approvals()).items
+    assert [p.execution_id for p in pending] == [view.execution_id]
+    assert pending[0].request["command"] == "uname -s" and pending[0].seconds_left > 0
+    answer = await approver.approve(view.execution_id, "looks fine")
+    assert (answer.outcome, answer.approver) == ("approved", "api:approver-a")
+    done = await agent.get(view.execution_id, wait=30)
+    assert done.state is ExecutionState.SUCCEEDED and done.result is not None and done.result.stdout == "Linux\n"
+    assert done.approval is not None and done.approval.approver == "api:approver-a"
+    decided = [r for r in (await agent.evidence(view.execution_id)).records if r["event"] == "approval_decided"]
+    assert decided[0]["approver"] == "api:approver-a" and decided[0]["reason"] == "looks fine"
+
+
+async def test_a_denied_ask_ends_refused_and_a_second_answer_gets_409(harness: Harness) -> None:
+    agent, approver = harness.client("agent-a"), harness.client("approver-a")
+    view = await agent.submit({"tool": "shell_command", "command": "uname -r"})
+    await approver.deny(view.execution_id, "not today")
+    done = await agent.get(view.execution_id, wait=30)
+    assert done.state is ExecutionState.REFUSED and done.error is not None and done.error.code == "APPROVAL.DENIED"
+    with pytest.raises(ApprovalNotPending) as late:
+        await approver.approve(view.execution_id)
+    assert late.value.details["http_status"] == 409 and "denied by api:approver-a" in late.value.message
+    with pytest.raises(ApprovalNotPending):
+        await approver.deny(view.execution_id)
+
+
+async def test_a_rule_answers_an_ask_without_anyone(harness: Harness) -> None:
+    view = await harness.client("agent-a").run({"tool": "shell", "command": ["date", "+%Y"]})
+    assert view.state is ExecutionState.SUCCEEDED
+    assert view.approval is not None and view.approval.approver == "rule:auto-date"
+
+
+async def test_tenants_cannot_see_cancel_or_approve_each_others(harness: Harness) -> None:
+    a, b, approver_b = harness.client("agent-a"), harness.client("agent-b"), harness.client("approver-b")
+    view = await a.submit({"tool": "shell_command", "command": "uname -m"})
+    for call in (b.get(view.execution_id), b.cancel(view.execution_id), b.evidence(view.execution_id)):
+        with pytest.raises(NotFound):
+            await call
+    with pytest.raises(NotFound):
+        await approver_b.approve(view.execution_id)
+    assert (await approver_b.approvals()).items == []
+    assert (await b.list()).items == []
+    assert (await b.list(tenant="team-a")).items == []
+    await harness.client("approver-a").deny(view.execution_id)
+
+
+async def test_cancel_kills_the_sandbox_and_records_who_asked(harness: Harness) -> None:
+    agent = harness.client("agent-a")
+    view = await agent.submit({"tool": "shell", "command": ["sleep", "30"]})
+    for _ in range(100):
+        if (await agent.get(view.execution_id)).state is ExecutionState.RUNNING:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    cancelled = await agent.cancel(view.execution_id)
+    assert cancelled.state is ExecutionState.CANCELLED and cancelled.cancelled_by == "api:agent-a"
+    records = (await agent.evidence(view.execution_id)).records
+    asked = [r for r in records if r["event"] == "cancel_requested"]
+    assert asked and "api:agent-a" in asked[0]["reason"]
+    assert records[-1]["event"] == "run_failed" and records[-1]["status"] == "cancelled"
+    with pytest.raises(ExecutionNotRunning):
+        await agent.cancel(view.execution_id)
+
+
+async def test_output_streams_as_events_then_the_result(harness: Harness) -> None:
+    agent = harness.client("agent-a")
+    view = await agent.run({"tool": "shell", "command": ["printf", "one\\ntwo\\n"]})
+    items = [item async for item in agent.stream(view.execution_id)]
+    assert isinstance(items[-1], ExecutionView) and items[-1].state is ExecutionState.SUCCEEDED
+    text = "".join(i.data for i in items if isinstance(i, OutputChunk) and i.stream == "stdout")
+    assert text == "one\ntwo\n"
+
+
+async def test_openapi_lists_every_route(harness: Harness) -> None:
+    from openapi_spec_validator import validate
+
+    from orchestrator.api.routes import ROUTES
+
+    agent = harness.client("agent-a")
+    status, body = await agent._send(core.Call("GET", "/v1/openapi.json"))
+    assert status == 200
+    doc = json.loads(body)
+    validate(doc)
+    for route in ROUTES:
+        assert route.method.lower() in doc["paths"][route.path], route.path

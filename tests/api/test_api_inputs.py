@@ -1,0 +1,125 @@
+"""Bad callers get clear errors with stable codes and the right statuses — never a traceback — and the
+service stays responsive for everyone else."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from conftest import Harness, start_service, token_of, write_config
+
+pytestmark = pytest.mark.integration
+
+
+async def call(
+    harness: Harness, method: str, path: str, *, token: str | None = "agent-a", body: Any = None, raw: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    sent = dict(headers or {})
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token_of(token)}"
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    async with aiohttp.ClientSession() as http, http.request(method, harness.url + path, data=data, headers=sent) as r:
+        text = await r.text()
+        return r.status, json.loads(text) if text.startswith("{") else {"text": text}
+
+
+async def test_no_token_or_an_unknown_one_is_401(harness: Harness) -> None:
+    status, body = await call(harness, "GET", "/v1/executions", token=None)
+    assert status == 401 and body["error"]["code"] == "AUTH.UNAUTHORIZED"
+    status, body = await call(harness, "GET", "/v1/executions", token=None, headers={"Authorization": "Bearer nope"})
+    assert status == 401 and "nope" not in json.dumps(body)
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b"{not json", "not JSON"),
+        (b"\xff\xfe{}", "not UTF-8"),
+        (b"", "empty"),
+        (b"[1, 2]", "JSON object"),
+        (b"[" * 100_000 + b"]" * 100_000, "nests too deep"),
+    ],
+)
+async def test_malformed_bodies_are_400_naming_the_problem(harness: Harness, raw: bytes, problem: str) -> None:
+    status, body = await call(harness, "POST", "/v1/executions", raw=raw)
+    assert status == 400 and body["error"]["code"] == "INPUT.INVALID" and problem in body["error"]["message"]
+
+
+async def test_an_invalid_request_names_its_fields_never_its_values(harness: Harness) -> None:
+    status, body = await call(
+        harness, "POST", "/v1/executions", body={"tool": "shell", "command": [], "env": {"K": "s3cret\ud800"}}
+    )
+    assert status == 400 and body["error"]["code"] == "INPUT.INVALID"
+    assert "command" in body["error"]["details"]["fields"] and "s3cret" not in json.dumps(body)
+    status, body = await call(harness, "POST", "/v1/executions", body={"tool": "nope"})
+    assert status == 400
+
+
+async def test_a_body_past_the_limit_is_413_before_it_is_read(harness: Harness) -> None:
+    big = b'{"tool": "shell_command", "command": "' + b"x" * (9 * 1024 * 1024) + b'"}'
+    status, body = await call(harness, "POST", "/v1/executions", raw=big)
+    assert status == 413 and body["error"]["code"] == "REQUEST.TOO_LARGE"
+
+
+async def test_roles_are_enforced(harness: Harness) -> None:
+    status, body = await call(harness, "POST", "/v1/executions", token="approver-a", body={"tool": "shell", "command": ["true"]})
+    assert status == 403 and body["error"]["code"] == "AUTH.FORBIDDEN"
+    status, _ = await call(harness, "GET", "/v1/approvals", token="agent-a")
+    assert status == 403
+    status, _ = await call(harness, "GET", "/v1/evidence/verify", token="agent-a")
+    assert status == 403
+    status, body = await call(harness, "GET", "/v1/evidence/verify", token="admin")
+    assert status == 200 and body["ok"] is True
+    status, _ = await call(harness, "POST", "/v1/executions", body={"tool": "shell", "command": ["true"], "tenant": "team-b"})
+    assert status == 403
+
+
+async def test_an_admin_cannot_approve_what_it_submitted_itself(harness: Harness) -> None:
+    status, body = await call(harness, "POST", "/v1/executions", token="admin", body={"tool": "shell_command", "command": "uname -n", "tenant": "team-a"})
+    assert status == 202
+    ident = body["execution"]["execution_id"]
+    status, body = await call(harness, "POST", f"/v1/approvals/{ident}", token="admin", body={"decision": "approve"})
+    assert status == 403 and "submitted itself" in body["error"]["message"]
+    status, _ = await call(harness, "POST", f"/v1/approvals/{ident}", token="approver-a", body={"decision": "maybe"})
+    assert status == 400
+    status, _ = await call(harness, "POST", f"/v1/approvals/{ident}", token="approver-a", body={"decision": "deny"})
+    assert status == 200
+
+
+async def test_unknown_routes_and_methods_get_our_error_shape(harness: Harness) -> None:
+    status, body = await call(harness, "GET", "/v1/nothing")
+    assert status == 404 and body["error"]["code"] == "RESOURCE.NOT_FOUND"
+    status, body = await call(harness, "PUT", "/v1/executions")
+    assert status == 405 and body["error"]["code"] == "INPUT.INVALID"
+    status, body = await call(harness, "GET", "/v1/executions?limit=0")
+    assert status == 400 and body["error"]["details"]["fields"] == ["limit"]
+    status, body = await call(harness, "GET", "/v1/executions?cursor=abc")
+    assert status == 400
+
+
+async def test_past_the_rate_limit_a_token_gets_429_and_others_do_not(tmp_path: Path, engine: Any) -> None:
+    h = await start_service(write_config(tmp_path, service={"limits": {"rate_per_s": 1, "burst": 5}}))
+    try:
+        statuses = [(await call(h, "GET", "/v1/executions"))[0] for _ in range(8)]
+        assert statuses[:5] == [200] * 5 and 429 in statuses[5:]
+        assert (await call(h, "GET", "/v1/executions", token="agent-b"))[0] == 200
+    finally:
+        await h.stop()
+
+
+async def test_a_trickled_body_does_not_stall_other_callers(harness: Harness) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(harness.url.rsplit(":", 1)[1]))
+    writer.write(
+        b"POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+        + f"Authorization: Bearer {token_of('agent-a')}\r\n\r\n{{".encode()
+    )
+    await writer.drain()
+    started = asyncio.get_running_loop().time()
+    status, _ = await call(harness, "GET", "/v1/executions")
+    assert status == 200 and asyncio.get_running_loop().time() - started < 2
+    writer.close()
