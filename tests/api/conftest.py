@@ -16,13 +16,13 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
 
-from engine_helpers import list_managed  # noqa: E402
+from engine_helpers import list_managed
 
-from orchestrator.api import build_app  # noqa: E402
-from orchestrator.domain.errors import SandboxUnavailable  # noqa: E402
-from orchestrator.service.launch import owner_label  # noqa: E402
-from orchestrator.client import AsyncClient  # noqa: E402
-from orchestrator.service.hosting import Service  # noqa: E402
+from orchestrator.api import build_app
+from orchestrator.client import AsyncClient
+from orchestrator.domain.errors import SandboxUnavailable
+from orchestrator.service.hosting import Service
+from orchestrator.service.launch import owner_label
 
 TOKENS = {
     "agent-a": ("agent", ["team-a"]),

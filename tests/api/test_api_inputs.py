@@ -16,7 +16,13 @@ pytestmark = pytest.mark.integration
 
 
 async def call(
-    harness: Harness, method: str, path: str, *, token: str | None = "agent-a", body: Any = None, raw: bytes | None = None,
+    harness: Harness,
+    method: str,
+    path: str,
+    *,
+    token: str | None = "agent-a",
+    body: Any = None,
+    raw: bytes | None = None,
     headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, Any]]:
     sent = dict(headers or {})
@@ -67,7 +73,9 @@ async def test_a_body_past_the_limit_is_413_before_it_is_read(harness: Harness) 
 
 
 async def test_roles_are_enforced(harness: Harness) -> None:
-    status, body = await call(harness, "POST", "/v1/executions", token="approver-a", body={"tool": "shell", "command": ["true"]})
+    status, body = await call(
+        harness, "POST", "/v1/executions", token="approver-a", body={"tool": "shell", "command": ["true"]}
+    )
     assert status == 403 and body["error"]["code"] == "AUTH.FORBIDDEN"
     status, _ = await call(harness, "GET", "/v1/approvals", token="agent-a")
     assert status == 403
@@ -75,12 +83,20 @@ async def test_roles_are_enforced(harness: Harness) -> None:
     assert status == 403
     status, body = await call(harness, "GET", "/v1/evidence/verify", token="admin")
     assert status == 200 and body["ok"] is True
-    status, _ = await call(harness, "POST", "/v1/executions", body={"tool": "shell", "command": ["true"], "tenant": "team-b"})
+    status, _ = await call(
+        harness, "POST", "/v1/executions", body={"tool": "shell", "command": ["true"], "tenant": "team-b"}
+    )
     assert status == 403
 
 
 async def test_an_admin_cannot_approve_what_it_submitted_itself(harness: Harness) -> None:
-    status, body = await call(harness, "POST", "/v1/executions", token="admin", body={"tool": "shell_command", "command": "uname -n", "tenant": "team-a"})
+    status, body = await call(
+        harness,
+        "POST",
+        "/v1/executions",
+        token="admin",
+        body={"tool": "shell_command", "command": "uname -n", "tenant": "team-a"},
+    )
     assert status == 202
     ident = body["execution"]["execution_id"]
     status, body = await call(harness, "POST", f"/v1/approvals/{ident}", token="admin", body={"decision": "approve"})
@@ -113,7 +129,7 @@ async def test_past_the_rate_limit_a_token_gets_429_and_others_do_not(tmp_path: 
 
 
 async def test_a_trickled_body_does_not_stall_other_callers(harness: Harness) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", int(harness.url.rsplit(":", 1)[1]))
+    _reader, writer = await asyncio.open_connection("127.0.0.1", int(harness.url.rsplit(":", 1)[1]))
     writer.write(
         b"POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
         + f"Authorization: Bearer {token_of('agent-a')}\r\n\r\n{{".encode()
