@@ -11,6 +11,7 @@ from orchestrator.approvals.queue import ApprovalStore, QueueApprover
 from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
 from orchestrator.approvals.terminal import TerminalApprover
 from orchestrator.backends.base import SandboxBackend
+from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import NoApprovalProvider
 from orchestrator.evidence import EvidenceWriter, default_evidence_path
 from orchestrator.gate.policy import PolicySource
@@ -25,6 +26,7 @@ from orchestrator.service.governing import (
 )
 from orchestrator.service.launch import check_workspace
 from orchestrator.service.orchestrator import Orchestrator
+from orchestrator.service.reaper import collect_orphans
 
 log = logging.getLogger(__name__)
 
@@ -90,3 +92,28 @@ def build_orchestrator(
         caps=config.caps,
         governing=governing,
     )
+
+
+async def open_orchestrator(
+    config: str | os.PathLike[str] | None = None,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    evidence_path: str | os.PathLike[str] | None = None,
+    approvals: ApprovalProvider | None = None,
+    backend: SandboxBackend | None = None,
+) -> Orchestrator:
+    """An orchestrator ready to ``execute()``: the config's policy, approvals and evidence, the built-in
+    profiles, the Docker backend (unless ``backend`` is given) — and the orphan reaper running once
+    beside it as a guarded task. Close it with ``await orch.aclose()``."""
+    chosen = backend if backend is not None else DockerBackend()
+    chosen.prepare()
+    orch = build_orchestrator(
+        Path(config) if config is not None else None,
+        workspace=workspace,
+        evidence_path=Path(evidence_path) if evidence_path is not None else None,
+        approvals=approvals,
+        backend=chosen,
+        profiles=ProfileRegistry(),
+    )
+    orch.background.spawn(collect_orphans(chosen, orch.evidence), "orphan-reaper")
+    return orch

@@ -53,6 +53,7 @@ from orchestrator.service.launch import (
     launch_spec,
     refuse_unavailable_escalations,
 )
+from orchestrator.service.tasks import Guarded
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ class Orchestrator:
         self.profiles = profiles
         self.caps = caps
         self.telemetry = Telemetry()
+        self.background = Guarded()  # e.g. the orphan reaper (service.factory.open_orchestrator)
 
     # -- evidence helpers ------------------------------------------------------------------
     async def _record(
@@ -505,6 +507,7 @@ class Orchestrator:
         )
 
     async def aclose(self) -> None:
+        await self.background.cancel_all()
         await self.evidence.close()
         if self.backend is not None:
             await self.backend.close()

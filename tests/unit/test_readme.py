@@ -20,3 +20,12 @@ def test_codes_are_unique_per_class() -> None:
         by_code.setdefault(cls.code, []).append(cls.__name__)
     duplicated = {c: names for c, names in by_code.items() if len(names) > 1 and c != "INTERNAL"}
     assert not duplicated
+
+
+def test_the_http_column_matches_each_codes_status() -> None:
+    rows = dict(re.findall(r"^\| `([A-Z_]+(?:\.[A-Z_]+)?)` \|.*\| (\d{3}|in the execution \(200\)) \|$", README, flags=re.M))
+    for cls in all_error_types():
+        if cls.__name__ == "OrchestratorError":
+            continue
+        expected = str(cls.http_status) if cls.http_status else "in the execution (200)"
+        assert rows.get(cls.code) == expected, cls.code
