@@ -23,7 +23,9 @@ def test_codes_are_unique_per_class() -> None:
 
 
 def test_the_http_column_matches_each_codes_status() -> None:
-    rows = dict(re.findall(r"^\| `([A-Z_]+(?:\.[A-Z_]+)?)` \|.*\| (\d{3}|in the execution \(200\)) \|$", README, flags=re.M))
+    rows = dict(
+        re.findall(r"^\| `([A-Z_]+(?:\.[A-Z_]+)?)` \|.*\| (\d{3}|in the execution \(200\)) \|$", README, flags=re.M)
+    )
     for cls in all_error_types():
         if cls.__name__ == "OrchestratorError":
             continue
