@@ -31,3 +31,15 @@ def test_the_http_column_matches_each_codes_status() -> None:
             continue
         expected = str(cls.http_status) if cls.http_status else "in the execution (200)"
         assert rows.get(cls.code) == expected, cls.code
+
+
+def test_the_warm_server_preloads_no_http_stack() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from orchestrator.cli.warm.server import preload; preload();"
+        " print(sorted(m for m in ('aiohttp', 'prometheus_client', 'orchestrator.api') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
