@@ -12,7 +12,10 @@ For the HTTP service's client: ``from orchestrator.client import Client, AsyncCl
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+# not `from typing import TYPE_CHECKING`: `sandboxctl` imports this package first, and typing costs
+# every start (type checkers treat any TYPE_CHECKING name as true)
+TYPE_CHECKING = False
 
 # name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -68,6 +71,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from orchestrator.domain.errors import (
         ApprovalDenied,
         ApprovalTimeout,
