@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test demo setup bench bench-sandbox bench-workspace clean
+.PHONY: all venv lint typecheck importlint unit integration test demo setup image bench bench-sandbox bench-workspace clean
 
 all: test
 
@@ -41,6 +41,10 @@ test: lint typecheck importlint setup
 # the container engine and the sandbox images, without a registry (idempotent; ~0.3 s when warm)
 setup:
 	bash scripts/setup.sh
+
+# the controller image sandbox-orchestrator/controller:<version> (Dockerfile), without a registry
+image: setup
+	PYTHON=$(PYTHON) bash scripts/build-controller.sh
 
 demo: $(STAMP) setup
 	bash scripts/demo.sh

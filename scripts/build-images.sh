@@ -21,16 +21,7 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$SCRIPT_DIR/.." && pwd)"
 IMAGES_DIR="$REPO_DIR/images"
 
-if [ -z "${DOCKER_HOST:-}" ] && [ -r "$SO_HOST_FILE" ]; then
-    DOCKER_HOST="$(head -n1 "$SO_HOST_FILE")"
-fi
-if [ -n "${DOCKER_HOST:-}" ]; then export DOCKER_HOST; fi
-# The legacy builder: no BuildKit frontend image to fetch, and `--network host` just works.
-export DOCKER_BUILDKIT=0
-
-command -v docker >/dev/null 2>&1 || so_die "docker CLI not found; run scripts/setup.sh"
-timeout 20 docker version --format '{{.Server.Version}}' >/dev/null 2>&1 \
-    || so_die "no engine answers at DOCKER_HOST='${DOCKER_HOST:-}' (run scripts/setup.sh first)"
+so_use_engine
 
 BUILD_TMP="$(mktemp -d "${TMPDIR:-/tmp}/sandbox-images.XXXXXX")"
 ROOTFS=""
@@ -52,9 +43,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
-image_label() { docker image inspect --format "{{index .Config.Labels \"$2\"}}" "$1" 2>/dev/null || true; }
-
 ensure_debootstrap() {
     command -v debootstrap >/dev/null 2>&1 && return 0
     [ "$(id -u)" = 0 ] || so_die "debootstrap is not installed and installing it needs root"
@@ -67,7 +55,7 @@ ensure_debootstrap() {
 }
 
 build_base() {
-    if image_exists "$SO_BASE_IMAGE" && [ "${SANDBOX_REBUILD_BASE:-0}" != 1 ]; then
+    if so_image_exists "$SO_BASE_IMAGE" && [ "${SANDBOX_REBUILD_BASE:-0}" != 1 ]; then
         return 0
     fi
     [ "$(id -u)" = 0 ] || so_die "bootstrapping $SO_BASE_IMAGE needs root (debootstrap): run 'sudo make setup'"
@@ -110,22 +98,17 @@ build_base() {
     so_say "built $SO_BASE_IMAGE in $(( $(date +%s) - started ))s"
 }
 
-# sha256 over every file of a build context (relative path + content), order-independent of find.
-context_sha() {
-    (cd "$1" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum) | sha256sum | cut -d' ' -f1
-}
-
 build_one() {
     local dir="$1" name tag df_sha ctx_sha base_id started
     name="$(basename "$dir")"
-    tag="$SO_IMAGE_PREFIX/$name:latest"
+    tag="$(so_sandbox_image "$name")"
     df_sha="$(sha256sum "$dir/Dockerfile" | cut -d' ' -f1)"
-    ctx_sha="$(context_sha "$dir")"
+    ctx_sha="$(so_tree_sha "$dir" .)"
     base_id="$(docker image inspect --format '{{.Id}}' "$SO_BASE_IMAGE")"
-    if [ "${SANDBOX_REBUILD_IMAGES:-0}" != 1 ] && image_exists "$tag" \
-        && [ "$(image_label "$tag" "$SO_LABEL_NS.dockerfile-sha256")" = "$df_sha" ] \
-        && [ "$(image_label "$tag" "$SO_LABEL_NS.context-sha256")" = "$ctx_sha" ] \
-        && [ "$(image_label "$tag" "$SO_LABEL_NS.base-image-id")" = "$base_id" ]; then
+    if [ "${SANDBOX_REBUILD_IMAGES:-0}" != 1 ] && so_image_exists "$tag" \
+        && [ "$(so_image_label "$tag" "$SO_LABEL_NS.dockerfile-sha256")" = "$df_sha" ] \
+        && [ "$(so_image_label "$tag" "$SO_LABEL_NS.context-sha256")" = "$ctx_sha" ] \
+        && [ "$(so_image_label "$tag" "$SO_LABEL_NS.base-image-id")" = "$base_id" ]; then
         so_say "image $tag is up to date"
         return 0
     fi

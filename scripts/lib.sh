@@ -158,6 +158,35 @@ so_debian_security_mirror() {
     so_apt_entries | awk -F'\t' '$2 ~ /-security$/ {u = $1; sub(/\/+$/, "", u); print u; exit}'
 }
 
+# --- images (build-images.sh, build-controller.sh) -------------------------------------------------
+
+# Exports DOCKER_HOST for the engine setup.sh recorded (unless already set) and checks that it answers.
+# The legacy builder: no BuildKit frontend image to fetch, and `--network host` just works.
+so_use_engine() {
+    if [ -z "${DOCKER_HOST:-}" ] && [ -r "$SO_HOST_FILE" ]; then
+        DOCKER_HOST="$(head -n1 "$SO_HOST_FILE")"
+    fi
+    if [ -n "${DOCKER_HOST:-}" ]; then export DOCKER_HOST; fi
+    export DOCKER_BUILDKIT=0
+    command -v docker >/dev/null 2>&1 || so_die "docker CLI not found; run scripts/setup.sh"
+    timeout 20 docker version --format '{{.Server.Version}}' >/dev/null 2>&1 \
+        || so_die "no engine answers at DOCKER_HOST='${DOCKER_HOST:-}' (run scripts/setup.sh first)"
+}
+
+so_image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+so_image_label() { docker image inspect --format "{{index .Config.Labels \"$2\"}}" "$1" 2>/dev/null || true; }
+
+# The tag of the sandbox image built from images/<name>/Dockerfile.
+so_sandbox_image() { printf '%s/%s:latest\n' "$SO_IMAGE_PREFIX" "$1"; }
+
+# sha256 over the files below PATH... of DIR (relative path + content), in a fixed order; bytecode
+# caches left out (Python writes them into a checkout as it runs).
+so_tree_sha() {
+    local dir="$1"; shift
+    (cd "$dir" && find "$@" -type f ! -path '*/__pycache__/*' -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum) \
+        | sha256sum | cut -d' ' -f1
+}
+
 # Check that a unix socket path fits in sun_path (108 bytes incl. NUL).
 so_check_socket_len() {
     local p="$1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from engine_helpers import list_managed
@@ -12,6 +13,9 @@ from engine_helpers import list_managed
 from orchestrator.backends.base import ManagedSandbox
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.service.launch import owner_label
+
+if TYPE_CHECKING:
+    from controller_helpers import Controllers
 
 
 class RunSandboxes:
@@ -48,3 +52,30 @@ def run_sandboxes() -> Iterator[RunSandboxes]:
     yield registry
     left = registry.ours(list_managed())
     assert not left, f"sandboxes of this test run left on the engine: {[(s.name, s.state) for s in left]}"
+
+
+@pytest.fixture(scope="session")
+def controller_image() -> str:
+    """The controller image of this checkout (sandbox-orchestrator/controller:<version>), built once a
+    session by the script `make image` runs: nothing to do when the image already matches the checkout.
+    Skips when no engine answers."""
+    try:
+        list_managed(attempts=3)
+    except SandboxUnavailable as exc:
+        pytest.skip(f"no container engine ({exc.message}); run `make setup`")
+    from controller_helpers import build_image  # testcontainers is imported only by the tests that use it
+
+    return build_image()
+
+
+@pytest.fixture
+def controllers(controller_image: str) -> Iterator[Controllers]:
+    """Starts controller containers as deployed (``Controllers.start``: read-only, non-root, optionally
+    the engine's socket and a port on 127.0.0.1); every one is removed when the test ends."""
+    from controller_helpers import Controllers
+
+    started = Controllers(controller_image)
+    try:
+        yield started
+    finally:
+        started.remove_all()
