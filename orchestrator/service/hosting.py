@@ -88,10 +88,12 @@ class Service:
             )
             uid, gid = (int(x) for x in section.workspace_owner.split(":"))
             root = Path(section.workspaces) if section.workspaces else Path(state_dir()) / "workspaces"
+            workspaces = Workspaces(root.resolve(), (uid, gid))
+            workspaces.check_owner()  # at start-up, not at the first request
             manager = ExecutionManager(
                 orchestrator,
                 store,
-                Workspaces(root.resolve(), (uid, gid)),
+                workspaces,
                 allow_self_approval=section.allow_self_approval,
             )
         except BaseException:

@@ -46,11 +46,21 @@ def _process_start_ticks(pid: int) -> str:
         return "0"
 
 
+def _host_id() -> str:
+    """This host *and* pid namespace: a controller in a container (with the host's network, so the same
+    host name) has pids a reaper outside it must not look up in its own /proc, and the other way round."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return socket.gethostname()
+    return f"{socket.gethostname()}~pidns{namespace}"
+
+
 def owner_label() -> str:
-    """``host:pid:start`` names this controller process, so a reaper can tell if it is gone
+    """``host~pidns:pid:start`` names this controller process, so a reaper can tell if it is gone
     (a recycled pid has a different start time)."""
     pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{_process_start_ticks(pid)}"
+    return f"{_host_id()}:{pid}:{_process_start_ticks(pid)}"
 
 
 # executions this process is running now: a sandbox it owns that is not among them was left behind
@@ -77,10 +87,11 @@ def is_active_here(execution_id: str | None) -> bool:
 
 
 def owner_alive(owner: str) -> bool | None:
-    """True/False for an owner on this host; None when it lives elsewhere (only its deadline counts)."""
+    """True/False for an owner on this host and in this pid namespace; None when it lives elsewhere
+    (another host or container: only its deadline counts)."""
     host, _, rest = owner.partition(":")
     pid_text, _, start = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
+    if host != _host_id() or not pid_text.isdigit():
         return None
     pid = int(pid_text)
     if not os.path.exists(f"/proc/{pid}"):

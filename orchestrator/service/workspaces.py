@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from orchestrator.domain.errors import InputInvalid
+from orchestrator.domain.errors import ConfigInvalid, InputInvalid
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_SESSION = "default"
@@ -20,6 +20,18 @@ class Workspaces:
     def __init__(self, root: Path, owner: tuple[int, int]) -> None:
         self.root = root
         self.owner = owner
+
+    def check_owner(self) -> None:
+        """CONFIG.INVALID at start-up when this process could not give new workspaces to ``owner``: only
+        root can give a directory away (the sandbox writes as the profiles' user, so it must own them)."""
+        uid, gid = self.owner
+        if os.geteuid() == 0 or (uid == os.geteuid() and gid in {os.getegid(), *os.getgroups()}):
+            return
+        raise ConfigInvalid(
+            f"service.workspace_owner: this service runs as uid {os.geteuid()} and cannot give workspaces to"
+            f" {uid}:{gid}; run it as {uid}:{gid} (the profiles' user) or as root",
+            details={"fields": ["service.workspace_owner"]},
+        )
 
     def path(self, tenant: str, session: str | None) -> Path:
         for name, value in (("tenant", tenant), ("session_id", session)):
@@ -43,4 +55,5 @@ class Workspaces:
             path.mkdir(mode=0o700)
         except FileExistsError:
             return
-        os.chown(path, *self.owner)
+        if os.stat(path).st_uid != self.owner[0] or os.stat(path).st_gid != self.owner[1]:
+            os.chown(path, *self.owner)

@@ -23,10 +23,15 @@ def test_orphan_rules() -> None:
     with active_execution("ex-1"):
         assert orphan_reason(sandbox(me, future), now) is None
         assert orphan_reason(sandbox(me, past), now) == "deadline passed"  # a hard bound, owner or not
-    parent = f"{socket.gethostname()}:{os.getppid()}:" + owner_label_start(os.getppid())
+    host = me.split(":", 1)[0]
+    parent = f"{host}:{os.getppid()}:" + owner_label_start(os.getppid())
     assert orphan_reason(sandbox(parent, future), now) is None  # another live process on this host
     # a dead owner on this host (a pid that cannot exist)
-    assert "is gone" in (orphan_reason(sandbox(f"{socket.gethostname()}:999999999:1", future), now) or "")
+    assert "is gone" in (orphan_reason(sandbox(f"{host}:999999999:1", future), now) or "")
+    # the same host name, another pid namespace (a controller in a container on the host's network):
+    # its pids mean nothing here, only its deadline counts
+    assert orphan_reason(sandbox(f"{socket.gethostname()}~pidns1:1:1", future), now) is None
+    assert orphan_reason(sandbox(f"{socket.gethostname()}:1:1", future), now) is None
     # an owner elsewhere: only its deadline counts
     assert orphan_reason(sandbox("other-host:1:1", future), now) is None
     assert orphan_reason(sandbox("other-host:1:1", past), now) == "deadline passed"
