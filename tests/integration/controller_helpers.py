@@ -114,6 +114,8 @@ class Controllers:
         state_volume: bool = False,
         env: Mapping[str, str] | None = None,
         health_interval_s: float | None = None,
+        user: str | None = None,
+        shared: Path | None = None,
     ) -> Controller:
         """A controller as deployed: read-only root, tmpfs on /tmp, the state dir on a tmpfs owned by the
         service's user (or a fresh named volume), all capabilities dropped, no-new-privileges.
@@ -126,6 +128,9 @@ class Controllers:
         - ``engine``: the engine's unix socket mounted at /var/run/docker.sock, with its group.
         - ``health_interval_s``: run the image's HEALTHCHECK that often (and from the start) instead of
           every 30 s after a 30 s grace period.
+        - ``user``: run as this uid:gid instead of the image's user.
+        - ``shared``: a host directory mounted at the same path (the engine resolves the sandboxes' bind
+          mounts — workspaces, the state dir — on its host, so they must have the same paths in both).
         """
         endpoint = discover_endpoint()
         tmpfs = {"/tmp": "size=64m"}
@@ -142,6 +147,10 @@ class Controllers:
             "network_mode": "host" if port is not None else "none",
             "labels": {TEST_LABEL: self.owner},
         }
+        if user is not None:
+            kwargs["user"] = user
+        if shared is not None:
+            volumes.append((str(shared), str(shared), "rw"))
         if engine:
             if not endpoint.is_local_socket:
                 pytest.skip(f"the engine at {endpoint.url} is not a local socket to mount")
