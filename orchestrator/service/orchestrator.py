@@ -250,7 +250,9 @@ class Orchestrator:
             EventType.DECISION_MADE,
             execution_id,
             gate,
-            durable=decision.decision is not Decision.ASK,
+            # an allow is durable before anything may run; a deny becomes durable with its end record
+            # (fsynced before the refusal is answered): one fsync per refusal, not two
+            durable=decision.decision is Decision.ALLOW,
             decision=decision.decision.value,
             reason=decision.reason,
             data={"matched_rule": decision.matched_rule, "risk": decision.risk.model_dump(mode="json")},

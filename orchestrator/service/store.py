@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +62,36 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Put:
+    view: dict[str, Any]
+    view_json: str
+    request_json: str | None
+    workspace: str | None
+    keep_request: bool
+
+
+def _settle(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    for future in futures:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
+_UPSERT = (
+    "INSERT INTO executions (id, seq, tenant, subject, tool, session_id, state, created_at, updated_at,"
+    " view, pending_request, workspace) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT(id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at,"
+    " view = excluded.view, pending_request = excluded.pending_request,"
+    " workspace = COALESCE(excluded.workspace, workspace)"
+)
+# the same, leaving a stored pending request as it is
+_UPSERT_KEEPING_REQUEST = _UPSERT.replace(
+    "pending_request = excluded.pending_request", "pending_request = executions.pending_request"
+)
 _SELECT = "SELECT id, seq, state, view, pending_request, workspace FROM executions"
 
 
@@ -123,6 +154,8 @@ class StateStore:
         # the approval queue keeps its table in the same file
         self.approvals = ApprovalStore(path)
         self._seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM executions").fetchone()[0]
+        self._queued: list[tuple[_Put, asyncio.Future[None]]] = []
+        self._queue_lock = threading.Lock()  # the loop appends, the store's thread takes
 
     async def _call(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
@@ -137,44 +170,57 @@ class StateStore:
         keep_request: bool = True,
     ) -> None:
         """Insert or update an execution's row. ``keep_request``: leave a stored pending request as it
-        is (False clears it)."""
+        is (False clears it). Writes queued meanwhile are committed together (one transaction): under
+        load, one commit serves many executions."""
+        request_json = json.dumps(pending_request) if pending_request is not None else None
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with self._queue_lock:
+            self._queued.append((_Put(view, json.dumps(view), request_json, workspace, keep_request), done))
+            first = len(self._queued) == 1
+        if first:  # no flush is waiting to take the queue: schedule one
+            self._pool.submit(self._flush, asyncio.get_running_loop())
+        await done
 
-        def write() -> None:
-            row = self._db.execute("SELECT seq FROM executions WHERE id = ?", (view["execution_id"],)).fetchone()
-            now = time.time()
-            request_json = json.dumps(pending_request) if pending_request is not None else None
-            if row is None:
-                self._seq += 1
-                self._db.execute(
-                    "INSERT INTO executions (id, seq, tenant, subject, tool, session_id, state, created_at,"
-                    " updated_at, view, pending_request, workspace) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        view["execution_id"],
-                        self._seq,
-                        view["tenant"],
-                        view["subject"],
-                        view["tool"],
-                        view.get("session_id"),
-                        view["state"],
-                        now,
-                        now,
-                        json.dumps(view),
-                        request_json,
-                        workspace,
-                    ),
-                )
-            elif pending_request is not None or not keep_request:
-                self._db.execute(
-                    "UPDATE executions SET state = ?, updated_at = ?, view = ?, pending_request = ? WHERE id = ?",
-                    (view["state"], now, json.dumps(view), request_json, view["execution_id"]),
-                )
-            else:
-                self._db.execute(
-                    "UPDATE executions SET state = ?, updated_at = ?, view = ? WHERE id = ?",
-                    (view["state"], now, json.dumps(view), view["execution_id"]),
-                )
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the store's thread: everything queued so far, in order, in one transaction."""
+        with self._queue_lock:
+            batch, self._queued = self._queued, []
+        error: BaseException | None = None
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for put, _ in batch:
+                    self._write(put)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except Exception as exc:
+            error = exc
+        loop.call_soon_threadsafe(_settle, [done for _, done in batch], error)
 
-        await self._call(write)
+    def _write(self, put: _Put) -> None:
+        view, now = put.view, time.time()
+        self._seq += 1
+        keep = put.keep_request and put.request_json is None
+        # one statement: a new row gets the next seq, an existing one keeps its own
+        self._db.execute(
+            _UPSERT_KEEPING_REQUEST if keep else _UPSERT,
+            (
+                view["execution_id"],
+                self._seq,
+                view["tenant"],
+                view["subject"],
+                view["tool"],
+                view.get("session_id"),
+                view["state"],
+                now,
+                now,
+                put.view_json,
+                put.request_json,
+                put.workspace,
+            ),
+        )
 
     async def get(self, execution_id: str) -> StoredExecution | None:
         def read() -> StoredExecution | None:
