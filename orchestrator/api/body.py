@@ -17,9 +17,15 @@ async def read_json(request: web.Request, max_bytes: int, timeout_s: float) -> A
         raise RequestTooLarge(f"the body is larger than {max_bytes} bytes", details={"limit": max_bytes})
     try:
         async with asyncio.timeout(timeout_s):
-            raw = await request.content.read(max_bytes + 1)
-            if len(raw) <= max_bytes and not request.content.at_eof():
-                raw += await request.content.read(max_bytes + 1 - len(raw))
+            parts: list[bytes] = []
+            size = 0
+            while size <= max_bytes:  # read() returns what has arrived: read to the end, or past the limit
+                part = await request.content.read(max_bytes + 1 - size)
+                if not part:
+                    break
+                parts.append(part)
+                size += len(part)
+            raw = b"".join(parts)
     except TimeoutError:
         raise InputInvalid(f"the body did not arrive within {timeout_s:g}s") from None
     if len(raw) > max_bytes:

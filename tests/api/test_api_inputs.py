@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from conftest import Harness, start_service, token_of, write_config
+
+from orchestrator.domain.errors import PolicyDenied
 
 pytestmark = pytest.mark.integration
 
@@ -138,4 +141,52 @@ async def test_a_trickled_body_does_not_stall_other_callers(harness: Harness) ->
     started = asyncio.get_running_loop().time()
     status, _ = await call(harness, "GET", "/v1/executions")
     assert status == 200 and asyncio.get_running_loop().time() - started < 2
+    writer.close()
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+async def test_a_100_mb_chunked_body_is_refused_without_holding_it(harness: Harness) -> None:
+    """No Content-Length to refuse it early: the body is read up to the limit, then refused."""
+
+    async def chunks() -> Any:
+        block = b"x" * (1024 * 1024)
+        for _ in range(100):
+            yield block
+
+    before = rss_kib()
+    started = asyncio.get_running_loop().time()
+    headers = {"Authorization": f"Bearer {token_of('agent-a')}", "Content-Type": "application/json"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(harness.url + "/v1/executions", data=chunks(), headers=headers) as r,
+    ):
+        status, body = r.status, await r.json()
+    assert status == 413 and body["error"]["code"] == "REQUEST.TOO_LARGE"
+    assert asyncio.get_running_loop().time() - started < 30
+    assert rss_kib() - before < 64 * 1024  # KiB: the 8 MiB limit and buffers, never the 100 MB
+    assert (await call(harness, "GET", "/v1/executions"))[0] == 200
+
+
+async def test_an_event_stream_reader_that_never_reads_costs_others_nothing(harness: Harness) -> None:
+    port = int(harness.url.rsplit(":", 1)[1])
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    # a tiny receive buffer, never read: the server's writes back up
+    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    writer.write(f"GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token_of('agent-a')}\r\n\r\n".encode())
+    await writer.drain()
+    await asyncio.sleep(0.2)
+    before = rss_kib()
+    agent = harness.client("agent-a")
+    started = asyncio.get_running_loop().time()
+    for _ in range(300):  # each refusal is an event for the stalled reader
+        with pytest.raises(PolicyDenied):
+            await agent.submit({"tool": "shell_command", "command": "sudo id " + "x" * 2000})
+    elapsed = asyncio.get_running_loop().time() - started
+    assert elapsed < 30
+    assert (await call(harness, "GET", "/v1/executions?limit=1"))[0] == 200
+    assert rss_kib() - before < 32 * 1024  # KiB: the stalled listener's queue is bounded
     writer.close()
