@@ -93,6 +93,9 @@ step "evidence ($evidence)"
 step "evidence verify"
 "$BIN/sandboxctl" evidence verify --path "$evidence"
 
+step "the service: HTTP API, approvals through the API, the Python client, the approvals page"
+"$BIN/python" scripts/demo_service.py "$work"
+
 echo
 echo "Evidence: $evidence"
 echo "Verify it yourself: .venv/bin/sandboxctl evidence verify --path $evidence"
