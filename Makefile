@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test demo setup image bench bench-sandbox bench-workspace clean
+.PHONY: all venv lint typecheck importlint unit integration test demo setup image bench bench-sandbox bench-service bench-workspace clean
 
 all: test
 
@@ -54,6 +54,9 @@ bench: $(STAMP)
 
 bench-sandbox: $(STAMP) setup
 	$(BIN)/python benchmarks/sandbox_overhead.py
+
+bench-service: $(STAMP) setup
+	$(BIN)/python benchmarks/service_overhead.py
 
 bench-workspace: $(STAMP) setup
 	$(BIN)/python benchmarks/workspace_scan.py
