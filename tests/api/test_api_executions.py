@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import aiohttp
 import pytest
 from conftest import Harness
 
@@ -131,3 +132,38 @@ async def test_openapi_lists_every_route(harness: Harness) -> None:
     validate(doc)
     for route in ROUTES:
         assert route.method.lower() in doc["paths"][route.path], route.path
+
+
+async def test_two_answers_at_once_resolve_exactly_once(harness: Harness) -> None:
+    agent = harness.client("agent-a")
+    approver, admin = harness.client("approver-a"), harness.client("admin")
+    for _ in range(5):
+        view = await agent.submit({"tool": "shell_command", "command": "uname -s"})
+        results = await asyncio.gather(
+            approver.approve(view.execution_id), admin.deny(view.execution_id), return_exceptions=True
+        )
+        won = [r for r in results if not isinstance(r, BaseException)]
+        lost = [r for r in results if isinstance(r, ApprovalNotPending)]
+        assert len(won) == 1 and len(lost) == 1, results
+        done = await agent.get(view.execution_id, wait=30)
+        expected = ExecutionState.SUCCEEDED if won[0].outcome == "approved" else ExecutionState.REFUSED
+        assert done.state is expected
+        decided = [r for r in (await agent.evidence(view.execution_id)).records if r["event"] == "approval_decided"]
+        assert len(decided) == 1 and decided[0]["decision"] == won[0].outcome
+
+
+async def test_readiness_and_metrics(harness: Harness) -> None:
+    agent = harness.client("agent-a")
+    await agent.run({"tool": "shell", "command": ["true"]})
+    with pytest.raises(PolicyDenied):
+        await agent.submit({"tool": "shell_command", "command": "sudo id"})
+    async with aiohttp.ClientSession() as http:
+        async with http.get(harness.url + "/readyz") as r:
+            assert r.status == 200 and (await r.json())["checks"] == {"engine": "ok", "store": "ok", "evidence": "ok"}
+        async with http.get(harness.url + "/metrics") as r:
+            text = await r.text()
+    assert 'sandbox_decisions_total{outcome="allow"} 1.0' in text
+    assert 'sandbox_decisions_total{outcome="deny"} 1.0' in text
+    assert 'sandbox_executions_total{profile="workspace-write",status="succeeded"} 1.0' in text
+    assert "sandbox_start_latency_seconds_count 1.0" in text and "sandbox_active_sandboxes 0.0" in text
+    assert "sandbox_evidence_write_seconds_count" in text
