@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.domain.canonical import canonical_sha256
 from orchestrator.domain.decisions import PolicyDecision
 from orchestrator.domain.ids import ApprovalKey
 from orchestrator.domain.requests import Request
@@ -24,6 +25,15 @@ class GateResult:
     analysis: ShellAnalysis | None
     decision: PolicyDecision
     approval_key: ApprovalKey
+    # the sanitized request as recorded, and its digest: computed once, every record of the execution
+    # carries them
+    public: dict[str, Any] = field(init=False, repr=False, compare=False)
+    inputs_digest: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        public = self.sanitized.public()
+        object.__setattr__(self, "public", public)
+        object.__setattr__(self, "inputs_digest", canonical_sha256(public))
 
     def to_json(self) -> dict[str, Any]:
         """The `sandboxctl check --json` shape."""

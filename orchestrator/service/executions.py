@@ -110,7 +110,7 @@ class ExecutionManager(Observer):
         d = gate.decision
         live.view = live.view.model_copy(
             update={
-                "request": gate.sanitized.public(),
+                "request": gate.public,
                 "decision": d.decision.value,
                 "reason": d.reason,
                 "risk_level": d.risk.risk_level,
@@ -178,7 +178,7 @@ class ExecutionManager(Observer):
             raise InputInvalid("the body must be a JSON object (a request)", details={"fields": ["(root)"]})
         raw = self._owned(raw, principal)
         execution_id = new_execution_id()
-        workspace = await self.workspaces.ensure(raw["tenant"], raw.get("session_id"))
+        workspace = self.workspaces.path(raw["tenant"], raw.get("session_id"))  # created once it runs
         now = _now()
         live = _Live(
             view=ExecutionView(
@@ -250,6 +250,7 @@ class ExecutionManager(Observer):
                 raw, execution_id=execution_id, observer=self, approval_deadline=approval_deadline
             )
             started = True
+            await self.workspaces.ensure(live.view.tenant, live.view.session_id)
             result = await self.orchestrator.run(auth, workspace=workspace, observer=self)
             self._finish(live, result)
         except asyncio.CancelledError as cancel:

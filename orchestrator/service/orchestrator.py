@@ -20,7 +20,6 @@ from typing import Any
 from orchestrator.approvals.base import ApprovalProvider, decide, is_suspend
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
 from orchestrator.backends.base import SandboxBackend
-from orchestrator.domain.canonical import canonical_sha256
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult, Decision
 from orchestrator.domain.errors import (
     ApprovalAborted,
@@ -164,7 +163,7 @@ class Orchestrator:
                 subject=ctx.subject,
                 tool=gate.sanitized.tool,
                 call_id=ctx.call_id,
-                inputs_digest=canonical_sha256(gate.sanitized.public()),
+                inputs_digest=gate.inputs_digest,
                 policy_version_hash=gate.decision.policy_version_hash,
             )
         base.update(fields)
@@ -244,7 +243,7 @@ class Orchestrator:
             EventType.REQUEST_RECEIVED,
             execution_id,
             gate,
-            data={"sanitized": gate.sanitized.public(), "approval_key": gate.approval_key},
+            data={"sanitized": gate.public, "approval_key": gate.approval_key},
         )
         await self._record(
             EventType.DECISION_MADE,
