@@ -54,17 +54,17 @@ NEAR_MISSES = [
 ]
 
 
-def stream(redactor: Redactor, chunks: list[bytes], limit: int | None = None, *, complete: bool = True) -> bytes:
-    """Feed ``chunks``, checking after each that what was shown is a prefix of the whole redaction."""
+def stream(redactor: Redactor, chunks: list[bytes]) -> bytes:
+    """Feed ``chunks`` (no cap), checking after each that what was shown is a prefix of the whole redaction
+    and holds no literal secret."""
     whole = redactor.redact(b"".join(chunks)).data
-    streamer = StreamRedactor(redactor, limit)
+    streamer = StreamRedactor(redactor)
     shown = b""
     for chunk in chunks:
         shown += streamer.feed(chunk)
-        if limit is None:
-            assert whole.startswith(shown), (shown[-60:], whole[len(shown) - 60 : len(shown) + 20])
+        assert whole.startswith(shown), (shown[-60:], whole[len(shown) - 60 : len(shown) + 20])
         assert all(secret.encode() not in shown for secret in LITERALS)
-    return shown + streamer.finish(complete=complete)
+    return shown + streamer.finish()
 
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
