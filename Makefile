@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test demo setup bench bench-sandbox bench-workspace clean
+.PHONY: all venv lint typecheck importlint unit integration test demo setup bench bench-sandbox bench-workspace bench-stream clean
 
 all: test
 
@@ -54,6 +54,9 @@ bench-sandbox: $(STAMP) setup
 bench-workspace: $(STAMP) setup
 	$(BIN)/python benchmarks/workspace_scan.py
 	$(BIN)/python benchmarks/workspace_budget.py
+
+bench-stream: $(STAMP) setup
+	$(BIN)/python benchmarks/stream_latency.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -18,7 +18,7 @@ from typing import Any
 
 from orchestrator.approvals.base import ApprovalProvider, decide
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
-from orchestrator.backends.base import SandboxBackend
+from orchestrator.backends.base import OutputCallback, SandboxBackend
 from orchestrator.domain.canonical import canonical_sha256
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult, Decision
 from orchestrator.domain.errors import (
@@ -300,13 +300,15 @@ class Orchestrator:
         return result
 
     # -- execution ---------------------------------------------------------------------------
-    async def execute(self, raw: Any, *, workspace: Path) -> ExecutionResult:
+    async def execute(self, raw: Any, *, workspace: Path, on_output: OutputCallback | None = None) -> ExecutionResult:
         """Authorize ``raw``, then run it in a fresh sandbox. Refusals raise; a command that ran
         (whatever its exit) returns an ExecutionResult."""
         auth = await self.authorize(raw)
-        return await self.run(auth, workspace=workspace)
+        return await self.run(auth, workspace=workspace, on_output=on_output)
 
-    async def run(self, auth: Authorization, *, workspace: Path) -> ExecutionResult:
+    async def run(
+        self, auth: Authorization, *, workspace: Path, on_output: OutputCallback | None = None
+    ) -> ExecutionResult:
         if self.backend is None or self.profiles is None:
             raise InternalError("this orchestrator has no sandbox backend")
         request, gate = auth.request, auth.gate
@@ -365,7 +367,13 @@ class Orchestrator:
             )
             with active_execution(execution_id, workspace):
                 outcome = await run_in_sandbox(
-                    self.backend, spec, record, redactor=redactor, workspace=workspace, before=before
+                    self.backend,
+                    spec,
+                    record,
+                    redactor=redactor,
+                    workspace=workspace,
+                    before=before,
+                    on_output=on_output,
                 )
         except asyncio.CancelledError:
             await _despite_cancellation(failed(ExecutionCancelled("cancelled while running")))
