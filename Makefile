@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test demo setup image bench bench-sandbox bench-service bench-workspace clean
+.PHONY: all venv lint typecheck importlint unit integration test demo setup image bench bench-sandbox bench-service bench-stream bench-workspace clean
 
 all: test
 
@@ -61,6 +61,9 @@ bench-service: $(STAMP) setup
 bench-workspace: $(STAMP) setup
 	$(BIN)/python benchmarks/workspace_scan.py
 	$(BIN)/python benchmarks/workspace_budget.py
+
+bench-stream: $(STAMP) setup
+	$(BIN)/python benchmarks/stream_latency.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

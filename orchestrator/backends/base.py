@@ -7,7 +7,7 @@ lifecycle events streamed beside it. Blocking client libraries run off the event
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
@@ -22,6 +22,9 @@ LABEL_DEADLINE = "org.sandbox-orchestrator.deadline"  # unix seconds after which
 LABEL_PROFILE_HASH = "org.sandbox-orchestrator.profile-hash"
 
 LifecycleKind = Literal["create", "start", "die", "oom", "kill", "destroy"]
+OutputStream = Literal["stdout", "stderr"]
+OutputCallback = Callable[[OutputStream, bytes], None]
+"""Receives output as it is produced: ``(stream, chunk)``, on the event loop's thread, in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +139,19 @@ class SandboxBackend(Protocol):
     async def start(self, handle: SandboxHandle) -> None: ...
 
     async def capture(
-        self, handle: SandboxHandle, stdout_limit: int, stderr_limit: int
+        self,
+        handle: SandboxHandle,
+        stdout_limit: int,
+        stderr_limit: int,
+        on_output: OutputCallback | None = None,
     ) -> tuple[StreamCapture, StreamCapture]:
-        """Stream stdout and stderr until the sandbox closes them; keep up to the limits."""
+        """Stream stdout and stderr until the sandbox closes them; keep up to the limits.
+
+        ``on_output`` gets what is kept, raw (the caller redacts), as it arrives: chunks of at most the
+        backend's read size, called on the event loop's thread (never the reader's), in order, never after
+        ``capture`` returns. Nothing past the limits reaches it, so chunks waiting for a busy loop never hold more
+        than the limits. If it raises, that is logged (the exception's type only: the data may hold
+        secrets) and it is not called again; the capture goes on."""
         ...
 
     async def wait(self, handle: SandboxHandle) -> int:

@@ -41,6 +41,11 @@ Redact, then cap: a secret cut in two by a cap would no longer match, and its fi
 longest literal form, and :data:`PATTERN_REACH`: every built-in pattern decides within it, and the ones
 that could run on, a private-key block, a quoted value, a JWT, also match when cut at the end of what was
 captured), redact, then cut at the cap, never inside a ``[REDACTED:...]`` marker.
+
+Streaming (:mod:`orchestrator.results.stream_redact`) judges a stream window by window with
+:meth:`Redactor.scan_window`: the secrets found, and where more bytes could still change them -- the end
+of the text that begins a literal form, and an unfinished match of a pattern: every built-in pattern comes
+with the regex of its unfinished matches (``_Rule.tail``, built with :mod:`orchestrator.results.unfinished`).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from typing import Final
 from urllib.parse import quote, quote_plus
 
 from orchestrator.domain.errors import InputInvalid
+from orchestrator.results import unfinished as un
 
 MIN_LITERAL_LENGTH: Final = 4
 """Literals shorter than this many characters are not redacted (too many false positives)."""
@@ -93,6 +99,21 @@ class CappedOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowScan:
+    """What :meth:`Redactor.scan_window` found in a window of a stream (offsets in the window)."""
+
+    spans: tuple[tuple[int, int, str], ...]
+    """The secrets found from where matching started: (start, end, kind), sorted, not overlapping."""
+    matches: tuple[tuple[int, int], ...]
+    """Every pattern match (a secret or not): matching may resume at a later window only outside them."""
+    restart: int
+    """Matching must resume at or before this offset: a match that more bytes could change may begin here."""
+    hold: int
+    """A secret that more bytes could still change (or complete) may begin here: nothing from here on is
+    final. ``len(data)`` when nothing is pending."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Rule:
     kind: str
     priority: int
@@ -104,6 +125,10 @@ class _Rule:
     back: int = 0
     """Whole-match rules anchored after their first bytes (a rarer byte makes ``re``'s prefix search faster;
     a look-behind checks the bytes before): how many bytes before the match belong to the secret."""
+    tail: re.Pattern[bytes] | None = None
+    """An unfinished match at the end of the text (see :mod:`orchestrator.results.unfinished`), for
+    streaming; every built-in has one. Without one (custom patterns), the last :attr:`Redactor.margin` bytes
+    are held back."""
 
 
 # priorities: the kind reported when matches overlap
@@ -158,6 +183,11 @@ def _not_placeholder(haystack: bytes, _match: int, start: int, end: int) -> bool
 _CODE_NAME: Final = re.compile(rb"[a-z_][a-z_.]*")
 _SHORT_NUMBER: Final = re.compile(rb"-?[0-9]{1,5}")
 _COLOR: Final = re.compile(rb"#[0-9a-f]{3,8}")
+_SCHEME_LOOK_BACK: Final = 256
+
+LOOK_BEHIND: Final = _SCHEME_LOOK_BACK + 16
+"""How far before a match the built-in patterns and their checks look (the longest look-behind reaches 9
+bytes back): matching resumed this far into a window judges as on the whole text."""
 
 
 def _assigned_value(haystack: bytes, match: int, start: int, end: int) -> bool:
@@ -169,7 +199,7 @@ def _assigned_value(haystack: bytes, match: int, start: int, end: int) -> bool:
     24 characters or fewer (``PASSWORD=letmein``) is not caught by this pattern (literals still are).
     A key that is the user of a URL (``https://x-access-token:ghp_…@host``) is left to url-credentials,
     which takes the password and keeps the host."""
-    before = haystack[max(0, match - 256) : match]
+    before = haystack[max(0, match - _SCHEME_LOOK_BACK) : match]
     scheme = before.rfind(b"://")
     if scheme != -1 and not any(c in b" \t\r\n/@\"'" for c in before[scheme + 3 :]):
         return False
@@ -195,8 +225,33 @@ _ASSIGN_TAIL = (
 )
 
 
-def _assignment(stem: bytes) -> re.Pattern[bytes]:
-    return re.compile(stem + _ASSIGN_TAIL)
+# the same, unfinished: the value from its opening quote (one byte before the secret itself)
+_ASSIGN_TAIL_PARTS: Final[tuple[un.Part, ...]] = (
+    un.free(rb"[\"']?[ \t]*"),
+    un.free(rb"(?::=|=>|=(?!=)|:(?!:))"),
+    un.free(rb"[ \t]*"),
+    un.free(rb"(?:\"(?:[^\"\\\r\n]|\\.)*\\?|'[^'\r\n]*|[^\s\"'`,;&<>(){}\[\]]+)?"),
+)
+
+
+def _assignment(stem: bytes, *stem_parts: un.Part) -> _Rule:
+    parts = (*stem_parts, *_ASSIGN_TAIL_PARTS)
+    return _Rule(
+        "secret-assignment",
+        _P_ASSIGNMENT,
+        re.compile(stem + _ASSIGN_TAIL),
+        lower=True,
+        check=_assigned_value,
+        tail=un.unfinished(parts, secret=len(parts) - 1),
+    )
+
+
+_PRIVATE_KEY_END: Final = rb"-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+_API_KEY_WORDS: Final = rb"|".join(
+    rb"(?<=" + word + sep + rb"key)"
+    for word in (rb"api", rb"access", rb"private", rb"secret")
+    for sep in (rb"_", rb"-", rb"")
+)
 
 
 @functools.cache
@@ -209,8 +264,21 @@ def _builtin_rules() -> tuple[_Rule, ...]:
             _P_PRIVATE_KEY,
             re.compile(
                 rb"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-                rb"(?>.*?(?:-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z))",
+                rb"(?>.*?(?:" + _PRIVATE_KEY_END + rb"|\Z))",
                 re.DOTALL,
+            ),
+            # a header begun, or a block not yet ended
+            tail=un.unfinished(
+                (
+                    un.first(b"-----BEGIN"),
+                    un.run(rb"[ A-Z0-9]", 0, 40),
+                    un.literal(b"PRIVATE KEY"),
+                    un.optional(b" BLOCK"),
+                    un.literal(b"-----"),
+                    un.free(rb"(?:(?!" + _PRIVATE_KEY_END + rb").)*"),
+                ),
+                secret=0,
+                flags=re.DOTALL,
             ),
         ),
         _Rule(
@@ -219,6 +287,16 @@ def _builtin_rules() -> tuple[_Rule, ...]:
             re.compile(
                 rb"A(?:KIA|SIA|GPA|IDA|ROA|IPA|NPA|NVA|PKA|BIA|CCA)(?<![A-Z0-9]....)[A-Z0-9]{16}(?![A-Z0-9])",
                 re.DOTALL,
+            ),
+            tail=un.unfinished(
+                (
+                    (rb"A(?<![A-Z0-9]A)", un.NEVER),
+                    un.alternatives(
+                        b"KIA", b"SIA", b"GPA", b"IDA", b"ROA", b"IPA", b"NPA", b"NVA", b"PKA", b"BIA", b"CCA"
+                    ),
+                    un.run(rb"[A-Z0-9]", 16, 16),
+                ),
+                secret=0,
             ),
         ),
         _Rule(
@@ -229,6 +307,18 @@ def _builtin_rules() -> tuple[_Rule, ...]:
                 rb"([a-z0-9/+]{40})(?![a-z0-9/+=])",
             ),
             lower=True,
+            tail=un.unfinished(
+                (
+                    un.first(b"cess"),
+                    un.free(rb"(?:(?<=secret_access)|(?<=secretaccess))_?"),
+                    un.literal(b"key"),
+                    un.free(rb"[\"']?[ \t]*"),
+                    un.free(rb"(?::|=>|=)"),
+                    un.free(rb"[ \t]*[\"']?"),
+                    un.run(rb"[a-z0-9/+]", 40, 40),
+                ),
+                secret=6,
+            ),
         ),
         _Rule(
             "authorization-header",
@@ -240,6 +330,17 @@ def _builtin_rules() -> tuple[_Rule, ...]:
             ),
             lower=True,
             check=_not_redacted,
+            # the value from its first byte: a scheme word still being written may turn out to be the value
+            tail=un.unfinished(
+                (
+                    un.first(b"zation"),
+                    un.free(rb"(?<=authorization)[\"']?[ \t]*"),
+                    un.free(rb"[:=]"),
+                    un.free(rb"[ \t]*[\"']?"),
+                    un.free(rb"(?:[^\s\"'][^\r\n\"']*)?"),
+                ),
+                secret=4,
+            ),
         ),
         _Rule(
             "bearer-token",
@@ -247,24 +348,68 @@ def _builtin_rules() -> tuple[_Rule, ...]:
             re.compile(rb"bearer[ \t]++([a-z0-9\-._~+/]{8,}+=*+)"),
             lower=True,
             check=_bearer_token,
+            tail=un.unfinished(
+                (un.first(b"bearer"), un.free(rb"[ \t]+"), un.free(rb"[a-z0-9\-._~+/]*=*")),
+                secret=2,
+            ),
         ),
         _Rule(
             "github-token",
             _P_TOKEN,
             re.compile(rb"gh[pousr]_(?<![A-Za-z0-9_]gh._)[A-Za-z0-9]{36,}+", re.DOTALL),
+            tail=un.unfinished(
+                (
+                    (rb"g(?<![A-Za-z0-9_]g)h", rb"g(?<![A-Za-z0-9_]g)"),
+                    (rb"[pousr]_", rb"[pousr]?"),
+                    un.free(rb"[A-Za-z0-9]*"),
+                ),
+                secret=0,
+            ),
         ),
-        _Rule("github-token", _P_TOKEN, re.compile(rb"github_pat_[A-Za-z0-9_]{22,}+")),
+        _Rule(
+            "github-token",
+            _P_TOKEN,
+            re.compile(rb"github_pat_[A-Za-z0-9_]{22,}+"),
+            tail=un.unfinished((un.first(b"github_pat_"), un.free(rb"[A-Za-z0-9_]*")), secret=0),
+        ),
         _Rule(
             "gitlab-token",
             _P_TOKEN,
             re.compile(rb"gl(?:pat|ptt|dt|rt|ft|soat|oas|cbt|imt|agent)-[A-Za-z0-9_\-]{20,}+"),
+            tail=un.unfinished(
+                (
+                    un.first(b"gl"),
+                    un.alternatives(b"pat", b"ptt", b"dt", b"rt", b"ft", b"soat", b"oas", b"cbt", b"imt", b"agent"),
+                    un.literal(b"-"),
+                    un.free(rb"[A-Za-z0-9_\-]*"),
+                ),
+                secret=0,
+            ),
         ),
-        _Rule("slack-token", _P_TOKEN, re.compile(rb"xox[abposr]-[A-Za-z0-9\-]{10,}+")),
+        _Rule(
+            "slack-token",
+            _P_TOKEN,
+            re.compile(rb"xox[abposr]-[A-Za-z0-9\-]{10,}+"),
+            tail=un.unfinished(
+                (un.first(b"xox"), un.free(rb"[abposr]"), un.literal(b"-"), un.free(rb"[A-Za-z0-9\-]*")),
+                secret=0,
+            ),
+        ),
         _Rule(
             "stripe-key",
             _P_TOKEN,
             re.compile(rb"k_(?:live|test)_(?<=[rs]k_...._)(?<![A-Za-z0-9][rs]k_...._)[A-Za-z0-9]{16,}+", re.DOTALL),
             back=1,
+            tail=un.unfinished(
+                (
+                    (rb"[rs](?<![A-Za-z0-9][rs])k", rb"[rs](?<![A-Za-z0-9][rs])"),
+                    un.literal(b"_"),
+                    un.alternatives(b"live", b"test"),
+                    un.literal(b"_"),
+                    un.free(rb"[A-Za-z0-9]*"),
+                ),
+                secret=0,
+            ),
         ),
         _Rule(
             "openai-style-key",
@@ -272,29 +417,57 @@ def _builtin_rules() -> tuple[_Rule, ...]:
             re.compile(rb"k-(?<=sk-)(?<![A-Za-z0-9_\-]sk-)[A-Za-z0-9_\-]{20,}+"),
             check=_mixed_case_with_digit,
             back=1,
+            tail=un.unfinished(
+                (
+                    (rb"s(?<![A-Za-z0-9_\-]s)k", rb"s(?<![A-Za-z0-9_\-]s)"),
+                    un.literal(b"-"),
+                    un.free(rb"[A-Za-z0-9_\-]*"),
+                ),
+                secret=0,
+            ),
         ),
         _Rule(
             "google-api-key",
             _P_TOKEN,
             re.compile(rb"AIza(?<![A-Za-z0-9_\-]AIza)[A-Za-z0-9_\-]{35}(?![A-Za-z0-9_\-])"),
+            tail=un.unfinished(
+                ((rb"A(?<![A-Za-z0-9_\-]A)", un.NEVER), un.literal(b"Iza"), un.run(_B64URL, 35, 35)), secret=0
+            ),
         ),
         _Rule(
             "npm-token",
             _P_TOKEN,
             re.compile(rb"pm_(?<=npm_)(?<![A-Za-z0-9_]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
             back=1,
+            tail=un.unfinished(
+                (
+                    (rb"n(?<![A-Za-z0-9_]n)p", rb"n(?<![A-Za-z0-9_]n)"),
+                    un.literal(b"m_"),
+                    un.run(rb"[A-Za-z0-9]", 36, 36),
+                ),
+                secret=0,
+            ),
         ),
         _Rule(
             "pypi-token",
             _P_TOKEN,
             re.compile(rb"AgEIcHlwaS5vcmc(?<=pypi-AgEIcHlwaS5vcmc)[A-Za-z0-9_\-]{50,}+"),
             back=5,
+            tail=un.unfinished((un.first(b"pypi-AgEIcHlwaS5vcmc"), un.free(_B64URL + b"*")), secret=0),
         ),
         _Rule(
             "huggingface-token",
             _P_TOKEN,
             re.compile(rb"hf_(?<![A-Za-z0-9_]hf_)[A-Za-z0-9]{30,}+(?![A-Za-z0-9_])"),
             check=_mixed_case,
+            tail=un.unfinished(
+                (
+                    (rb"h(?<![A-Za-z0-9_]h)f", rb"h(?<![A-Za-z0-9_]h)"),
+                    un.literal(b"_"),
+                    un.free(rb"[A-Za-z0-9]*"),
+                ),
+                secret=0,
+            ),
         ),
         # header.payload.signature; one cut off at the end of the output (a cap) is redacted as far as it goes
         _Rule(
@@ -305,6 +478,14 @@ def _builtin_rules() -> tuple[_Rule, ...]:
                 rb"(?:\." + _B64URL + rb"{4,}+(?:(?:\." + _B64URL + rb"*+){1,3}+|\Z)|\Z)"
             ),
             back=1,
+            tail=un.unfinished(
+                (
+                    (rb"e(?<!" + _B64URL + rb"e)y", rb"e(?<!" + _B64URL + rb"e)"),
+                    un.literal(b"J"),
+                    un.free(_B64URL + rb"*(?:\." + _B64URL + rb"*){0,4}"),
+                ),
+                secret=0,
+            ),
         ),
         # user:password@ in URLs (any scheme): the password only; it may contain '@' (the last one ends it)
         _Rule(
@@ -312,23 +493,25 @@ def _builtin_rules() -> tuple[_Rule, ...]:
             _P_URL,
             re.compile(rb"://[^\s/?#@:\"'<>]*+:([^\s/?#\"'<>]+)@"),
             check=_not_placeholder,
+            tail=un.unfinished(
+                (
+                    un.first(b"://"),
+                    un.free(rb"[^\s/?#@:\"'<>]*"),
+                    un.literal(b":"),
+                    un.free(rb"[^\s/?#\"'<>]*"),
+                ),
+                secret=3,
+            ),
         ),
         # key = value where the key ends with a secret-ish word (DB_PASSWORD, api-key, "client_secret", x-api-key)
-        *(
-            _Rule("secret-assignment", _P_ASSIGNMENT, _assignment(stem), lower=True, check=_assigned_value)
-            for stem in (
-                rb"pass(?:word|phrase|wd(?<!/passwd))",  # not /etc/passwd: ...
-                rb"cret(?<=secret)",
-                rb"ken(?<=token)",
-                rb"key(?:"
-                + rb"|".join(
-                    rb"(?<=" + word + sep + rb"key)"
-                    for word in (rb"api", rb"access", rb"private", rb"secret")
-                    for sep in (rb"_", rb"-", rb"")
-                )
-                + rb")",
-            )
+        _assignment(
+            rb"pass(?:word|phrase|wd(?<!/passwd))",  # not /etc/passwd: ...
+            un.first(b"pass"),
+            (rb"(?:word|phrase|wd(?<!/passwd))", un.alternatives(b"word", b"phrase", b"wd")[1]),
         ),
+        _assignment(rb"cret(?<=secret)", un.first(b"cret"), un.free(rb"(?<=secret)")),
+        _assignment(rb"ken(?<=token)", un.first(b"ken"), un.free(rb"(?<=token)")),
+        _assignment(rb"key(?:" + _API_KEY_WORDS + rb")", un.first(b"key"), un.free(rb"(?:" + _API_KEY_WORDS + rb")")),
     )
 
 
@@ -445,7 +628,7 @@ class Redactor:
         out: list[bytes] = []
         position = 0
         for start, end, kind in spans:
-            out += (data[position:start], _marker(kind))
+            out += (data[position:start], marker(kind))
             position = end
         out.append(data[position:])
         return RedactionResult(data=b"".join(out), count=len(spans), kinds=tuple(sorted({k for _, _, k in spans})))
@@ -476,12 +659,12 @@ class Redactor:
             clear, cut = cap(head[position:start], room)
             out.append(clear)
             room -= len(clear)
-            marker = _marker(kind)
-            if cut or len(marker) > room:
+            replacement = marker(kind)
+            if cut or len(replacement) > room:
                 cut = True
                 break
-            out.append(marker)
-            room -= len(marker)
+            out.append(replacement)
+            room -= len(replacement)
             kinds.add(kind)
             count += 1
             position = end
@@ -492,16 +675,55 @@ class Redactor:
             cut = cut or position < len(head) or not complete
         return CappedOutput(data=b"".join(out), count=count, kinds=tuple(sorted(kinds)), truncated=cut)
 
-    def _spans(self, data: bytes) -> list[tuple[int, int, str]]:
-        """The secrets in ``data``: sorted, non-overlapping (start, end, kind); overlaps merged under the
-        most specific kind."""
-        if not data:
+    def scan_window(self, data: bytes, start: int, *, final: bool) -> WindowScan:
+        """The secrets of a window of a stream, matched from ``start`` (the bytes before it are context:
+        :data:`LOOK_BEHIND` bytes make them judge as on the whole stream), and, unless ``final`` (the stream
+        ends with ``data``), where more bytes could still change them: see :class:`WindowScan`."""
+        matches: list[tuple[int, int]] = []
+        spans = self._spans(data, start, matches)
+        end = len(data)
+        if final:
+            return WindowScan(tuple(spans), tuple(matches), end, end)
+        hold = end
+        for form in self._literals:  # the longest end of data that begins a literal
+            hold = min(hold, _literal_opening(data, form, max(start, end - len(form) + 1)))
+        restart = hold
+        lowered: bytes | None = None
+        for rule in self._rules():
+            if rule.tail is None:  # a custom pattern: only its reach bounds it
+                hold = min(hold, max(start, end - self.margin))
+                restart = min(restart, hold)
+                continue
+            if rule.lower:
+                if lowered is None:
+                    lowered = data.lower()
+                haystack = lowered
+            else:
+                haystack = data
+            position = start
+            # a later unfinished match may have its secret start sooner (after a shorter key)
+            while position < hold and (m := rule.tail.search(haystack, position)) is not None:
+                restart = min(restart, m.start())
+                if m.start("s") != -1:
+                    hold = min(hold, m.start("s"))
+                position = m.start() + 1
+        return WindowScan(tuple(spans), tuple(matches), min(restart, hold), hold)
+
+    def _rules(self) -> tuple[_Rule, ...]:
+        return (_builtin_rules() if self._builtin else ()) + self._extra
+
+    def _spans(
+        self, data: bytes, start: int = 0, matches: list[tuple[int, int]] | None = None
+    ) -> list[tuple[int, int, str]]:
+        """The secrets in ``data`` from ``start`` on: sorted, non-overlapping (start, end, kind); overlaps
+        merged under the most specific kind. ``matches`` collects every pattern match, secret or not."""
+        if len(data) <= start:
             return []
         spans: list[tuple[int, int, int, str]] = []
         for form in self._literals:
-            _find_literal(data, form, spans)
+            _find_literal(data, form, spans, start)
         lowered: bytes | None = None
-        for rule in (_builtin_rules() if self._builtin else ()) + self._extra:
+        for rule in self._rules():
             if rule.lower:
                 if lowered is None:
                     lowered = data.lower()
@@ -509,47 +731,51 @@ class Redactor:
             else:
                 haystack = data
             groups = rule.regex.groups
-            for m in rule.regex.finditer(haystack):
-                start, end = m.span()
-                start -= rule.back
+            for m in rule.regex.finditer(haystack, start):
+                if matches is not None:
+                    matches.append(m.span())
+                begin, end = m.span()
+                begin -= rule.back
                 for index in range(1, groups + 1):
                     if m.start(index) >= 0:
-                        start, end = m.span(index)
+                        begin, end = m.span(index)
                         break
                 # trailing blanks are not part of a secret (bare header values run to the end of the line)
-                while end > start and haystack[end - 1] in b" \t":
+                while end > begin and haystack[end - 1] in b" \t":
                     end -= 1
-                if end <= start:
+                if end <= begin:
                     continue
-                if rule.check is not None and not rule.check(haystack, m.start(), start, end):
+                if rule.check is not None and not rule.check(haystack, m.start(), begin, end):
                     continue
-                spans.append((start, end, rule.priority, rule.kind))
+                spans.append((begin, end, rule.priority, rule.kind))
         if not spans:
             return []
         spans.sort()
         merged: list[tuple[int, int, str]] = []
         cur_start, cur_end, cur_priority, cur_kind = spans[0]
-        for start, end, priority, kind in spans[1:]:
-            if start < cur_end:  # overlap: merge, keep the most specific kind
+        for begin, end, priority, kind in spans[1:]:
+            if begin < cur_end:  # overlap: merge, keep the most specific kind
                 cur_end = max(cur_end, end)
                 if priority > cur_priority:
                     cur_priority, cur_kind = priority, kind
                 continue
             merged.append((cur_start, cur_end, cur_kind))
-            cur_start, cur_end, cur_priority, cur_kind = start, end, priority, kind
+            cur_start, cur_end, cur_priority, cur_kind = begin, end, priority, kind
         merged.append((cur_start, cur_end, cur_kind))
         return merged
 
 
-def _marker(kind: str) -> bytes:
+def marker(kind: str) -> bytes:
+    """What replaces a secret of this kind."""
     return b"[REDACTED:" + kind.encode("ascii") + b"]"
 
 
-def _find_literal(data: bytes, form: bytes, spans: list[tuple[int, int, int, str]]) -> None:
-    """Every occurrence of ``form``; overlapping occurrences (``aaaa`` in ``aaaaaa``) become one span."""
+def _find_literal(data: bytes, form: bytes, spans: list[tuple[int, int, int, str]], since: int = 0) -> None:
+    """Every occurrence of ``form`` from ``since`` on; overlapping occurrences (``aaaa`` in ``aaaaaa``) become
+    one span."""
     width = len(form)
     start = end = -1
-    index = data.find(form)
+    index = data.find(form, since)
     while index != -1:
         if index < end:
             end = index + width
@@ -560,6 +786,17 @@ def _find_literal(data: bytes, form: bytes, spans: list[tuple[int, int, int, str
         index = data.find(form, index + 1)
     if end != -1:
         spans.append((start, end, _P_LITERAL, LITERAL_KIND))
+
+
+def _literal_opening(data: bytes, form: bytes, since: int) -> int:
+    """Where the longest end of ``data`` starting at ``since`` or later that begins ``form`` starts, or
+    ``len(data)`` (``since`` keeps it a proper beginning)."""
+    index = data.find(form[:1], since)
+    while index != -1:
+        if form.startswith(data[index:]):
+            return index
+        index = data.find(form[:1], index + 1)
+    return len(data)
 
 
 def cap(data: bytes, limit: int) -> tuple[bytes, bool]:

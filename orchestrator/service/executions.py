@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -251,7 +252,9 @@ class ExecutionManager(Observer):
             )
             started = True
             await self.workspaces.ensure(live.view.tenant, live.view.session_id)
-            result = await self.orchestrator.run(auth, workspace=workspace, observer=self)
+            result = await self.orchestrator.run(
+                auth, workspace=workspace, observer=self, on_output=functools.partial(self.add_output, execution_id)
+            )
             self._finish(live, result)
         except asyncio.CancelledError as cancel:
             if cancel.args and cancel.args[0] == SUSPEND:
@@ -275,10 +278,6 @@ class ExecutionManager(Observer):
 
     def _finish(self, live: _Live, result: ExecutionResult) -> None:
         wire = result.to_wire()
-        if not live.chunks:  # no streaming: the result's output is the whole stream
-            for stream, text in (("stdout", wire.stdout), ("stderr", wire.stderr)):
-                if text:
-                    live.chunks.append(OutputChunk(stream=stream, data=text))
         state = ExecutionState.SUCCEEDED if result.ok else ExecutionState.FAILED
         error = ErrorBody.of(result.error) if result.error else None
         self._change(live, state, result=wire, error=error)

@@ -22,6 +22,7 @@ from orchestrator.backends.base import (
     ExitState,
     LaunchSpec,
     LifecycleEvent,
+    OutputCallback,
     ResourceUsage,
     SandboxBackend,
     SandboxHandle,
@@ -39,6 +40,7 @@ from orchestrator.evidence import EventType
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.results import CollectLimits, Redactor, SideEffects, Snapshot, collect
 from orchestrator.results.write_meter import MeterReport, WorkspaceMeter, WriteBudget
+from orchestrator.service.live_output import LiveOutput
 
 log = logging.getLogger(__name__)
 
@@ -183,9 +185,12 @@ async def run_in_sandbox(
     redactor: Redactor,
     workspace: Path,
     before: Snapshot,
+    on_output: OutputCallback | None = None,
 ) -> RunOutcome:
     """Run ``spec`` once. ``record(event_type, **fields)`` appends evidence for this execution;
-    ``before`` is the workspace as it was before the sandbox existed."""
+    ``before`` is the workspace as it was before the sandbox existed. ``on_output`` gets the output while
+    the command runs, redacted and capped, in order, and what was held back once the output ended, all
+    before this returns: put together, exactly the outcome's ``stdout`` / ``stderr`` (see LiveOutput)."""
     profile: ResolvedProfile = spec.profile
     seen: dict[str, asyncio.Event] = {"destroy": asyncio.Event()}
     ready = asyncio.Event()
@@ -205,12 +210,18 @@ async def run_in_sandbox(
     started = time.monotonic()
     # a margin past the caps: a secret the cap cuts in two is still seen whole, and redacted
     margin = redactor.margin
+    live = None if on_output is None else LiveOutput(redactor, profile, on_output)
     try:
         if meter is not None:  # the watches are set up while the engine creates the container
             meter_started = asyncio.ensure_future(asyncio.to_thread(meter.start))
         handle = await backend.create(spec)
         capture_task = asyncio.create_task(
-            backend.capture(handle, profile.stdout_max_bytes + margin, profile.stderr_max_bytes + margin)
+            backend.capture(
+                handle,
+                profile.stdout_max_bytes + margin,
+                profile.stderr_max_bytes + margin,
+                on_output=None if live is None else live.feed,
+            )
         )
         try:
             if meter_started is not None:
@@ -226,6 +237,8 @@ async def run_in_sandbox(
             # output streams close when the container exits; bound the wait anyway
             async with asyncio.timeout(10):
                 captures = await capture_task
+            if live is not None:
+                live.finish(captures)
         finally:
             if not capture_task.done():
                 capture_task.cancel()
@@ -234,6 +247,8 @@ async def run_in_sandbox(
         state = await backend.inspect(handle)
         usage = await backend.usage(handle)
     finally:
+        if live is not None:
+            live.finish(None)  # no capture to end with (it failed): only what was settled was shown
         duration_ms = round((time.monotonic() - started) * 1000)
         if handle is not None:
             await asyncio.shield(_teardown(backend, handle, seen))

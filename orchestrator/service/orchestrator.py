@@ -19,7 +19,7 @@ from typing import Any
 
 from orchestrator.approvals.base import ApprovalProvider, decide, is_suspend
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
-from orchestrator.backends.base import SandboxBackend
+from orchestrator.backends.base import OutputCallback, SandboxBackend
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult, Decision
 from orchestrator.domain.errors import (
     ApprovalAborted,
@@ -383,13 +383,22 @@ class Orchestrator:
         workspace: Path,
         execution_id: ExecutionId | None = None,
         observer: Observer | None = None,
+        on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         """Authorize ``raw``, then run it in a fresh sandbox. Refusals raise; a command that ran
-        (whatever its exit) returns an ExecutionResult."""
+        (whatever its exit) returns an ExecutionResult. ``on_output`` gets the output as it is produced
+        (redacted, within the caps)."""
         auth = await self.authorize(raw, execution_id=execution_id, observer=observer)
-        return await self.run(auth, workspace=workspace, observer=observer)
+        return await self.run(auth, workspace=workspace, observer=observer, on_output=on_output)
 
-    async def run(self, auth: Authorization, *, workspace: Path, observer: Observer | None = None) -> ExecutionResult:
+    async def run(
+        self,
+        auth: Authorization,
+        *,
+        workspace: Path,
+        observer: Observer | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
         if self.backend is None or self.profiles is None:
             raise InternalError("this orchestrator has no sandbox backend")
         request, gate = auth.request, auth.gate
@@ -453,7 +462,13 @@ class Orchestrator:
             _tell(observer, "running", execution_id, profile)
             with active_execution(execution_id, workspace):
                 outcome = await run_in_sandbox(
-                    self.backend, spec, record, redactor=redactor, workspace=workspace, before=before
+                    self.backend,
+                    spec,
+                    record,
+                    redactor=redactor,
+                    workspace=workspace,
+                    before=before,
+                    on_output=on_output,
                 )
         except asyncio.CancelledError as cancel:
             reason = _cancel_reason(cancel, "cancelled while running")

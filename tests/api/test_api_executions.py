@@ -8,7 +8,7 @@ import json
 
 import aiohttp
 import pytest
-from conftest import Harness
+from conftest import Harness, token_of
 
 from orchestrator.client import core
 from orchestrator.domain.errors import ApprovalNotPending, ExecutionNotRunning, NotFound, PolicyDenied
@@ -167,3 +167,25 @@ async def test_readiness_and_metrics(harness: Harness) -> None:
     assert 'sandbox_executions_total{profile="workspace-write",status="succeeded"} 1.0' in text
     assert "sandbox_start_latency_seconds_count 1.0" in text and "sandbox_active_sandboxes 0.0" in text
     assert "sandbox_evidence_write_seconds_count" in text
+
+
+async def test_output_arrives_while_the_command_runs_and_resumes_after_a_reconnect(harness: Harness) -> None:
+    agent = harness.client("agent-a")
+    view = await agent.submit({"tool": "shell_command", "command": "printf a; sleep 1.5; printf b"})
+    if view.state is ExecutionState.PENDING_APPROVAL:
+        await harness.client("approver-a").approve(view.execution_id)
+    loop = asyncio.get_running_loop()
+    seen: list[tuple[float, object]] = []
+    async for item in agent.stream(view.execution_id):
+        seen.append((loop.time(), item))
+    chunks = [(t, i) for t, i in seen if isinstance(i, OutputChunk)]
+    assert "".join(i.data for _, i in chunks) == "ab"
+    first_at, end_at = chunks[0][0], seen[-1][0]
+    assert isinstance(seen[-1][1], ExecutionView) and end_at - first_at > 1.0  # "a" came while it ran
+
+    # a reconnect with the id of the first event gets only what followed it
+    async with aiohttp.ClientSession() as http:
+        headers = core.headers(token_of("agent-a"), sse=True, last_event_id="0")
+        async with http.get(harness.url + core.output_path(view.execution_id), headers=headers) as r:
+            text = await r.text()
+    assert '"data":"a"' not in text and '"data":"b"' in text and "event: result" in text

@@ -524,6 +524,53 @@ async def test_tty_merges_streams(sandboxes: Sandboxes) -> None:
 
 
 @integration
+async def test_output_reaches_the_callback_while_the_command_runs(sandboxes: Sandboxes) -> None:
+    backend = sandboxes.backend
+    loop_thread = threading.get_ident()
+    got: list[tuple[str, bytes, float, int]] = []
+
+    def on_output(stream: str, data: bytes) -> None:
+        got.append((stream, data, time.monotonic(), threading.get_ident()))
+
+    spec = sandboxes.spec(["sh", "-c", "printf a; sleep 1; printf b; printf e >&2"])
+    handle = await backend.create(spec)
+    try:
+        capture = asyncio.create_task(backend.capture(handle, 100, 100, on_output=on_output))
+        await backend.start(handle)
+        assert await backend.wait(handle) == 0
+        out, err = await capture
+        ended = time.monotonic()
+        delivered = len(got)
+    finally:
+        await backend.destroy(handle)
+    assert got[0][:2] == ("stdout", b"a")
+    assert ended - got[0][2] > 0.8, "the first chunk came only at the end"
+    assert all(thread == loop_thread for *_, thread in got)  # on the loop, never the reader thread
+    assert b"".join(d for s, d, *_ in got if s == "stdout") == out.data == b"ab"
+    assert b"".join(d for s, d, *_ in got if s == "stderr") == err.data == b"e"
+    await asyncio.sleep(0.05)
+    assert len(got) == delivered  # nothing after capture returned
+
+
+@integration
+async def test_the_callback_gets_only_what_is_kept(sandboxes: Sandboxes) -> None:
+    got: list[bytes] = []
+    spec = sandboxes.spec(["sh", "-c", "yes | head -c 300000"])
+    handle = await sandboxes.backend.create(spec)
+    try:
+        capture = asyncio.create_task(
+            sandboxes.backend.capture(handle, 1000, 1000, on_output=lambda _stream, data: got.append(data))
+        )
+        await sandboxes.backend.start(handle)
+        await sandboxes.backend.wait(handle)
+        out, _ = await capture
+    finally:
+        await sandboxes.backend.destroy(handle)
+    assert out.total_bytes == 300_000 and out.truncated
+    assert b"".join(got) == out.data == b"y\n" * 500
+
+
+@integration
 async def test_huge_output_is_truncated_and_counted(sandboxes: Sandboxes) -> None:
     size = 50 * 1024 * 1024
     profile = resolved()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -140,6 +142,48 @@ async def test_secrets_are_redacted_and_never_recorded(orch: Orchestrator, tmp_p
     assert b"[REDACTED:" in result.outcome.stdout
     await orch.aclose()
     assert secret not in (tmp_path / "evidence.jsonl").read_text()
+
+
+async def test_live_output_arrives_while_running_redacted_as_the_result(orch: Orchestrator, tmp_path: Path) -> None:
+    ws = workspace_dir(tmp_path)
+    secret = "s3cr3t-live-VALUE-98765"
+    assert orch.profiles is not None
+    name = next(n for n in orch.profiles.resolve("workspace-write").env_allowlist if n not in ("PATH", "HOME"))
+    # the secret written in two halves, a pause between them
+    script = f'echo start; sleep 1; printf "%s" "${{{name}:0:9}}"; sleep 0.5; printf "%s\\n" "${{{name}:9}}"; echo end'
+    got: list[tuple[str, bytes, float]] = []
+    result = await orch.execute(
+        {"tool": "shell_command", "command": script, "env": {name: secret}},
+        workspace=ws,
+        on_output=lambda stream, data: got.append((stream, data, time.monotonic())),
+    )
+    ended = time.monotonic()
+    assert result.ok, result.error
+    assert got[0][1] == b"start\n"
+    assert ended - got[0][2] > 1.2, "the first chunk came only at the end"
+    for _, chunk, _ in got:
+        assert secret[:9].encode() not in chunk and secret[9:].encode() not in chunk
+    stdout = b"".join(data for stream, data, _ in got if stream == "stdout")
+    assert stdout == result.outcome.stdout == b"start\n[REDACTED:literal]\nend\n"
+
+
+async def test_a_failing_output_callback_never_breaks_the_run(
+    orch: Orchestrator, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = workspace_dir(tmp_path)
+    calls: list[bytes] = []
+
+    def on_output(stream: str, data: bytes) -> None:
+        calls.append(data)
+        raise ConnectionResetError(f"client gone, dropping {data!r}")
+
+    with caplog.at_level(logging.WARNING):
+        result = await orch.execute(
+            {"tool": "shell_command", "command": "echo one; sleep 0.3; echo two"}, workspace=ws, on_output=on_output
+        )
+    assert result.ok and result.outcome.stdout == b"one\ntwo\n"
+    assert calls == [b"one\n"]
+    assert "ConnectionResetError" in caplog.text and "dropping" not in caplog.text
 
 
 async def test_refusals_never_downgrade(orch: Orchestrator, tmp_path: Path) -> None:

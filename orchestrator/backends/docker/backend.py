@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
+from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends.base import (
     LABEL_EXECUTION_ID,
     LABEL_MANAGED_BY,
@@ -33,6 +34,7 @@ from orchestrator.backends.base import (
     LaunchSpec,
     LifecycleEvent,
     ManagedSandbox,
+    OutputCallback,
     ResourceUsage,
     SandboxHandle,
     StreamCapture,
@@ -62,6 +64,8 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 READ_SIZE = 64 * 1024
+#: under continuous output, live output reaches the caller at most this often (the first chunk at once)
+OUTPUT_PACE_S = 0.01
 POOL_WORKERS = 32
 #: events from this long before ``events(execution_id)`` was called are replayed by the engine, so a
 #: subscription that is still being set up when the container is created misses nothing
@@ -489,10 +493,15 @@ class DockerBackend:
             log.exception("usage sampling of %s failed", sandbox.handle.name)
 
     async def capture(
-        self, handle: SandboxHandle, stdout_limit: int, stderr_limit: int
+        self,
+        handle: SandboxHandle,
+        stdout_limit: int,
+        stderr_limit: int,
+        on_output: OutputCallback | None = None,
     ) -> tuple[StreamCapture, StreamCapture]:
         """Read the stream attached at create until the engine closes it (the container exited),
-        keeping up to the limits and counting/hashing everything."""
+        keeping up to the limits and counting everything; what is kept also goes to ``on_output`` as it
+        is read (see the protocol)."""
         sandbox = self._sandboxes.get(handle.sandbox_id)
         if sandbox is None or sandbox.capturing:
             raise SandboxUnavailable(
@@ -502,7 +511,11 @@ class DockerBackend:
             )
         sandbox.capturing = True
         attach = sandbox.attach
-        stdout, stderr = StreamSink(stdout_limit), StreamSink(stderr_limit)
+        relay = None
+        if on_output is not None:
+            relay = OutputRelay(asyncio.get_running_loop(), on_output, max_chunk=READ_SIZE, pace=OUTPUT_PACE_S)
+        stdout = StreamSink(stdout_limit, None if relay is None else functools.partial(relay.post, "stdout"))
+        stderr = StreamSink(stderr_limit, None if relay is None else functools.partial(relay.post, "stderr"))
         demux = None if sandbox.tty else FrameDemuxer(stdout, stderr)
 
         def pump() -> None:
@@ -517,12 +530,17 @@ class DockerBackend:
 
         try:
             await _in_daemon_thread(pump, f"output-{handle.name}")
+            if relay is not None:
+                relay.drain()  # the last chunks, before capture returns
         except asyncio.CancelledError:
             attach.abort()
             raise
         except EngineError as exc:
             attach.abort()
             raise self._error(exc, f"lost the output of {handle.name}: {exc.reason}", sandbox=handle.name) from exc
+        finally:
+            if relay is not None:
+                relay.close()
         if demux is not None and demux.pending and not attach.aborted_by_caller:
             # the engine ends the stream between frames; a cut inside one means the connection broke
             raise SandboxUnavailable(

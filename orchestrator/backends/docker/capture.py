@@ -14,6 +14,7 @@ more than its cap: see ``Redactor.redact_capped``). Pure code: no I/O.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from orchestrator.backends.base import StreamCapture
 
@@ -23,16 +24,18 @@ _HEADER = struct.Struct(">BxxxL")
 
 
 class StreamSink:
-    """One output stream: the first ``limit`` bytes kept, every byte counted."""
+    """One output stream: the first ``limit`` bytes kept, every byte counted; ``tap``, if given, gets each
+    piece that is kept as it is written (nothing past the limit)."""
 
-    __slots__ = ("_data", "limit", "total")
+    __slots__ = ("_data", "_tap", "limit", "total")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, tap: Callable[[bytes], None] | None = None) -> None:
         if limit < 0:
             raise ValueError("limit must be >= 0")
         self.limit = limit
         self.total = 0
         self._data = bytearray()
+        self._tap = tap
 
     def write(self, chunk: bytes | memoryview) -> None:
         size = len(chunk)
@@ -41,7 +44,10 @@ class StreamSink:
         self.total += size
         room = self.limit - len(self._data)
         if room > 0:
-            self._data += chunk[:room]
+            kept = chunk[:room]
+            self._data += kept
+            if self._tap is not None:
+                self._tap(bytes(kept))
 
     def result(self) -> StreamCapture:
         return StreamCapture(
