@@ -233,12 +233,11 @@ def _first_brace(word: str, limit: int) -> tuple[int, int, list[str]] | None:
                 elif ch == "," and depth == 1:
                     commas.append(i)
                 i += 1
-            if end < 0:
-                return None
-            if commas:
+            # a "{" without its "}" is a literal, as in bash: a brace expression may follow it
+            if end >= 0 and commas:
                 bounds = [start, *commas, end]
                 return start, end, [word[bounds[k] + 1 : bounds[k + 1]] for k in range(len(bounds) - 1)]
-            values = _sequence(word[start + 1 : end], limit)
+            values = _sequence(word[start + 1 : end], limit) if end >= 0 else None
             if values is not None:
                 return start, end, values
         start = word.find("{", start + 1)
