@@ -3,6 +3,8 @@
 * **run** — ``POST /v1/executions?wait=`` of ``true`` through the Python client (AsyncClient) against
   ``Orchestrator.execute()`` in process, interleaved (A B, then B A, ...), same config, same engine.
   Prints p50/p95 of each and the median of the pairwise ratios. Target (issue 8): ≤ 1.10.
+* **sse** — a command prints the time it writes; the SSE client (the Python client's ``stream()``) notes
+  when the chunk arrives: p50/p95/p99. Target: p95 ≤ 50 ms.
 * **decisions** — requests the policy denies, from C concurrent clients for S seconds: decisions per
   second and latency p50/p95/p99. Target: ≥ 1,000/s with p95 ≤ 25 ms at 64 clients. Afterwards every
   decision must be in the evidence (one ``decision_made`` per answered request) and the chain verify.
@@ -33,6 +35,7 @@ import yaml
 
 from orchestrator.client import AsyncClient
 from orchestrator.domain.errors import SandboxUnavailable
+from orchestrator.domain.wire import OutputChunk
 from orchestrator.evidence import iter_records, verify
 from orchestrator.service.factory import open_orchestrator
 
@@ -52,7 +55,7 @@ def free_port() -> int:
 
 def write_config(root: Path) -> Path:
     config = {
-        "safety": {"mode": "ask", "allowlist": ["true"]},
+        "safety": {"mode": "allow", "denylist": ["sudo"]},
         "approvals": {"provider": "none"},
         "evidence": {"path": str(root / "evidence.jsonl")},
         "service": {
@@ -153,6 +156,25 @@ async def bench_decisions(url: str, clients: int, seconds: float) -> tuple[dict[
     )
 
 
+async def bench_sse(url: str, rounds: int) -> dict[str, float]:
+    """The command sleeps (the stream is open by then), then prints the time it writes, in ns; the SSE
+    client notes when the chunk arrives. Host and sandbox read the same clock."""
+    delays: list[float] = []
+    async with AsyncClient(url, TOKEN) as client:
+        for _ in range(rounds):
+            view = await client.submit({"tool": "shell_command", "command": "sleep 0.5; date +%s%N"})
+            async for item in client.stream(view.execution_id):
+                if isinstance(item, OutputChunk) and item.data.strip().isdigit():
+                    delays.append(time.time() - int(item.data.strip()) / 1e9)
+    print(f"SSE: first byte written → chunk at the client ({len(delays)} runs)")
+    print(
+        f"  p50 {pct(delays, 0.5) * 1000:.1f} ms  p95 {pct(delays, 0.95) * 1000:.1f} ms"
+        f"  p99 {pct(delays, 0.99) * 1000:.1f} ms"
+        f"  (target p95 ≤ 50 ms: {'met' if pct(delays, 0.95) <= 0.05 else 'NOT met'})"
+    )
+    return {"sse_p50_ms": round(pct(delays, 0.5) * 1000, 1), "sse_p95_ms": round(pct(delays, 0.95) * 1000, 1)}
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
@@ -160,6 +182,8 @@ async def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--skip-run", action="store_true")
     parser.add_argument("--skip-decisions", action="store_true")
+    parser.add_argument("--skip-sse", action="store_true")
+    parser.add_argument("--sse-rounds", type=int, default=30)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="service-bench-"))
     config = write_config(root)
@@ -177,6 +201,8 @@ async def main() -> int:
             await wait_up(client)
         if not args.skip_run:
             summary.update(await bench_run(url, config, root, args.runs))
+        if not args.skip_sse:
+            summary.update(await bench_sse(url, args.sse_rounds))
         if not args.skip_decisions:
             figures, denied = await bench_decisions(url, args.clients, args.seconds)
             summary.update(figures)
