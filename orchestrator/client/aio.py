@@ -101,7 +101,7 @@ class AsyncClient:
     async def stream(self, execution_id: str) -> AsyncIterator[OutputChunk | ExecutionView]:
         """Output chunks as the command produces them, then the finished execution. A dropped connection
         is resumed from the last event received (no chunk lost or repeated)."""
-        parser = core.SSEParser()
+        parser = core.OutputReader()
         for _attempt in range(5):
             try:
                 async with self._http().get(
@@ -112,13 +112,10 @@ class AsyncClient:
                     if response.status >= 400:
                         core.raise_for(response.status, await response.read())
                     async for raw in response.content:
-                        event = parser.line(raw.decode("utf-8"))
-                        if event is None:
-                            continue
-                        item = core.stream_item(event[0], event[2])
+                        item = parser.item(raw)
                         if item is not None:
                             yield item
-                        if isinstance(item, ExecutionView):
+                        if parser.done:
                             return
             except (aiohttp.ClientError, TimeoutError):
                 await asyncio.sleep(0.2)

@@ -141,3 +141,15 @@ def stream_item(event: str, data: str) -> OutputChunk | ExecutionView | None:
     if event == "result":
         return ExecutionView.model_validate_json(data)
     return None
+
+
+class OutputReader(SSEParser):
+    """Lines of an output stream in, its items out: chunks, then the finished execution (``done``)."""
+
+    done = False
+
+    def item(self, raw: bytes) -> OutputChunk | ExecutionView | None:
+        event = self.line(raw.decode("utf-8"))
+        found = None if event is None else stream_item(event[0], event[2])
+        self.done = isinstance(found, ExecutionView)
+        return found

@@ -95,7 +95,7 @@ class Client:
 
     def stream(self, execution_id: str) -> Iterator[OutputChunk | ExecutionView]:
         """Output chunks as produced, then the finished execution; a dropped connection resumes."""
-        parser = core.SSEParser()
+        parser = core.OutputReader()
         for _attempt in range(5):
             connection = self._connection(None)
             try:
@@ -105,13 +105,10 @@ class Client:
                 if response.status >= 400:
                     core.raise_for(response.status, response.read())
                 while raw := response.readline():
-                    event = parser.line(raw.decode("utf-8"))
-                    if event is None:
-                        continue
-                    item = core.stream_item(event[0], event[2])
+                    item = parser.item(raw)
                     if item is not None:
                         yield item
-                    if isinstance(item, ExecutionView):
+                    if parser.done:
                         return
             except (OSError, http.client.HTTPException):
                 time.sleep(0.2)

@@ -19,7 +19,7 @@ from engine_helpers import list_managed
 
 from orchestrator.client import Client
 from orchestrator.domain.errors import SandboxUnavailable
-from orchestrator.domain.wire import ExecutionState
+from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
 from orchestrator.evidence import iter_records, verify
 
 pytestmark = pytest.mark.integration
@@ -99,6 +99,9 @@ def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(served: Served
     approver.approve(survives.execution_id)
     done = agent.get(survives.execution_id, wait=30)
     assert done.state is ExecutionState.SUCCEEDED and done.result is not None and done.result.stdout == "Linux\n"
+    streamed = list(agent.stream(survives.execution_id))  # the blocking client's stream, after the end
+    assert isinstance(streamed[-1], ExecutionView) and streamed[-1].state is ExecutionState.SUCCEEDED
+    assert "".join(i.data for i in streamed if isinstance(i, OutputChunk)) == "Linux\n"
 
     # what was running is ended as abandoned, and its sandbox collected
     abandoned = agent.get(running.execution_id)
