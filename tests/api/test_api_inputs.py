@@ -190,3 +190,25 @@ async def test_an_event_stream_reader_that_never_reads_costs_others_nothing(harn
     assert (await call(harness, "GET", "/v1/executions?limit=1"))[0] == 200
     assert rss_kib() - before < 32 * 1024  # KiB: the stalled listener's queue is bounded
     writer.close()
+
+
+async def test_a_body_trickled_byte_by_byte_is_cut_off_at_the_body_timeout(tmp_path: Path, engine: Any) -> None:
+    h = await start_service(write_config(tmp_path, service={"limits": {"body_timeout_s": 1}}))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(h.url.rsplit(":", 1)[1]))
+        body = b'{"tool": "shell", "command": ["true"]}'
+        writer.write(
+            b"POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nAuthorization: Bearer {token_of('agent-a')}\r\n\r\n".encode()
+        )
+        started = asyncio.get_running_loop().time()
+        for byte in body[:8]:  # a byte every 0.3 s: the whole body would take 12 s
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(0.3)
+        answer = await asyncio.wait_for(reader.read(4096), 10)
+        assert answer.startswith(b"HTTP/1.1 400") and b"did not arrive within 1s" in answer
+        assert asyncio.get_running_loop().time() - started < 5
+        writer.close()
+    finally:
+        await h.stop()
