@@ -2,6 +2,7 @@
 # Idempotent engine + image setup for the sandbox orchestrator (used by `make setup`).
 #
 #   scripts/setup.sh            choose/start an engine, record it, build the sandbox images
+#   scripts/setup.sh browser    only make sure Debian's chromium is installed (see below)
 #
 # Engine choice (SANDBOX_ENGINE=auto, the default):
 #   1. $DOCKER_HOST, when set and answering;
@@ -14,6 +15,10 @@
 #
 # The chosen DOCKER_HOST is written to $SANDBOX_STATE_DIR/docker-host; `eval "$(scripts/engine-env.sh)"`
 # exports it. Re-running with everything in place is a fast no-op.
+#
+# The browser tests of the approvals page (tests/api/test_ui_browser.py) drive Debian's `chromium`
+# with Playwright; when it is missing and we are root, it is installed here (SANDBOX_SKIP_BROWSER=1
+# skips that; without root the tests skip, saying why).
 #
 # Other knobs: SANDBOX_SKIP_IMAGES=1 (engine only), SANDBOX_ENGINE_TIMEOUT (seconds to wait for
 # dockerd, default 60), SANDBOX_REBUILD_IMAGES=1 / SANDBOX_REBUILD_BASE=1 (see build-images.sh).
@@ -312,6 +317,24 @@ ensure_managed_engine() {
     start_managed_engine
 }
 
+# --- the browser for the page's tests ------------------------------------------------------------
+
+# Debian's chromium (bookworm's, from bookworm-security): Playwright drives it through
+# executable_path; Playwright's own browser download is never used.
+install_browser() {
+    [ "${SANDBOX_SKIP_BROWSER:-0}" = 1 ] && return 0
+    command -v chromium >/dev/null 2>&1 && return 0
+    if ! is_root; then
+        so_warn "chromium is not installed and installing it needs root: the browser tests will skip ('sudo make setup')"
+        return 0
+    fi
+    take_lock
+    command -v chromium >/dev/null 2>&1 && return 0  # another setup.sh installed it while we waited
+    apt_install chromium
+    command -v chromium >/dev/null 2>&1 || so_die "chromium still not found after installing it"
+    so_say "installed $(chromium --version 2>/dev/null || echo chromium)"
+}
+
 # --- engine choice -----------------------------------------------------------------------------
 
 choose_engine() {
@@ -372,11 +395,18 @@ main() {
     SO_TMP="$(mktemp -d "${TMPDIR:-/tmp}/sandbox-setup.XXXXXX")"
     trap 'remove_policy_rc; rm -rf "$SO_TMP"' EXIT
 
+    case "${1:-}" in
+        "") ;;
+        browser) install_browser; return 0 ;;
+        *) so_die "unknown argument '$1' (none, or 'browser')" ;;
+    esac
+
     choose_engine
     take_lock
     record_engine
     export DOCKER_HOST="$CHOSEN_HOST"
     [ "$CHOSEN_KIND" = managed ] || check_runtimes
+    install_browser
 
     if [ "${SANDBOX_SKIP_IMAGES:-0}" = 1 ]; then
         so_say "SANDBOX_SKIP_IMAGES=1: not building images"

@@ -18,6 +18,7 @@ from orchestrator.api.keys import EVENTS, LIMITER, METRICS, OPENAPI, PRINCIPAL, 
 from orchestrator.api.metrics import ServiceMetrics
 from orchestrator.api.openapi import build_document
 from orchestrator.api.routes import ROUTES
+from orchestrator.api.ui import add_ui_routes
 from orchestrator.domain.wire import ExecutionView
 from orchestrator.service.hosting import Service
 
@@ -61,12 +62,17 @@ def build_app(service: Service) -> web.Application:
     service.manager.add_listener(changed)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
+    add_ui_routes(app)  # the approvals page (public files; its data calls carry the token)
 
     async def lifecycle(app: web.Application) -> object:
         await service.start()
         yield
         await service.close()
 
+    async def end_streams(app: web.Application) -> None:
+        hub.close()  # before aiohttp waits for the handlers still running: the event streams end now
+
+    app.on_shutdown.append(end_streams)
     app.cleanup_ctx.append(lifecycle)  # type: ignore[arg-type]
     return app
 

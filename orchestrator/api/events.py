@@ -1,9 +1,11 @@
 """Execution changes fanned out to `/v1/events` listeners (the approvals page), each listener with a
-bounded queue: one that falls behind loses old events and is told to reload, never holds memory."""
+bounded queue: one that falls behind loses old events and is told to reload, never holds memory.
+At shutdown every listener gets ``None``: its stream ends at once instead of at its next keep-alive."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from orchestrator.domain.principal import Principal
 from orchestrator.domain.wire import ExecutionView
@@ -30,3 +32,12 @@ class EventHub:
                 listener.queue.put_nowait(view)
             except asyncio.QueueFull:
                 listener.overflowed = True
+
+    def close(self) -> None:
+        """The service is stopping: every open stream ends now (an open page would otherwise hold the
+        shutdown until its next keep-alive, up to ``HEARTBEAT_S``)."""
+        for listener in self.listeners:
+            if listener.queue.full():  # the end matters more than an event the page would reload anyway
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    listener.queue.get_nowait()
+            listener.queue.put_nowait(None)

@@ -134,8 +134,9 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
                 if listener.overflowed:  # it fell behind: reload rather than trust a gap
                     listener.overflowed = False
                     await stream.send("reload", "{}")
-                if view is not None:
-                    await stream.send("execution", view.model_dump_json())
+                if view is None:  # the service is shutting down (EventHub.close)
+                    break
+                await stream.send("execution", view.model_dump_json())
         return stream.response
     finally:
         hub.listeners.discard(listener)

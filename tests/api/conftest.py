@@ -3,8 +3,10 @@ in this process on a loopback port, driven through the project's own client."""
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,11 @@ from orchestrator.client import AsyncClient
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.service.hosting import Service
 from orchestrator.service.launch import owner_label
+
+ROOT = Path(__file__).parents[2]
+# screenshots of the browser tests (tests/api/test_ui_browser.py); git ignores the default place
+ARTIFACTS = Path(os.environ.get("SANDBOX_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts").resolve()
+_STARTED = time.time()
 
 TOKENS = {
     "agent-a": ("agent", ["team-a"]),
@@ -118,3 +125,12 @@ async def harness(tmp_path: Path, engine: Any) -> AsyncIterator[Harness]:
         yield h
     finally:
         await h.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Names the screenshots this run wrote (make demo shows them too)."""
+    shots = sorted(p for p in ARTIFACTS.glob("*.png") if p.stat().st_mtime >= _STARTED) if ARTIFACTS.is_dir() else []
+    if shots:
+        terminalreporter.write_sep("-", "browser screenshots")
+        for shot in shots:
+            terminalreporter.write_line(str(shot))

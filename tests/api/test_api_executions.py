@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
-from conftest import Harness, token_of
+from conftest import Harness, start_service, token_of, write_config
 
 from orchestrator.client import core
 from orchestrator.domain.errors import ApprovalNotPending, ExecutionNotRunning, NotFound, PolicyDenied
@@ -189,3 +192,23 @@ async def test_output_arrives_while_the_command_runs_and_resumes_after_a_reconne
         async with http.get(harness.url + core.output_path(view.execution_id), headers=headers) as r:
             text = await r.text()
     assert '"data":"a"' not in text and '"data":"b"' in text and "event: result" in text
+
+
+async def test_an_open_event_stream_does_not_hold_the_shutdown(tmp_path: Path, engine: Any) -> None:
+    """An approvals page left open keeps `/v1/events` open: stopping the service ends that stream at once
+    (not at its next keep-alive, 15 s later)."""
+    harness = await start_service(write_config(tmp_path))
+    stopped = False
+    try:
+        async with aiohttp.ClientSession() as session:
+            headers = {"Authorization": f"Bearer {token_of('approver-a')}"}
+            async with session.get(f"{harness.url}/v1/events", headers=headers) as response:
+                assert await asyncio.wait_for(response.content.readline(), 5) == b": connected\n"
+                started = time.monotonic()
+                await asyncio.wait_for(harness.stop(), 10)
+                stopped = True
+                assert time.monotonic() - started < 3
+                assert await asyncio.wait_for(response.content.read(), 5) == b"\n"  # the end of the stream
+    finally:
+        if not stopped:
+            await harness.stop()
