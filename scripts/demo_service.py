@@ -69,10 +69,9 @@ def screenshot(url: str, work: Path) -> Path | None:
         try:
             page = browser.new_page()
             page.goto(url + "/ui", timeout=15_000)
-            token = page.locator("input[type=password]").first
-            token.fill(APPROVER, timeout=5_000)
-            token.press("Enter")
-            page.wait_for_timeout(1_500)
+            page.locator("#token").fill(APPROVER, timeout=5_000)
+            page.get_by_role("button", name="Sign in").click()
+            page.get_by_role("button", name="Approve", exact=True).first.wait_for(timeout=10_000)
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
@@ -132,13 +131,16 @@ def main() -> int:
         for record in agent.evidence(asked.execution_id).records:
             print(f"  {record['seq']:>4} {record['event']:<20} {record.get('approver') or record.get('status') or ''}")
 
-        say("the approvals page")
+        say("the approvals page, with an ask waiting (then denied through the API)")
+        waiting = agent.submit({"tool": "shell_command", "command": "cat /etc/os-release | head -1"})
         try:
             shot = screenshot(url, work)
         except Exception as err:  # a demo step: say what failed, go on
             print(f"  {url}/ui (no screenshot: {type(err).__name__}: {str(err).splitlines()[0]})")
         else:
             print(f"  {url}/ui — screenshot: {shot}" if shot else f"  {url}/ui (no screenshot: chromium missing)")
+        answer = approver.deny(waiting.execution_id, "demo over")
+        print(f"  {waiting.execution_id}: {answer.outcome} by {answer.approver}")
     finally:
         server.terminate()
         server.wait(timeout=30)
