@@ -26,6 +26,7 @@ from orchestrator.domain.wire import (
     ApprovalList,
     EvidencePage,
     Health,
+    Identity,
     PendingApprovalView,
     SubmitAnswer,
 )
@@ -226,6 +227,11 @@ async def verify_evidence(request: web.Request) -> web.Response:
         raise Forbidden("verifying the whole evidence chain takes an admin token")
     report = await hosting.verify_evidence(request.app[SERVICE])
     return web.json_response(report)
+
+
+async def whoami(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    return _json(Identity(subject=principal.subject, role=principal.role.value, tenants=sorted(principal.tenants)))
 
 
 # -- operations ------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from orchestrator.domain.wire import (
     ExecutionPage,
     ExecutionView,
     Health,
+    Identity,
     SubmitAnswer,
 )
 
@@ -143,6 +144,14 @@ ROUTES: tuple[Route, ...] = (
         handlers.verify_evidence,
         "Verify the whole evidence chain (admin).",
         errors=(401, 403, 429),
+    ),
+    Route(
+        "GET",
+        "/v1/whoami",
+        handlers.whoami,
+        "Who the token is: subject, role, tenants.",
+        response=Identity,
+        errors=(401, 429),
     ),
     Route("GET", "/v1/openapi.json", handlers.openapi, "This document.", auth=False, errors=()),
     Route("GET", "/healthz", handlers.healthz, "The process answers.", auth=False, response=Health, errors=()),

@@ -16,6 +16,7 @@ from orchestrator.domain.wire import (
     EvidencePage,
     ExecutionPage,
     ExecutionView,
+    Identity,
     OutputChunk,
     SubmitAnswer,
 )
@@ -94,6 +95,9 @@ class AsyncClient:
 
     async def deny(self, approval_id: str, reason: str = "") -> ApprovalAnswer:
         return core.decode(ApprovalAnswer, *await self._send(core.decide(approval_id, "deny", reason)))
+
+    async def whoami(self) -> Identity:
+        return core.decode(Identity, *await self._send(core.whoami()))
 
     async def evidence(self, execution_id: str) -> EvidencePage:
         return core.decode(EvidencePage, *await self._send(core.evidence(execution_id)))

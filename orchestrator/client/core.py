@@ -68,6 +68,10 @@ def decide(approval_id: str, decision: str, reason: str) -> Call:
     return Call("POST", f"/v1/approvals/{_id(approval_id)}", body={"decision": decision, "reason": reason})
 
 
+def whoami() -> Call:
+    return Call("GET", "/v1/whoami")
+
+
 def evidence(execution_id: str) -> Call:
     return Call("GET", "/v1/evidence", {"execution_id": execution_id})
 

@@ -16,6 +16,7 @@ from orchestrator.domain.wire import (
     EvidencePage,
     ExecutionPage,
     ExecutionView,
+    Identity,
     OutputChunk,
     SubmitAnswer,
 )
@@ -89,6 +90,9 @@ class Client:
 
     def deny(self, approval_id: str, reason: str = "") -> ApprovalAnswer:
         return core.decode(ApprovalAnswer, *self._send(core.decide(approval_id, "deny", reason)))
+
+    def whoami(self) -> Identity:
+        return core.decode(Identity, *self._send(core.whoami()))
 
     def evidence(self, execution_id: str) -> EvidencePage:
         return core.decode(EvidencePage, *self._send(core.evidence(execution_id)))

@@ -159,3 +159,11 @@ class OutputChunk(_Wire):
 class Health(_Wire):
     status: Literal["ok", "unavailable"]
     checks: dict[str, str] = Field(default_factory=dict, description="Each readiness check: 'ok' or why not.")
+
+
+class Identity(_Wire):
+    """Who the token is (``GET /v1/whoami``)."""
+
+    subject: str
+    role: str = Field(description="agent | approver | admin")
+    tenants: list[str] = Field(description="The tenants it acts for; empty for an admin (every tenant).")

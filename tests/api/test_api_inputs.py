@@ -76,6 +76,8 @@ async def test_a_body_past_the_limit_is_413_before_it_is_read(harness: Harness) 
 
 
 async def test_roles_are_enforced(harness: Harness) -> None:
+    me = await harness.client("approver-a").whoami()
+    assert (me.subject, me.role, me.tenants) == ("approver-a", "approver", ["team-a"])
     status, body = await call(
         harness, "POST", "/v1/executions", token="approver-a", body={"tool": "shell", "command": ["true"]}
     )
