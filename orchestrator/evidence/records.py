@@ -41,6 +41,7 @@ class EventType(StrEnum):
     RUN_FAILED = "run_failed"
     EXECUTION_ABANDONED = "execution_abandoned"
     CANCEL_REQUESTED = "cancel_requested"  # who asked (the service's DELETE); the end record follows
+    SANDBOX_COLLECTED = "sandbox_collected"  # an orphan removed whose execution already has its end record
     # lifecycle events reported by the container engine
     CONTAINER_CREATED = "container_created"
     CONTAINER_STARTED = "container_started"

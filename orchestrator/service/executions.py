@@ -100,6 +100,7 @@ class ExecutionManager(Observer):
         self._listeners: list[Callable[[ExecutionView], None]] = [on_change] if on_change else []
         self._live: dict[str, _Live] = {}
         self._finished: list[str] = []  # oldest first, for trimming _live
+        self.abandoned: set[str] = set()  # ended by recover(): their sandboxes' removal is no second end
 
     def add_listener(self, listener: Callable[[ExecutionView], None]) -> None:
         """Called with each changed execution (on the loop; must not block)."""
@@ -428,6 +429,7 @@ class ExecutionManager(Observer):
         )
 
     async def _abandon(self, view: ExecutionView) -> None:
+        self.abandoned.add(view.execution_id)
         await self.orchestrator.evidence.append(
             {
                 "event": EventType.EXECUTION_ABANDONED,

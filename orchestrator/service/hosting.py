@@ -111,7 +111,7 @@ class Service:
         assert backend is not None
         while True:
             try:
-                await collect_orphans(backend, self.orchestrator.evidence)
+                await collect_orphans(backend, self.orchestrator.evidence, ended=self.manager.abandoned)
             except OrchestratorError as err:  # the engine is away: try again next time
                 log.warning("orphan collection failed: %s", err.code)
             await asyncio.sleep(REAP_EVERY_S)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from orchestrator.backends.base import ManagedSandbox, SandboxBackend, SandboxHandle
@@ -34,8 +35,11 @@ def orphan_reason(sandbox: ManagedSandbox, now: float) -> str | None:
     return None
 
 
-async def collect_orphans(backend: SandboxBackend, evidence: EvidenceWriter) -> list[Reaped]:
-    """Remove every orphan and record an ``execution_abandoned`` record for each."""
+async def collect_orphans(
+    backend: SandboxBackend, evidence: EvidenceWriter, *, ended: Collection[str] = ()
+) -> list[Reaped]:
+    """Remove every orphan and record an ``execution_abandoned`` record for each — or, for an execution in
+    ``ended`` (its end record already written, e.g. by a restarted service), ``sandbox_collected``."""
     now = time.time()
     reaped: list[Reaped] = []
     for sandbox in await backend.list_managed():
@@ -48,7 +52,7 @@ async def collect_orphans(backend: SandboxBackend, evidence: EvidenceWriter) -> 
         await backend.destroy(handle)
         await evidence.append(
             EvidenceEvent(
-                event=EventType.EXECUTION_ABANDONED,
+                event=EventType.SANDBOX_COLLECTED if sandbox.execution_id in ended else EventType.EXECUTION_ABANDONED,
                 execution_id=sandbox.execution_id or f"unknown:{sandbox.sandbox_id[:12]}",
                 tenant="unknown",
                 subject="reaper",

@@ -20,7 +20,7 @@ from engine_helpers import list_managed
 from orchestrator.client import Client
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
-from orchestrator.evidence import iter_records, verify
+from orchestrator.evidence import END_EVENTS, iter_records, verify
 
 pytestmark = pytest.mark.integration
 
@@ -124,6 +124,11 @@ def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(served: Served
     started = [r.execution_id for r in iter_records(evidence, event="execution_started")]
     assert started.count(survives.execution_id) == 1 and expires.execution_id not in started
     assert started.count(running.execution_id) == 1
+    # one end record each; the abandoned one's container removal is recorded apart
+    ends = [r.execution_id for r in iter_records(evidence) if r.event in END_EVENTS]
+    assert all(ends.count(i) == 1 for i in (survives.execution_id, expires.execution_id, running.execution_id))
+    collected = [r for r in iter_records(evidence, event="sandbox_collected") if r.execution_id == running.execution_id]
+    assert len(collected) == 1
 
 
 def test_a_deadline_that_passed_while_down_is_a_timeout_at_start_up(served: Served) -> None:
