@@ -4,6 +4,7 @@ shutdown of the service it drives."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from pathlib import Path
@@ -87,6 +88,8 @@ def serve(config: Path | None, host: str, port: int) -> int:
         await runner.setup()
         site = web.TCPSite(runner, host, port, backlog=1024)
         await site.start()
+        # what start-up built lives as long as the service: the collector need not walk it again
+        gc.freeze()
         log.warning("serving on http://%s:%d (recovered: %s)", host, port, service.recovered)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
