@@ -337,6 +337,7 @@ class Orchestrator:
             )
         if cached is not None:
             await self._record_approval(execution_id, gate, cached, cached=True)
+            _tell(observer, "approval_settled", execution_id, cached)
             return cached
 
         if self.approvals is None:

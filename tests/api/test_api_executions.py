@@ -212,3 +212,28 @@ async def test_an_open_event_stream_does_not_hold_the_shutdown(tmp_path: Path, e
     finally:
         if not stopped:
             await harness.stop()
+
+
+async def test_approve_for_session_is_remembered_across_a_restart(tmp_path: Path, engine: Any) -> None:
+    config = write_config(tmp_path)
+    request = {"tool": "shell_command", "command": "uname -s", "session_id": "agent-7"}
+    h = await start_service(config)
+    try:
+        agent = h.client("agent-a")
+        first = await agent.submit(request)
+        await h.client("approver-a").approve(first.execution_id, for_session=True)
+        assert (await agent.get(first.execution_id, wait=30)).state is ExecutionState.SUCCEEDED
+        again = await agent.run(request)
+        assert again.approval is not None and again.approval.approver == "session-cache"
+    finally:
+        await h.stop()
+    h = await start_service(config)
+    try:
+        after = await h.client("agent-a").run(request)
+        assert after.state is ExecutionState.SUCCEEDED
+        assert after.approval is not None and after.approval.approver == "session-cache"
+        other_session = await h.client("agent-a").submit({**request, "session_id": "agent-8"})
+        assert other_session.state is ExecutionState.PENDING_APPROVAL  # a grant is its session's only
+        await h.client("approver-a").deny(other_session.execution_id)
+    finally:
+        await h.stop()
