@@ -117,7 +117,7 @@ class ExecutionManager(Observer):
                 "reason": d.reason,
                 "risk_level": d.risk.risk_level,
                 "matched_rule": d.matched_rule,
-                "profile": gate.sanitized.profile,
+                "profile": gate.sanitized.profile or self.orchestrator.gate.default_profile,  # what it will get
                 "updated_at": _now(),
             }
         )
