@@ -85,16 +85,26 @@ def now_ts() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _check_finite(value: Any, where: str) -> None:
+def _non_finite(value: Any) -> bool:
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{where}: {value!r} is not a JSON number (NaN and infinities are refused)")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_finite(item, f"{where}.{key}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _check_finite(item, f"{where}[{index}]")
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_non_finite(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_non_finite(item) for item in value)
+    return False
+
+
+def _check_finite(value: Any, where: str) -> None:
+    """Refuse NaN and infinities anywhere in ``value``, naming the first one's path (the path is built
+    only then: every record passes through here)."""
+    if not _non_finite(value):
+        return
+    if isinstance(value, float):
+        raise ValueError(f"{where}: {value!r} is not a JSON number (NaN and infinities are refused)")
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        _check_finite(item, f"{where}.{key}" if isinstance(value, dict) else f"{where}[{key}]")
 
 
 class _EventFields(BaseModel):

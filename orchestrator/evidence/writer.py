@@ -313,6 +313,9 @@ class EvidenceWriter:
             fields = dict(event)
         else:
             raise InputInvalid(f"evidence event must be an EvidenceEvent, not {type(event).__name__}")
+        fast = self._as_is(fields)
+        if fast is not None:
+            return _Item(fast[0], now_ts(), durable, fast[1])
         fitted = fit_fields(fields, MAX_RECORD_BYTES - _WRITER_OVERHEAD)
         data = fitted.get("data")
         if isinstance(data, dict) and DEGRADED_KEY in data and DEGRADED_KEY not in (fields.get("data") or {}):
@@ -340,6 +343,21 @@ class EvidenceWriter:
                 details={"bytes": size},
             )
         return _Item(payload, now_ts(), durable, size)
+
+    @staticmethod
+    def _as_is(fields: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
+        """(payload, encoded size) when the event is valid and fits as it is — the common case, one
+        validation and one encoding; None when it needs fitting (or is invalid: the full path says why)."""
+        try:
+            valid = EvidenceEvent.model_validate({k: v for k, v in fields.items() if v is not None})
+        except ValidationError:
+            return None
+        payload = {k: v for k, v in valid.model_dump(mode="json").items() if v is not None}
+        try:
+            size = len(canonical_json(payload))
+        except ValueError:  # text that is not UTF-8 (UnicodeEncodeError), NaN
+            return None
+        return (payload, size) if size + _WRITER_OVERHEAD <= MAX_RECORD_BYTES else None
 
     @staticmethod
     def _barrier() -> _Item:

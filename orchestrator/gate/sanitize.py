@@ -3,6 +3,7 @@ and it reads them only to size and hash them."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 
@@ -48,6 +49,28 @@ def analysis_of(request: Request) -> ShellAnalysis | None:
     return None
 
 
+def _command_key(request: Request) -> tuple[str, str | tuple[str, ...]] | None:
+    """What a command's analysis (and so its findings, without an environment) is a function of."""
+    if isinstance(request, (ShellExecRequest, SkillExecRequest)):
+        return ("argv", tuple(request.argv))
+    if isinstance(request, ShellRequest):
+        return ("argv", tuple(request.command))
+    command = request.command if isinstance(request, ShellCommandRequest) else getattr(request, "cmd", None)
+    if isinstance(command, str) and len(command) <= _CACHED_COMMAND_CHARS:
+        return ("shell", command)
+    return None
+
+
+_CACHED_COMMAND_CHARS = 4096
+
+
+@functools.lru_cache(maxsize=2048)
+def _findings_of(key: tuple[str, str | tuple[str, ...]]) -> tuple[Finding, ...]:
+    kind, command = key
+    analysis = analyze_argv(command) if kind == "argv" else analyze_shell(str(command))
+    return tuple(assess_command(analysis, env={}))
+
+
 def sanitize(
     request: Request, *, workspace: str | os.PathLike[str] | None = None
 ) -> tuple[SanitizedRequest, ShellAnalysis | None]:
@@ -55,7 +78,11 @@ def sanitize(
     analysis = analysis_of(request)
     findings: list[Finding] = []
     if analysis is not None:
-        findings.extend(assess_command(analysis, env=request.env))
+        key = _command_key(request)
+        # the findings of a command without an environment depend on its text alone: the same command
+        # asked again (an agent's loop) is assessed once
+        cached = _findings_of(key) if key is not None and not request.env else None
+        findings.extend(cached if cached is not None else assess_command(analysis, env=request.env))
         findings.extend(assess_env(request.env))
 
     fields: dict[str, object] = {}
