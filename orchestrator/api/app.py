@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from orchestrator.api.auth import RateLimiter, TokenBook
-from orchestrator.api.errors import errors_middleware
+from orchestrator.api.errors import answer
 from orchestrator.api.events import EventHub
 from orchestrator.api.keys import EVENTS, LIMITER, METRICS, OPENAPI, PRINCIPAL, SERVICE, TOKENS
 from orchestrator.api.metrics import ServiceMetrics
@@ -30,21 +30,24 @@ _PUBLIC = frozenset((r.method, r.path) for r in ROUTES if not r.auth)
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    resource = request.match_info.route.resource
-    canonical = resource.canonical if resource is not None else request.path
-    if (request.method, canonical) in _PUBLIC or request.path.startswith("/ui"):
+    """Errors in our shape (errors.answer), and the token checked first on every route that needs one."""
+    try:
+        resource = request.match_info.route.resource
+        canonical = resource.canonical if resource is not None else request.path
+        if (request.method, canonical) not in _PUBLIC and not request.path.startswith("/ui"):
+            principal = request.app[TOKENS].principal(request.headers.get("Authorization"))
+            request.app[LIMITER].take(principal.subject)
+            request[PRINCIPAL] = principal
         return await handler(request)
-    principal = request.app[TOKENS].principal(request.headers.get("Authorization"))
-    request.app[LIMITER].take(principal.subject)
-    request[PRINCIPAL] = principal
-    return await handler(request)
+    except Exception as exc:
+        return answer(exc, request)
 
 
 def build_app(service: Service) -> web.Application:
     """An app over ``service`` (opened by the caller; the app starts and stops it)."""
     # aiohttp's own body cap is ours plus room: the handlers refuse past the configured one themselves
     app = web.Application(
-        middlewares=[errors_middleware, auth_middleware], client_max_size=service.limits.max_body_bytes + 1024
+        middlewares=[auth_middleware], client_max_size=service.limits.max_body_bytes + 1024
     )
     metrics = ServiceMetrics()
     hub = EventHub()

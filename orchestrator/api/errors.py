@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from orchestrator.domain.errors import InternalError, OrchestratorError
 from orchestrator.domain.wire import ErrorBody, ErrorResponse
@@ -29,16 +28,14 @@ def http_error_response(exc: web.HTTPException) -> web.Response:
     return web.Response(status=exc.status, text=body, content_type="application/json")
 
 
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except OrchestratorError as err:
-        return error_response(err)
-    except web.HTTPException as exc:
+def answer(exc: Exception, request: web.Request) -> web.StreamResponse:
+    """The response for what a handler (or the auth check) raised."""
+    if isinstance(exc, OrchestratorError):
+        return error_response(exc)
+    if isinstance(exc, web.HTTPException):
         if exc.status < 400:
-            raise
+            raise exc
         return http_error_response(exc)
-    except Exception as exc:  # a bug: logged (type only, never the request), answered as INTERNAL
-        log.error("unhandled %s in %s %s", type(exc).__name__, request.method, request.path)
-        return error_response(InternalError(f"unexpected {type(exc).__name__}"))
+    # a bug: logged (type only, never the request), answered as INTERNAL
+    log.error("unhandled %s in %s %s", type(exc).__name__, request.method, request.path)
+    return error_response(InternalError(f"unexpected {type(exc).__name__}"))
