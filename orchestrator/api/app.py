@@ -46,9 +46,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 def build_app(service: Service) -> web.Application:
     """An app over ``service`` (opened by the caller; the app starts and stops it)."""
     # aiohttp's own body cap is ours plus room: the handlers refuse past the configured one themselves
-    app = web.Application(
-        middlewares=[auth_middleware], client_max_size=service.limits.max_body_bytes + 1024
-    )
+    app = web.Application(middlewares=[auth_middleware], client_max_size=service.limits.max_body_bytes + 1024)
     metrics = ServiceMetrics()
     hub = EventHub()
     app[SERVICE] = service

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 
 from orchestrator.domain.canonical import canonical_json
 
@@ -85,6 +85,10 @@ def now_ts() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+ENCODED_NEXT = "encoded_next"
+"""Validation context key: the caller encodes the event as canonical JSON next (NaN refused there)."""
+
+
 def _non_finite(value: Any) -> bool:
     if isinstance(value, float):
         return not math.isfinite(value)
@@ -153,8 +157,9 @@ class _EventFields(BaseModel):
 
     @field_validator("data")
     @classmethod
-    def _finite_numbers(cls, data: JsonData | None) -> JsonData | None:
-        if data is not None:
+    def _finite_numbers(cls, data: JsonData | None, info: ValidationInfo) -> JsonData | None:
+        # skipped by a caller that encodes the event canonically next (which refuses NaN itself)
+        if data is not None and not (info.context and info.context.get(ENCODED_NEXT)):
             _check_finite(data, "data")
         return data
 

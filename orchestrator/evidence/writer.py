@@ -62,6 +62,7 @@ from orchestrator.evidence.chain import (
 from orchestrator.evidence.fit import DEGRADED_KEY, fit_fields
 from orchestrator.evidence.paths import default_evidence_path
 from orchestrator.evidence.records import (
+    ENCODED_NEXT,
     GENESIS_HASH,
     MAX_RECORD_BYTES,
     EventType,
@@ -349,7 +350,8 @@ class EvidenceWriter:
         """(payload, encoded size) when the event is valid and fits as it is — the common case, one
         validation and one encoding; None when it needs fitting (or is invalid: the full path says why)."""
         try:
-            valid = EvidenceEvent.model_validate({k: v for k, v in fields.items() if v is not None})
+            present = {k: v for k, v in fields.items() if v is not None}
+            valid = EvidenceEvent.model_validate(present, context={ENCODED_NEXT: True})
         except ValidationError:
             return None
         payload = {k: v for k, v in valid.model_dump(mode="json").items() if v is not None}
