@@ -7,12 +7,14 @@ import asyncio
 import gc
 import logging
 import signal
+import weakref
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from orchestrator.api.auth import RateLimiter, TokenBook
+from orchestrator.api.connections import SERVED, ConnectionGuard, mark_served
 from orchestrator.api.errors import answer
 from orchestrator.api.events import EventHub
 from orchestrator.api.keys import EVENTS, LIMITER, METRICS, OPENAPI, PRINCIPAL, SERVICE, TOKENS
@@ -32,6 +34,7 @@ _PUBLIC = frozenset((r.method, r.path) for r in ROUTES if not r.auth)
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Errors in our shape (errors.answer), and the token checked first on every route that needs one."""
     try:
+        mark_served(request)
         resource = request.match_info.route.resource
         canonical = resource.canonical if resource is not None else request.path
         if (request.method, canonical) not in _PUBLIC and not request.path.startswith("/ui"):
@@ -55,6 +58,7 @@ def build_app(service: Service) -> web.Application:
     app[METRICS] = metrics
     app[EVENTS] = hub
     app[OPENAPI] = build_document(VERSION)
+    app[SERVED] = weakref.WeakSet()
     service.orchestrator.telemetry = metrics
 
     def changed(view: ExecutionView) -> None:
@@ -79,16 +83,30 @@ def build_app(service: Service) -> web.Application:
     return app
 
 
+async def start_site(service: Service, host: str, port: int) -> tuple[web.AppRunner, ConnectionGuard]:
+    """The app over ``service``, listening on ``host:port``, its connections guarded. Stop with
+    ``await guard.stop(); await runner.cleanup()``."""
+    limits = service.limits
+    runner = web.AppRunner(
+        build_app(service),
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=10,
+        keepalive_timeout=limits.header_timeout_s,  # an idle kept-alive connection closes as soon
+    )
+    await runner.setup()
+    await web.TCPSite(runner, host, port, backlog=1024).start()
+    guard = ConnectionGuard(runner, limits.header_timeout_s, limits.max_pending_connections)
+    guard.start()
+    return runner, guard
+
+
 def serve(config: Path | None, host: str, port: int) -> int:
     """Run until SIGTERM/SIGINT. Returns the exit code."""
 
     async def main() -> None:
         service = await Service.open(config)
-        app = build_app(service)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=10)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port, backlog=1024)
-        await site.start()
+        runner, guard = await start_site(service, host, port)
         # what start-up built lives as long as the service: the collector need not walk it again
         gc.freeze()
         log.warning("serving on http://%s:%d (recovered: %s)", host, port, service.recovered)
@@ -97,6 +115,7 @@ def serve(config: Path | None, host: str, port: int) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await stop.wait()
+        await guard.stop()
         await runner.cleanup()
 
     asyncio.run(main())

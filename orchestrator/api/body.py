@@ -44,3 +44,5 @@ async def read_json(request: web.Request, max_bytes: int, timeout_s: float) -> A
         ) from None
     except RecursionError:
         raise InputInvalid("the body nests too deep", details={"fields": ["(body)"]}) from None
+    except ValueError:  # an integer past Python's limit on digits
+        raise InputInvalid("the body holds a number too large", details={"fields": ["(body)"]}) from None

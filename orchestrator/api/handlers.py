@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 import time
 from datetime import UTC, datetime
 
@@ -37,6 +38,9 @@ _OUTCOMES = {
     "approve_for_session": ApprovalOutcome.APPROVED_FOR_SESSION,
     "deny": ApprovalOutcome.DENIED,
 }
+
+
+_DIGITS = re.compile(r"[0-9]{1,11}")  # ASCII digits only (str.isdigit takes "²", which int() refuses)
 
 
 def _json(model: BaseModel, status: int = 200) -> web.Response:
@@ -77,7 +81,7 @@ async def get_execution(request: web.Request) -> web.Response:
 async def list_executions(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     raw_limit = request.query.get("limit", "50")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= service.limits.max_page:
+    if not _DIGITS.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= service.limits.max_page:
         raise InputInvalid(f"limit: 1 to {service.limits.max_page}", details={"fields": ["limit"]})
     page = await service.manager.page(
         principal_of(request),
@@ -100,7 +104,7 @@ async def stream_output(request: web.Request) -> web.StreamResponse:
     last = request.headers.get("Last-Event-ID", "")
     if last == "end":
         after = 1 << 62  # everything was received: only the result again
-    elif last.isdigit() and len(last) < 12:
+    elif _DIGITS.fullmatch(last):
         after = int(last)
     elif last == "":
         after = -1
@@ -193,7 +197,7 @@ async def decide_approval(request: web.Request) -> web.Response:
     if ask is None:
         stored = await service.store.get(ident)
         if stored is None or not principal.sees(stored.view.get("tenant", "")):
-            raise NotFound("no such approval")
+            raise NotFound("no such pending approval")  # the same words as for another tenant's
         resolution = await asyncio.to_thread(service.store.approvals.resolution, ident)
         raise service.manager.not_pending(ident, resolution.state, resolution.result)
     service.manager.check_may_decide(principal, ask.tenant, ask.subject)

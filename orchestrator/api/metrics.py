@@ -37,6 +37,7 @@ class ServiceMetrics(Telemetry):
         self._asked_at: dict[str, float] = {}
         self._running: set[str] = set()
         self._decided: set[str] = set()
+        self._ran: set[str] = set()
 
     # Telemetry (from the orchestrator)
     def durable_write(self, seconds: float) -> None:
@@ -57,13 +58,17 @@ class ServiceMetrics(Telemetry):
             self.approval_wait.observe(time.monotonic() - self._asked_at.pop(ident))
         if view.state is ExecutionState.RUNNING and ident not in self._running:
             self._running.add(ident)
+            self._ran.add(ident)
             self.active.inc()
         if view.state.final:
             if ident in self._running:
                 self._running.discard(ident)
                 self.active.dec()
             self._decided.discard(ident)
-            self.executions.labels(view.state.value, view.profile or "-").inc()
+            # the profile a sandbox got (resolved, so one of the profiles'), never a name an agent asked for
+            profile = view.profile if ident in self._ran else "-"
+            self._ran.discard(ident)
+            self.executions.labels(view.state.value, profile or "-").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -291,10 +291,16 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc) or "(root)"
 
 
+_TOOL_PROBLEM = f"tool: one of {', '.join(ALL_TOOLS)}"
+# pydantic's messages for these quote the input: ours name the field only
+_OWN_MESSAGES = {"union_tag_invalid": _TOOL_PROBLEM, "union_tag_not_found": _TOOL_PROBLEM}
+
+
 def describe_validation_error(err: ValidationError) -> str:
     """Field paths and messages only: pydantic's own text echoes input values, which may be secrets."""
     return "; ".join(
-        f"{_field_path(item['loc'])}: {item['msg']}" for item in err.errors(include_input=False, include_url=False)
+        _OWN_MESSAGES.get(item["type"]) or f"{_field_path(item['loc'])}: {item['msg']}"
+        for item in err.errors(include_input=False, include_url=False)
     )
 
 
@@ -305,7 +311,9 @@ def parse_request(data: Any) -> Request:
     try:
         return _ADAPTER.validate_python(data)
     except ValidationError as err:
-        fields = [_field_path(e["loc"]) for e in err.errors(include_input=False)]
+        fields = [
+            "tool" if e["type"] in _OWN_MESSAGES else _field_path(e["loc"]) for e in err.errors(include_input=False)
+        ]
         raise InputInvalid(describe_validation_error(err), details={"fields": fields}) from None
 
 

@@ -77,6 +77,9 @@ class ServiceLimits(BaseModel):
     max_page: int = Field(default=200, ge=1, le=1000, description="The most items a listing returns.")
     header_timeout_s: float = Field(default=10.0, gt=0, description="A client must send its headers within this.")
     body_timeout_s: float = Field(default=30.0, gt=0, description="... and its whole body within this.")
+    max_pending_connections: int = Field(
+        default=256, ge=1, description="Connections waiting for their headers at once (the newest beyond are closed)."
+    )
 
 
 class ServiceSection(BaseModel):

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -149,7 +150,8 @@ class ExecutionManager(Observer):
         if state is not ExecutionState.RECEIVED:
             live.accepted.set()
         if store:
-            self._spawn_store(live.view)
+            # an execution that ended keeps no request (its secrets) in the store, however it ended
+            self._spawn_store(live.view, keep_request=not state.final)
         live.notify()
         for listener in self._listeners:
             try:
@@ -227,10 +229,11 @@ class ExecutionManager(Observer):
         """The request as its caller may make it: tenant and subject are the token's (an admin may name
         any tenant and subject)."""
         tenant = raw.get("tenant")
+        for name in ("tenant", "subject"):
+            if name in raw and not isinstance(raw[name], str):
+                raise InputInvalid(f"{name}: must be a string", details={"fields": [name]})
         if principal.role is Role.ADMIN:
-            out = {**raw, "tenant": tenant if isinstance(tenant, str) else "default"}
-            out.setdefault("subject", principal.subject)
-            return out
+            return {**raw, "tenant": tenant or "default", "subject": raw.get("subject") or principal.subject}
         if tenant is None:
             if len(principal.tenants) != 1:
                 raise InputInvalid(
@@ -407,6 +410,7 @@ class ExecutionManager(Observer):
     async def recover(self) -> dict[str, int]:
         """After a restart: resume the waits of pending asks, end what was running as abandoned."""
         counts = {"resumed": 0, "abandoned": 0}
+        await self.store.forget_ended_requests()  # left by a crash between an end and its row's update
         for row in await self.store.in_states(
             [ExecutionState.RECEIVED, ExecutionState.PENDING_APPROVAL, ExecutionState.RUNNING]
         ):
@@ -463,7 +467,7 @@ class ExecutionManager(Observer):
 def _cursor_seq(cursor: str | None) -> int | None:
     if cursor is None or cursor == "":
         return None
-    if not cursor.isdigit() or len(cursor) > 18:
+    if not re.fullmatch(r"[0-9]{1,18}", cursor):
         raise InputInvalid("cursor: not one this service gave", details={"fields": ["cursor"]})
     return int(cursor)
 

@@ -90,12 +90,12 @@ class Telemetry:
         """From the begin record to the engine's start event."""
 
 
-def _tell(observer: Observer | None, method: str, *args: Any) -> None:
+def _tell(observer: Observer | Telemetry | None, method: str, *args: Any) -> None:
     if observer is None:
         return
     try:
         getattr(observer, method)(*args)
-    except Exception as exc:  # an observer's bug never changes a decision or a run
+    except Exception as exc:  # an observer's (or telemetry's) bug never changes a decision or a run
         log.warning("execution observer failed in %s: %s", method, type(exc).__name__)
 
 
@@ -173,7 +173,7 @@ class Orchestrator:
             # waits for this record and everything queued before it to be fsynced
             began = time.monotonic()
             await self.evidence.append(base, durable=True)
-            self.telemetry.durable_write(time.monotonic() - began)
+            _tell(self.telemetry, "durable_write", time.monotonic() - began)
         else:
             self.evidence.append_nowait(base)
 
@@ -422,7 +422,7 @@ class Orchestrator:
 
         async def record(event: EventType, **fields: Any) -> None:
             if event is EventType.CONTAINER_STARTED:
-                self.telemetry.sandbox_started(time.monotonic() - began)
+                _tell(self.telemetry, "sandbox_started", time.monotonic() - began)
             await self._record(event, execution_id, gate, profile_hash=profile.profile_hash, **fields)
 
         redactor = Redactor(literals=request.env.values())

@@ -263,6 +263,18 @@ class StateStore:
 
         return await self._call(read)
 
+    async def forget_ended_requests(self) -> int:
+        """Clear the stored request of every execution that ended (it is kept only while an ask waits)."""
+
+        def write() -> int:
+            cursor = self._db.execute(
+                "UPDATE executions SET pending_request = NULL WHERE pending_request IS NOT NULL"
+                " AND state NOT IN ('received', 'pending_approval', 'running')"
+            )
+            return int(cursor.rowcount)
+
+        return await self._call(write)
+
     # -- grants ------------------------------------------------------------------------------------
     async def add_grant(self, grant: StoredGrant) -> None:
         def write() -> None:

@@ -35,7 +35,7 @@ class Workspaces:
 
     def path(self, tenant: str, session: str | None) -> Path:
         for name, value in (("tenant", tenant), ("session_id", session)):
-            if value is not None and (not isinstance(value, str) or not _SAFE.match(value)):
+            if value is not None and (not isinstance(value, str) or not _SAFE.fullmatch(value)):
                 raise InputInvalid(
                     f"{name}: with the service, 1-128 of A-Z a-z 0-9 . _ - (it names a workspace directory)",
                     details={"fields": [name]},

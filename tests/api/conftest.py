@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
 
 from engine_helpers import list_managed
 
-from orchestrator.api import build_app
+from orchestrator.api.app import start_site
+from orchestrator.api.connections import ConnectionGuard
 from orchestrator.client import AsyncClient
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.service.hosting import Service
@@ -79,6 +80,7 @@ class Harness:
     runner: web.AppRunner
     config: Path
     clients: list[AsyncClient]
+    guard: ConnectionGuard
 
     def client(self, subject: str) -> AsyncClient:
         client = AsyncClient(self.url, token_of(subject))
@@ -88,6 +90,7 @@ class Harness:
     async def stop(self) -> None:
         for client in self.clients:
             await client.close()
+        await self.guard.stop()
         await self.runner.cleanup()
 
 
@@ -98,12 +101,11 @@ def free_port() -> int:
 
 
 async def start_service(config: Path, port: int | None = None) -> Harness:
+    """As `sandboxctl serve` starts it (the same start_site), on a loopback port."""
     service = await Service.open(config)
-    runner = web.AppRunner(build_app(service), access_log=None, handle_signals=False)
-    await runner.setup()
     port = port or free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return Harness(f"http://127.0.0.1:{port}", service, runner, config, [])
+    runner, guard = await start_site(service, "127.0.0.1", port)
+    return Harness(f"http://127.0.0.1:{port}", service, runner, config, [], guard)
 
 
 @pytest.fixture(scope="session")

@@ -237,3 +237,32 @@ async def test_approve_for_session_is_remembered_across_a_restart(tmp_path: Path
         await h.client("approver-a").deny(other_session.execution_id)
     finally:
         await h.stop()
+
+
+@pytest.mark.parametrize("how", ["cancel", "approve", "deny"])
+async def test_an_asks_stored_request_is_gone_however_it_ends(harness: Harness, how: str) -> None:
+    """The full request (its env values) stays in the store only while the ask waits."""
+    import sqlite3
+
+    agent, approver = harness.client("agent-a"), harness.client("approver-a")
+    view = await agent.submit({"tool": "shell_command", "command": "uname -s", "env": {"TOKEN": "s3cret-v4lue"}})
+    db = harness.service.store.path
+
+    def stored() -> str | None:
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT pending_request FROM executions WHERE id = ?", (view.execution_id,)).fetchone()
+        return row[0] if row else None
+
+    assert "s3cret-v4lue" in (stored() or "")
+    if how == "cancel":
+        await agent.cancel(view.execution_id)
+    elif how == "approve":
+        await approver.approve(view.execution_id)
+    else:
+        await approver.deny(view.execution_id)
+    await agent.get(view.execution_id, wait=30)
+    for _ in range(50):  # the row is written behind the answer
+        if stored() is None:
+            break
+        await asyncio.sleep(0.05)
+    assert stored() is None

@@ -214,3 +214,35 @@ async def test_a_body_trickled_byte_by_byte_is_cut_off_at_the_body_timeout(tmp_p
         writer.close()
     finally:
         await h.stop()
+
+
+async def test_connections_that_never_send_their_headers_are_closed(tmp_path: Path, engine: Any) -> None:
+    limits = {"header_timeout_s": 1, "max_pending_connections": 10}
+    h = await start_service(write_config(tmp_path, service={"limits": limits}))
+    port = int(h.url.rsplit(":", 1)[1])
+    try:
+        opened = []
+        for i in range(30):  # silent, half a request line, headers trickling: none ever completes
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write([b"", b"GET /v1/execu", b"GET /v1/executions HTTP/1.1\r\nHost: x\r\n"][i % 3])
+            await writer.drain()
+            opened.append((reader, writer))
+        await asyncio.sleep(0.8)  # past the cap: the newest are closed at once
+        early = sum([await _closed(r) for r, _ in opened])
+        assert early >= 20, early
+        assert (await call(h, "GET", "/v1/executions"))[0] == 200  # others are served meanwhile
+        await asyncio.sleep(1.5)  # past the header timeout: all of them
+        assert all([await _closed(r) for r, _ in opened])
+        for _, writer in opened:
+            writer.close()
+    finally:
+        await h.stop()
+
+
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(1), 0.05) == b""
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
