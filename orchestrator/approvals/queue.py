@@ -293,3 +293,7 @@ class QueueApprover:
 
     async def withdraw(self, request: ApprovalRequest) -> None:
         await asyncio.to_thread(self.store.withdraw, request)
+
+    async def kept(self, request: ApprovalRequest) -> ApprovalResult | None:
+        """The answer the store holds for ``request`` (an approver's that came before the withdrawal)."""
+        return await asyncio.to_thread(self.store.result, request.execution_id)

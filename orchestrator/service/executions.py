@@ -391,6 +391,11 @@ class ExecutionManager(Observer):
         live.task.cancel(f"by {principal.label}")
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(live.done.wait())
+        if live.view.state is not ExecutionState.CANCELLED:  # it ended (ran to its end) before the cancel
+            raise ExecutionNotRunning(
+                f"execution {execution_id} ended ({live.view.state.value}) before the cancel took effect",
+                details={"state": live.view.state.value},
+            )
         return live.view
 
     # -- approvals ---------------------------------------------------------------------------------

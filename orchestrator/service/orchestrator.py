@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.approvals.base import ApprovalProvider, decide, is_suspend
+from orchestrator.approvals.base import ApprovalProvider, SettlesInStore, decide, is_suspend
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
 from orchestrator.backends.base import OutputCallback, SandboxBackend
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult, Decision
@@ -367,6 +367,14 @@ class Orchestrator:
             result = await decide(self.approvals, ask)
         except OrchestratorError as err:
             raise await self._refuse(execution_id, gate, err) from None
+        except asyncio.CancelledError as cancel:
+            # withdrawn — unless an answer reached the store first: then it is on the record too (its
+            # approver was told it was taken), before the cancellation that ends the execution
+            kept = None if is_suspend(cancel) else await _kept_answer(self.approvals, ask)
+            if kept is not None:
+                await _despite_cancellation(self._record_approval(execution_id, gate, kept, cached=False))
+                _tell(observer, "approval_settled", execution_id, kept)
+            raise
         await self._record_approval(execution_id, gate, result, cached=False)
         _tell(observer, "approval_settled", execution_id, result)
         if not result.outcome.grants:
@@ -488,7 +496,15 @@ class Orchestrator:
         if error is None and outcome.truncated:
             error = SandboxOutputLimit("output passed the profile's cap and was truncated")
         # bounded in advance, and never raising: the end record is what makes the run accountable
-        await record(EventType.EXECUTION_FINISHED, durable=True, **finished_fields(outcome, profile, error))
+        try:
+            await _despite_cancellation(
+                record(EventType.EXECUTION_FINISHED, durable=True, **finished_fields(outcome, profile, error))
+            )
+        except asyncio.CancelledError:
+            # the command ran to its end and its end record is on disk: a cancel now comes too late
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
         return ExecutionResult(auth, outcome, error)
 
     def _governing_paths(self) -> list[Governing]:
@@ -528,6 +544,18 @@ class Orchestrator:
         await self.evidence.close()
         if self.backend is not None:
             await self.backend.close()
+
+
+async def _kept_answer(provider: ApprovalProvider | None, ask: ApprovalRequest) -> ApprovalResult | None:
+    """The answer a store-backed provider kept for ``ask`` (after its withdrawal lost to it), or None."""
+    kept = getattr(provider, "kept", None)
+    if not isinstance(provider, SettlesInStore) or kept is None:
+        return None
+    try:
+        result: ApprovalResult | None = await asyncio.shield(kept(ask))
+    except (asyncio.CancelledError, Exception):
+        return None
+    return result
 
 
 def _cancel_reason(cancel: asyncio.CancelledError, default: str) -> str:
