@@ -114,7 +114,9 @@ async def stream_output(request: web.Request) -> web.StreamResponse:
     stream = await EventStream.open(request)
     with contextlib.suppress(ConnectionResetError, TimeoutError, asyncio.CancelledError):
         async for index, item in service.manager.output(ident, principal, after):
-            if index < 0:
+            if item is None:  # the ids a reconnecting reader holds no longer apply: the whole output again
+                await stream.send("reload", "{}")
+            elif index < 0:
                 await stream.send("result", item.model_dump_json(), "end")
             else:
                 await stream.send("output", item.model_dump_json(), str(index))

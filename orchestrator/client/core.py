@@ -148,12 +148,28 @@ def stream_item(event: str, data: str) -> OutputChunk | ExecutionView | None:
 
 
 class OutputReader(SSEParser):
-    """Lines of an output stream in, its items out: chunks, then the finished execution (``done``)."""
+    """Lines of an output stream in, its items out: chunks, then the finished execution (``done``). After
+    a ``reload`` (the service could not resume from the last id) the output comes again from its start:
+    what was already given is skipped, character for character, so nothing repeats."""
 
-    done = False
+    def __init__(self) -> None:
+        super().__init__()
+        self.done = False
+        self.given = {"stdout": 0, "stderr": 0}  # characters yielded per stream
+        self.skip = {"stdout": 0, "stderr": 0}
 
     def item(self, raw: bytes) -> OutputChunk | ExecutionView | None:
         event = self.line(raw.decode("utf-8"))
+        if event is not None and event[0] == "reload":
+            self.skip = dict(self.given)
+            return None
         found = None if event is None else stream_item(event[0], event[2])
         self.done = isinstance(found, ExecutionView)
+        if isinstance(found, OutputChunk):
+            skipped = min(self.skip[found.stream], len(found.data))
+            self.skip[found.stream] -= skipped
+            if skipped == len(found.data):
+                return None
+            found = OutputChunk(stream=found.stream, data=found.data[skipped:])
+            self.given[found.stream] += len(found.data)
         return found

@@ -48,13 +48,15 @@ from orchestrator.evidence import EventType
 from orchestrator.gate.gate import GateResult
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.service.orchestrator import ExecutionResult, Observer, Orchestrator
+from orchestrator.service.output_log import BoundsMemory, OutputLog
 from orchestrator.service.store import StateStore, StoredExecution
 from orchestrator.service.workspaces import Workspaces
 
 log = logging.getLogger(__name__)
 
-# how many finished executions keep their output chunks in memory for late readers (then: the result)
+# finished executions kept in memory for late readers (then: read back from the store)
 _KEEP_FINISHED = 256
+_KEEP_FINISHED_BYTES = 64 * 1024 * 1024  # of output (characters), over all of them
 
 
 @dataclass(slots=True)
@@ -65,7 +67,7 @@ class _Live:
     task: asyncio.Task[None] | None = None
     accepted: asyncio.Event = field(default_factory=asyncio.Event)  # decided: refused, asked or running
     done: asyncio.Event = field(default_factory=asyncio.Event)
-    chunks: list[OutputChunk] = field(default_factory=list)
+    output: OutputLog = field(default_factory=OutputLog)
     changed: asyncio.Event = field(default_factory=asyncio.Event)  # replaced after each set
     early_error: OrchestratorError | None = None  # refused before it was accepted (nothing stored)
 
@@ -101,6 +103,7 @@ class ExecutionManager(Observer):
         self._listeners: list[Callable[[ExecutionView], None]] = [on_change] if on_change else []
         self._live: dict[str, _Live] = {}
         self._finished: list[str] = []  # oldest first, for trimming _live
+        self._bounds = BoundsMemory()
         self.abandoned: set[str] = set()  # ended by recover(): their sandboxes' removal is no second end
 
     def add_listener(self, listener: Callable[[ExecutionView], None]) -> None:
@@ -169,7 +172,7 @@ class ExecutionManager(Observer):
         live = self._live.get(execution_id)
         if live is None or not data:
             return
-        live.chunks.append(OutputChunk(stream=stream, data=data.decode("utf-8", "replace")))
+        live.output.append(stream, data.decode("utf-8", "replace"))  # type: ignore[arg-type]
         live.notify()
 
     # -- submitting --------------------------------------------------------------------------------
@@ -282,6 +285,9 @@ class ExecutionManager(Observer):
 
     def _finish(self, live: _Live, result: ExecutionResult) -> None:
         wire = result.to_wire()
+        bounds = live.output.seal(wire)  # the chunks become boundaries over the result's text
+        if bounds is not None:
+            self._bounds.remember(live.view.execution_id, bounds)
         state = ExecutionState.SUCCEEDED if result.ok else ExecutionState.FAILED
         error = ErrorBody.of(result.error) if result.error else None
         self._change(live, state, result=wire, error=error)
@@ -290,9 +296,19 @@ class ExecutionManager(Observer):
         self._change(live, _error_state(err, started), error=ErrorBody.of(err))
 
     def _retire(self, execution_id: str) -> None:
+        """Finished executions stay in memory for late readers, within a count and a size."""
         self._finished.append(execution_id)
-        while len(self._finished) > _KEEP_FINISHED:
+        while self._finished and (len(self._finished) > _KEEP_FINISHED or self._kept_bytes() > _KEEP_FINISHED_BYTES):
             self._live.pop(self._finished.pop(0), None)
+
+    def _kept_bytes(self) -> int:
+        total = 0
+        for ident in self._finished:
+            live = self._live.get(ident)
+            if live is not None:
+                result = live.view.result
+                total += live.output.size() + (len(result.stdout) + len(result.stderr) if result else 0)
+        return total
 
     # -- reading -----------------------------------------------------------------------------------
     async def get(self, execution_id: str, principal: Principal) -> ExecutionView:
@@ -342,30 +358,28 @@ class ExecutionManager(Observer):
 
     async def output(
         self, execution_id: str, principal: Principal, after: int
-    ) -> AsyncIterator[tuple[int, OutputChunk | ExecutionView]]:
-        """(index, chunk) for each chunk after index ``after`` as it comes, then (-1, the final view)."""
+    ) -> AsyncIterator[tuple[int, OutputChunk | ExecutionView | None]]:
+        """(index, chunk) for each chunk after index ``after`` as it comes, then (-1, the final view).
+        (-2, None) first when ``after`` cannot be honoured (the execution was read back without its
+        numbering): the chunks that follow are the whole output again."""
         view = await self.get(execution_id, principal)
         live = self._live.get(execution_id)
-        if live is None:  # from the store: the result's output, whole
-            chunks = []
-            if view.result is not None:
-                chunks = [
-                    OutputChunk(stream=s, data=t)
-                    for s, t in (("stdout", view.result.stdout), ("stderr", view.result.stderr))
-                    if t
-                ]
-            for index, chunk in enumerate(chunks):
-                if index > after:
-                    yield index, chunk
+        if live is None:  # from the store: the result's output, numbered as remembered
+            log = OutputLog.of_result(view.result, self._bounds.get(execution_id))
+            if after >= 0 and not log.reliable:
+                yield -2, None
+                after = -1
+            for index in range(after + 1, len(log)):
+                yield index, log.chunk(index)
             if view.state.final:
                 yield -1, view
             return
         index = after
         while True:
             changed = live.changed
-            while index + 1 < len(live.chunks):
+            while index + 1 < len(live.output):
                 index += 1
-                yield index, live.chunks[index]
+                yield index, live.output.chunk(index)
             if live.done.is_set():
                 yield -1, live.view
                 return
