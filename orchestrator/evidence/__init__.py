@@ -6,7 +6,7 @@ the writer's batching, locking and torn-line policy in :mod:`orchestrator.eviden
 
 from orchestrator.evidence.chain import HeadAnchor, head_path, read_head, record_hash
 from orchestrator.evidence.paths import default_evidence_path
-from orchestrator.evidence.reader import iter_raw, iter_records, tail, tail_raw
+from orchestrator.evidence.reader import iter_raw, iter_records, records_of, tail, tail_raw
 from orchestrator.evidence.records import (
     END_EVENTS,
     FORMAT_VERSION,
@@ -39,6 +39,7 @@ __all__ = [
     "iter_records",
     "read_head",
     "record_hash",
+    "records_of",
     "tail",
     "tail_raw",
     "verify",

@@ -210,3 +210,59 @@ def tail(
 ) -> list[EvidenceRecord]:
     """The last ``n`` matching records, oldest first, read from the end of the file (cheap on big files)."""
     return [record for _, record in tail_raw(path, n, execution_id=execution_id, event=event)]
+
+
+def _ts_of(raw: bytes) -> str | None:
+    """The record's own ``ts`` (the last ``"ts":"`` of a canonical line: only ``v`` sorts after it, and a
+    quote inside a string value is escaped), without parsing the line."""
+    at = raw.rfind(b'"ts":"')
+    if at < 0:
+        return None
+    end = raw.find(b'"', at + 6)
+    return raw[at + 6 : end].decode("ascii", "replace") if end > 0 else None
+
+
+def _first_at_or_after(fd: int, size: int, ts: str) -> int:
+    """A line start at or before the first record written at ``ts`` or later (bisection on record times,
+    which a file's writers append in order; callers leave a margin for writers of other processes)."""
+    lo, hi = 0, size
+    while hi - lo > _BLOCK:
+        mid = (lo + hi) // 2
+        block = os.pread(fd, min(MAX_RECORD_BYTES + 2, size - mid), mid)
+        newline = block.find(b"\n")
+        if newline < 0:
+            return lo
+        start = mid + newline + 1
+        line_end = block.find(b"\n", newline + 1)
+        line_ts = _ts_of(block[newline + 1 : line_end]) if line_end > 0 else None
+        if line_ts is None or start >= hi:
+            hi = mid
+        elif line_ts < ts:
+            lo = start
+        else:
+            hi = mid
+    return lo
+
+
+def records_of(
+    path: str | os.PathLike[str], execution_id: str, *, since: str, until: str | None = None, limit: int = 1000
+) -> list[EvidenceRecord]:
+    """One execution's records (at most ``limit``) written at ``since`` (a ``ts``) or later — and up to
+    ``until`` when given: the file is bisected on record times and read forward, never scanned whole."""
+    p = Path(path)
+    needle = execution_id.encode("utf-8")
+    found: list[EvidenceRecord] = []
+    with open_snapshot(p) as snap:
+        start = _first_at_or_after(snap.file.fileno(), snap.size, since)
+        snap.file.seek(start)
+        for raw in iter_lines(snap.file, snap.size - start):
+            if until is not None and (line_ts := _ts_of(raw)) is not None and line_ts > until:
+                break
+            if needle not in raw:
+                continue
+            record = _record(raw, p, f"byte {start}")
+            if record.execution_id == execution_id and record.ts >= since:
+                found.append(record)
+                if len(found) >= limit:
+                    break
+    return found

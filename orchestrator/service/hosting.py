@@ -5,9 +5,12 @@ and the guarded background work (the orphan reaper). The HTTP layer drives it an
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ from orchestrator.backends.base import SandboxBackend
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.principal import Principal
-from orchestrator.evidence import EvidenceWriter, default_evidence_path, tail, verify
+from orchestrator.evidence import EvidenceWriter, default_evidence_path, format_ts, records_of, verify
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.config import OrchestratorConfig, ServiceLimits, load_config
@@ -144,13 +147,23 @@ class Service:
         await self.store.close()
 
 
+# evidence reads run apart (never in the pool the approval queue and the engine calls use), two at a time
+_EVIDENCE_READS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="evidence-read")
+_EVIDENCE_MARGIN_S = 10.0  # writers of other processes may append slightly out of time order
+
+
 async def evidence_of(
     service: Service, execution_id: str, principal: Principal, limit: int = 1000
 ) -> list[dict[str, Any]]:
-    """The evidence records of one execution the caller may see (404 otherwise), oldest first."""
-    await service.manager.get(execution_id, principal)
-    path = service.orchestrator.evidence.path
-    records = await asyncio.to_thread(tail, path, limit, execution_id=execution_id)
+    """The evidence records of one execution the caller may see (404 otherwise), oldest first: read from
+    where the file reaches its creation time, up to a little after its last change when it has ended."""
+    view = await service.manager.get(execution_id, principal)
+    since = format_ts(view.created_at - timedelta(seconds=_EVIDENCE_MARGIN_S))
+    until = format_ts(view.updated_at + timedelta(seconds=60)) if view.state.final else None
+    read = functools.partial(
+        records_of, service.orchestrator.evidence.path, execution_id, since=since, until=until, limit=limit
+    )
+    records = await asyncio.get_running_loop().run_in_executor(_EVIDENCE_READS, read)
     return [r.model_dump(mode="json") for r in records]
 
 
