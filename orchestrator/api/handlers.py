@@ -14,7 +14,6 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.api.body import read_json
-from orchestrator.api.events import Listener
 from orchestrator.api.keys import EVENTS, METRICS, OPENAPI, SERVICE, principal_of
 from orchestrator.api.sse import HEARTBEAT_S, EventStream
 from orchestrator.domain.decisions import ApprovalOutcome
@@ -125,8 +124,7 @@ async def stream_output(request: web.Request) -> web.StreamResponse:
 
 async def stream_events(request: web.Request) -> web.StreamResponse:
     hub = request.app[EVENTS]
-    listener = Listener(principal_of(request))
-    hub.listeners.add(listener)
+    listener = hub.join(principal_of(request))
     try:
         stream = await EventStream.open(request)
         with contextlib.suppress(ConnectionResetError, TimeoutError, asyncio.CancelledError):
@@ -134,16 +132,16 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
             while True:
                 try:
                     async with asyncio.timeout(HEARTBEAT_S):
-                        view = await listener.queue.get()
+                        encoded = await listener.queue.get()
                 except TimeoutError:
                     await stream.comment()
                     continue
                 if listener.overflowed:  # it fell behind: reload rather than trust a gap
                     listener.overflowed = False
                     await stream.send("reload", "{}")
-                if view is None:  # the service is shutting down (EventHub.close)
+                if encoded is None:  # the service is shutting down (EventHub.close)
                     break
-                await stream.send("execution", view.model_dump_json())
+                await stream.send("execution", encoded)
         return stream.response
     finally:
         hub.listeners.discard(listener)

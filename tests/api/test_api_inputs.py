@@ -246,3 +246,17 @@ async def _closed(reader: asyncio.StreamReader) -> bool:
         return False
     except ConnectionError:
         return True
+
+
+async def test_event_streams_are_capped_per_token(harness: Harness) -> None:
+    headers = {"Authorization": f"Bearer {token_of('approver-a')}"}
+    async with aiohttp.ClientSession() as http:
+        streams = [await http.get(harness.url + "/v1/events", headers=headers) for _ in range(8)]
+        assert all(r.status == 200 for r in streams)
+        async with http.get(harness.url + "/v1/events", headers=headers) as ninth:
+            assert ninth.status == 429 and (await ninth.json())["error"]["code"] == "REQUEST.RATE_LIMITED"
+        other = {"Authorization": f"Bearer {token_of('admin')}"}
+        async with http.get(harness.url + "/v1/events", headers=other) as r:
+            assert r.status == 200  # another token's stream is its own
+        for r in streams:
+            r.close()
