@@ -253,6 +253,23 @@ async def test_a_hostile_command_renders_as_text(ui_harness: Harness, ui: UI) ->
         ui.check_clean()
 
 
+async def test_characters_that_hide_text_are_shown_as_marks(ui_harness: Harness, ui: UI) -> None:
+    """A right-to-left override would make `cat ~/.ssh/id_rsa` read backwards: the page shows it as a mark."""
+    from playwright.async_api import expect
+
+    command = 'echo "\u202e" ; cat ~/.ssh/id_rsa ; echo "\u202c"'
+    async with asyncio.timeout(TEST_S):
+        view = await ui_harness.client("agent-a").submit({"tool": "shell_command", "command": command})
+        page = ui.page
+        await sign_in(ui, "approver-a")
+        card = page.locator(f'li.approval[data-approval-id="{view.execution_id}"]')
+        shown = 'echo "\\u{202E}" ; cat ~/.ssh/id_rsa ; echo "\\u{202C}"'
+        await expect(card.locator("h3 code")).to_have_text(shown)
+        assert "\u202e" not in await card.inner_text()
+        await card.get_by_role("button", name="Deny").click()
+        ui.check_clean()
+
+
 async def test_a_wrong_token_is_refused_and_no_token_reaches_a_url(ui_harness: Harness, ui: UI) -> None:
     from playwright.async_api import expect
 

@@ -32,6 +32,14 @@
 
   // ---- DOM: the only way this script creates elements ------------------------------------------
   // el("p", { class: "x" }, "text", child) — strings become Text nodes, never markup.
+  // Characters that would change how text reads without being seen — bidi overrides, zero-width and
+  // control characters (the list of orchestrator/domain/text.py's UNSAFE_RANGES) — are shown as \u{…}
+  // marks, so a command cannot hide part of itself from an approver. Tab and newline stay.
+  const UNSAFE = /(?![\t\n])[\u{0}-\u{1f}\u{7f}-\u{9f}\u{ad}\u{600}-\u{605}\u{61c}\u{6dd}\u{70f}\u{890}-\u{891}\u{8e2}\u{180e}\u{200b}-\u{200f}\u{2028}-\u{202e}\u{2060}-\u{2064}\u{2066}-\u{206f}\u{d800}-\u{dfff}\u{feff}\u{fff9}-\u{fffb}\u{110bd}\u{110cd}\u{13430}-\u{1343f}\u{1bca0}-\u{1bca3}\u{1d173}-\u{1d17a}\u{e0001}\u{e0020}-\u{e007f}]/gu;
+  function visible(text) {
+    return String(text).replace(UNSAFE, (ch) => `\\u{${ch.codePointAt(0).toString(16).toUpperCase()}}`);
+  }
+
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [name, value] of Object.entries(attrs || {})) {
@@ -40,7 +48,8 @@
       else node.setAttribute(name, value === true ? "" : String(value));
     }
     for (const child of children) {
-      if (child !== undefined && child !== null) node.append(child);
+      if (child === undefined || child === null) continue;
+      node.append(typeof child === "string" ? visible(child) : child);
     }
     return node;
   }
@@ -229,13 +238,13 @@
       });
       if (epoch !== state.epoch) return;
       const text = `${what}: ${answer.outcome} by ${answer.approver}.`;
-      outcome.textContent = text;
+      outcome.textContent = visible(text);
       say(text, "ok");
     } catch (err) {
       if (epoch !== state.epoch) return;
       const text = `${DECISION_LABELS[decision]} ${what} failed: ${err instanceof ApiError ? err.describe() : err}`;
       outcome.className = "outcome error";
-      outcome.textContent = text;
+      outcome.textContent = visible(text);
       handleError(err, `${DECISION_LABELS[decision]} ${what} failed`);
       // 409 (someone or the timeout answered first) and 404: the card is stale, the refresh drops it.
       // Anything else (403 self-approval, 429, network): the ask still waits; let the approver retry.
@@ -397,7 +406,7 @@
     const section = $("evidence");
     const list = $("evidence-records");
     section.hidden = false;
-    $("evidence-id").textContent = id;
+    $("evidence-id").textContent = visible(id);
     if (first) list.replaceChildren(el("li", null, "Loading…"));
     try {
       const page = await api("GET", `/v1/evidence?execution_id=${encodeURIComponent(id)}`);
@@ -569,7 +578,7 @@
       if (epoch !== state.epoch) return;
       state.token = null;
       sessionStorage.removeItem(TOKEN_KEY);
-      error.textContent = `Sign-in failed: ${err instanceof ApiError ? err.describe() : err}`;
+      error.textContent = visible(`Sign-in failed: ${err instanceof ApiError ? err.describe() : err}`);
       $("token").focus();
       return;
     }
