@@ -208,18 +208,41 @@ def _quotes_are_plain_characters(node: Node) -> bool:
     return True
 
 
+_EXPANSION_CUT = re.compile(rb"\$[A-Za-z0-9_{(@*#?$!-]")
+
+
+def _unescaped_at(src: bytes, at: int) -> bool:
+    """The character at ``at`` is not escaped by backslashes before it."""
+    before = src[:at]
+    return (len(before) - len(before.rstrip(b"\\"))) % 2 == 0
+
+
+_REGEX_SWALLOWED = re.compile(r"[;&|<>()\s]")
+_ASSIGNMENT_TILDE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=(?:[^:]*:)*~")
 _SUBSTITUTION_MARK = re.compile(r"\$\(|`|[<>]\(|\$\{")
 
 
 def _literal(node: Node, st: WalkState, depth: int, subs: _Subs) -> str | None:
     """The unquoted value of a word node, or None if it contains an expansion."""
     t = node.type
-    if t in ("word", "number"):
+    # a "regex" outside [[ ]] is the grammar misreading a word after "==" (``printf == ==\}``): bash
+    # reads a word there, unquoting it like any other
+    if t == "regex" and _REGEX_SWALLOWED.search(node_text(node)):
+        # the grammar's "regex" after "==" read on over an operator (``== a:; '}b' g``): bash ends the
+        # word there and runs what follows as another command
+        st.parse_ok = False
+        st.blind(f"parse error at {position(st.src, *node.start_point)}")
+        return None
+    if t in ("word", "number", "regex"):
         text = node_text(node)
         if _BLANK_IN_WORD.search(text):
             # the grammar read blanks into one word (``{ {``): bash splits there; unreliable
             st.parse_ok = False
             st.blind(f"parse error at {position(st.src, *node.start_point)}")
+        if _ASSIGNMENT_TILDE.match(text):
+            # bash expands ~ after the = (and after each :) of a word that looks like an assignment, even
+            # as an argument (``dd if=~/x``): the word is HOME's value there, as ``$HOME`` would be
+            st.variables["HOME"] = None
         return unescape_word(text)
     if t == "raw_string":
         return node_text(node)[1:-1]
@@ -664,11 +687,18 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
                 _skipped(child, st)
             value = _literal(child, st, depth + 1, subs)
             joined = start == last_end or (start - last_end == 2 and src[last_end:start] == b"\\\n")
+            if joined and words and _EXPANSION_CUT.match(src, last_end - 1) and _unescaped_at(src, last_end - 1):
+                # the grammar cut ``$x`` after its ``$`` (``""$x``): bash expands it; the gate did not read it
+                st.parse_ok = False
+                st.blind(f"parse error at {position(src, *child.start_point)}")
             if joined and words:
                 # no blank between two nodes: one word for the shell (the grammar split it)
                 if dynamic[-1] or value is None:
                     words[-1] = src[word_start : child.end_byte].decode("utf-8", "replace")
                     dynamic[-1] = True
+                elif _split_escape(src, word_start, last_end, child):
+                    # the grammar cut an escape from its character (``==\}``): unquote the whole word
+                    words[-1] = unescape_word(src[word_start : child.end_byte].decode("utf-8", "replace"))
                 else:
                     words[-1] += value
                 spans[-1][1] = child.end_byte
@@ -705,6 +735,21 @@ def _command(node: Node, st: WalkState, depth: int) -> list[int]:
         out += subs.into
         out += subs.out_of
     return out
+
+
+_UNQUOTED_WORD = re.compile(rb"[^'\"$`]*")
+
+
+def _split_escape(src: bytes, word_start: int, last_end: int, child: Node) -> bool:
+    """The word so far ends with an escaping backslash the grammar left without its character, and the
+    word has no quotes or expansions (so unquoting its source text is what bash does)."""
+    before = src[word_start:last_end]
+    trailing = len(before) - len(before.rstrip(b"\\"))
+    return (
+        trailing % 2 == 1
+        and child.type in ("word", "regex")
+        and _UNQUOTED_WORD.fullmatch(src[word_start : child.end_byte]) is not None
+    )
 
 
 def _skipped(node: Node, st: WalkState) -> None:

@@ -191,8 +191,10 @@ def brace_expression(text: str) -> bool:
     quote = ""
     i = 0
     opened: list[bool] = []
+    dollar = False  # the character before is an unescaped "$" (``${`` is an expansion, ``\${`` is not)
     while i < len(text):
         ch = text[i]
+        after_dollar, dollar = dollar, False
         if quote:
             if ch == quote:
                 quote = ""
@@ -202,7 +204,9 @@ def brace_expression(text: str) -> bool:
             i += 1
         elif ch in "'\"":
             quote = ch
-        elif ch == "{" and not (i and text[i - 1] == "$"):
+        elif ch == "$":
+            dollar = True
+        elif ch == "{" and not after_dollar:
             depth += 1
             opened.append(False)
         elif ch == "}" and depth:

@@ -164,7 +164,7 @@ class ExecutionManager(Observer):
 
     def _spawn_store(self, view: ExecutionView, **kwargs: Any) -> None:
         # ordered: the store runs one call at a time, in submission order
-        task = asyncio.ensure_future(self.store.put(view.model_dump(mode="json"), **kwargs))
+        task = asyncio.ensure_future(self.store.put(view, **kwargs))
         task.add_done_callback(_log_store_failure)
 
     def add_output(self, execution_id: str, stream: str, data: bytes) -> None:
@@ -209,7 +209,7 @@ class ExecutionManager(Observer):
             raise live.early_error
         if live.view.state is ExecutionState.PENDING_APPROVAL:
             # it waits: keep the whole request, so that a restart can still run it once approved
-            await self.store.put(live.view.model_dump(mode="json"), pending_request=raw, workspace=str(workspace))
+            await self.store.put(live.view, pending_request=raw, workspace=str(workspace))
             await self._until_queued(live)
         if wait_s is not None and wait_s > 0:
             with contextlib.suppress(TimeoutError):
@@ -466,7 +466,7 @@ class ExecutionManager(Observer):
         )
         error = ErrorBody(code="EXECUTION.CANCELLED", message="the service stopped while it ran: abandoned")
         ended = view.model_copy(update={"state": ExecutionState.CANCELLED, "error": error, "updated_at": _now()})
-        await self.store.put(ended.model_dump(mode="json"), keep_request=False)
+        await self.store.put(ended, keep_request=False)
 
     async def suspend(self) -> None:
         """Stop: asks stay queued (resumed at the next start); running executions are cancelled (their

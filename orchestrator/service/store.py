@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from orchestrator.approvals.queue import ApprovalStore
+from orchestrator.domain.wire import ExecutionView
 
 T = TypeVar("T")
 
@@ -64,7 +65,7 @@ MIGRATIONS: tuple[str, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class _Put:
-    view: dict[str, Any]
+    view: ExecutionView
     view_json: str
     request_json: str | None
     workspace: str | None
@@ -163,7 +164,7 @@ class StateStore:
     # -- executions --------------------------------------------------------------------------------
     async def put(
         self,
-        view: dict[str, Any],
+        view: ExecutionView,
         *,
         pending_request: dict[str, Any] | None = None,
         workspace: str | None = None,
@@ -175,7 +176,7 @@ class StateStore:
         request_json = json.dumps(pending_request) if pending_request is not None else None
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with self._queue_lock:
-            self._queued.append((_Put(view, json.dumps(view), request_json, workspace, keep_request), done))
+            self._queued.append((_Put(view, view.model_dump_json(), request_json, workspace, keep_request), done))
             first = len(self._queued) == 1
         if first:  # no flush is waiting to take the queue: schedule one
             self._pool.submit(self._flush, asyncio.get_running_loop())
@@ -207,13 +208,13 @@ class StateStore:
         self._db.execute(
             _UPSERT_KEEPING_REQUEST if keep else _UPSERT,
             (
-                view["execution_id"],
+                view.execution_id,
                 self._seq,
-                view["tenant"],
-                view["subject"],
-                view["tool"],
-                view.get("session_id"),
-                view["state"],
+                view.tenant,
+                view.subject,
+                view.tool,
+                view.session_id,
+                view.state.value,
                 now,
                 now,
                 put.view_json,

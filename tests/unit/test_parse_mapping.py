@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.gate.intent import analyze_shell
@@ -61,8 +61,19 @@ def empty_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("nothing-here")
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# derandomized: CI runs the same examples every time (a new counterexample is found by running this with
+# more examples and another seed by hand, never by a build that fails once in a while); the @examples
+# are the counterexamples found so far
+@settings(
+    max_examples=600, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(command=shell_strings())
+@example(command="printf \\; {{a,b}")
+@example(command="printf a=~ ")
+@example(command="printf 7-0gz, == ==\\} .. \\<\tif ")
+@example(command="printf ''-m3gw@ \\${-rf,x}")
+@example(command="printf \"bxwrf\"\t== ov_zs:; '}bjj?h'\t\"}bjj?h\"\tg65 ")
+@example(command="printf '' 'y$'tw38\"\"$x\\( \\) ")
 def test_a_simple_verdict_is_what_bash_runs(command: str, empty_dir: Path) -> None:
     analysis = analyze_shell(command)
     if analysis.is_complex and set(analysis.reasons) != {"brace expansion"}:
