@@ -158,19 +158,8 @@ def fit_fields(fields: Mapping[str, Any], budget: int) -> dict[str, Any]:
     Only what cannot be encoded or does not fit is changed, and the change is listed in
     ``data.evidence_degraded``. Fields of the wrong type or shape are left for validation to refuse.
     """
-    present = {name: value for name, value in fields.items() if value is not None}
-    # the common case, in one pass: every text encodable, no NaN, within its limits and the budget —
-    # then nothing below would change anything
-    try:
-        fits = len(canonical_json(present)) <= budget
-    except (ValueError, TypeError):  # UnicodeEncodeError is a ValueError
-        fits = False
-    if fits and not any(
-        isinstance(present.get(name), str) and len(present[name]) > limit for name, limit in TEXT_LIMITS.items()
-    ):
-        return present
     notes = _Notes()
-    out = {name: _clean(value, name, notes) for name, value in present.items()}
+    out = {name: _clean(value, name, notes) for name, value in fields.items() if value is not None}
     for name, limit in TEXT_LIMITS.items():
         text = out.get(name)
         if isinstance(text, str) and len(text) > limit:

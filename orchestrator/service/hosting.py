@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -60,7 +59,6 @@ class Service:
     manager: ExecutionManager
     credentials: list[Credential]
     limits: ServiceLimits
-    started_at: float = field(default_factory=time.time)
     background: Guarded = field(default_factory=Guarded)
     recovered: dict[str, int] = field(default_factory=dict)
 
