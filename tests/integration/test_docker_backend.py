@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
     LABEL_DEADLINE,
     LABEL_EXECUTION_ID,
@@ -40,7 +41,7 @@ from orchestrator.backends.base import (
     StreamCapture,
 )
 from orchestrator.backends.docker import DockerBackend, discover_endpoint
-from orchestrator.backends.docker.capture import FrameDemuxer, StreamSink
+from orchestrator.backends.docker.capture import FrameDemuxer
 from orchestrator.backends.docker.cgroups import CGROUP_ROOT
 from orchestrator.backends.docker.config import READ_ONLY_TMP_OPTIONS, container_config
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, parse_engine_time
