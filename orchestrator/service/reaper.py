@@ -30,7 +30,8 @@ def orphan_reason(sandbox: ManagedSandbox, now: float) -> str | None:
         return "deadline passed"
     if sandbox.owner == owner_label():
         return None if is_active_here(sandbox.execution_id) else "its controller (this process) no longer runs it"
-    if owner_alive(sandbox.owner) is False:
+    alive = sandbox.owner_alive if sandbox.owner_alive is not None else owner_alive(sandbox.owner)
+    if alive is False:
         return f"owner {sandbox.owner} is gone"
     return None
 

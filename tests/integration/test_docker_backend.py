@@ -39,6 +39,7 @@ from orchestrator.backends.base import (
     SandboxBackend,
     SandboxHandle,
     StreamCapture,
+    Workspace,
 )
 from orchestrator.backends.docker import DockerBackend, discover_endpoint
 from orchestrator.backends.docker.capture import FrameDemuxer
@@ -113,7 +114,7 @@ class Sandboxes:
             execution_id=execution_id,
             argv=tuple(argv),
             profile=profile,
-            workspace_host_path=str(self.workspace),
+            workspace=Workspace(str(self.workspace)),
             workdir=workdir or profile.workspace.container_path,
             env=dict(profile.env) if env is None else dict(env),
             labels={
@@ -322,7 +323,7 @@ def _assert_launch_settings(info: dict[str, Any], spec: Any, image_labels: dict[
         for target in sorted(FILES)
     ]
     assert host_mount["Type"] == "bind"
-    assert host_mount["Source"] == spec.workspace_host_path
+    assert host_mount["Source"] == spec.workspace.local_path
     assert host_mount["Target"] == profile.workspace.container_path
     assert host_mount.get("ReadOnly", False) is read_only
     assert host_mount["BindOptions"]["Propagation"] == "rprivate"
@@ -332,7 +333,7 @@ def _assert_launch_settings(info: dict[str, Any], spec: Any, image_labels: dict[
         (target, os.path.join(etc_dir, os.path.basename(target)), False, "rprivate") for target in sorted(FILES)
     ]
     assert mount["Type"] == "bind"
-    assert mount["Source"] == spec.workspace_host_path
+    assert mount["Source"] == spec.workspace.local_path
     assert mount["Destination"] == profile.workspace.container_path
     assert mount["RW"] is (not read_only)
     assert mount["Propagation"] == "rprivate"
