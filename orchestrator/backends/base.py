@@ -130,6 +130,16 @@ class BackendInfo:
     details: Mapping[str, str] = field(default_factory=dict)  # cgroup version/driver, seccomp support, ...
 
 
+@dataclass(frozen=True, slots=True)
+class PreflightCheck:
+    """One thing ``sandboxctl doctor`` checked about where sandboxes run, and the fix if it failed."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+
+
 @runtime_checkable
 class SandboxBackend(Protocol):
     """Async; every method may raise SandboxUnavailable / SandboxStartFailed (with the engine's payload
@@ -181,5 +191,13 @@ class SandboxBackend(Protocol):
         ...
 
     async def list_managed(self) -> list[ManagedSandbox]: ...
+
+    async def preflight(self) -> list[PreflightCheck]:
+        """Backend-specific checks for ``sandboxctl doctor`` (beyond engine facts, profiles and probes)."""
+        ...
+
+    def workspace_root(self) -> str | None:
+        """Where workspaces must live for this backend to reach them (None: anywhere on this host)."""
+        ...
 
     async def close(self) -> None: ...

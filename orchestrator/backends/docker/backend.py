@@ -37,6 +37,7 @@ from orchestrator.backends.base import (
     LifecycleEvent,
     ManagedSandbox,
     OutputCallback,
+    PreflightCheck,
     ResourceUsage,
     SandboxHandle,
     StreamCapture,
@@ -614,6 +615,13 @@ class DockerBackend:
         finally:
             pump.close()
             self._pumps.discard(pump)
+
+    async def preflight(self) -> list[PreflightCheck]:
+        """Nothing beyond what the doctor asks every engine (info, images, runtimes, probes)."""
+        return []
+
+    def workspace_root(self) -> str | None:
+        return None  # bind mounts reach any directory of this host
 
     async def list_managed(self) -> list[ManagedSandbox]:
         engine = await self._engine()

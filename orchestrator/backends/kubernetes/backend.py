@@ -41,6 +41,7 @@ from orchestrator.backends.base import (
     LifecycleEvent,
     ManagedSandbox,
     OutputCallback,
+    PreflightCheck,
     ResourceUsage,
     SandboxHandle,
     StreamCapture,
@@ -54,6 +55,7 @@ from orchestrator.backends.kubernetes.manifest import (
     pod_manifest,
 )
 from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive
+from orchestrator.backends.kubernetes.preflight import cluster_checks
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.backends.kubernetes.watch import PodWatch
 from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
@@ -207,7 +209,7 @@ class KubernetesBackend:
             policies = await self._call(kube.list_network_policies, self._namespace)
         except KubeError as exc:
             raise self._error(exc, f"cannot read the NetworkPolicies of namespace {self._namespace}") from exc
-        if not any(_denies_all(policy) for policy in policies):
+        if not any(denies_all(policy) for policy in policies):
             raise SandboxUnavailable(
                 f"namespace {self._namespace} has no default-deny NetworkPolicy (podSelector {{}}, ingress and"
                 " egress, no rules): sandbox pods would have network; the chart creates one",
@@ -527,6 +529,19 @@ class KubernetesBackend:
         finally:
             watch.unsubscribe(execution_id, queue)
 
+    async def preflight(self) -> list[PreflightCheck]:
+        """The cluster as the controller sees it: API, namespace, PodSecurity, NetworkPolicy, RuntimeClasses,
+        permissions (see ``preflight``)."""
+        try:
+            kube = await self._client()
+        except SandboxUnavailable as exc:
+            return [PreflightCheck("cluster API", False, exc.message, "check backend.kubernetes.kubeconfig")]
+        return await self._call(cluster_checks, kube, self.settings)
+
+    def workspace_root(self) -> str | None:
+        """pvc mode: workspaces must be below the claim's root; copy mode: anywhere."""
+        return self.settings.workspace.root if self.settings.workspace.mode == "pvc" else None
+
     async def list_managed(self) -> list[ManagedSandbox]:
         kube = await self._client()
         try:
@@ -559,7 +574,7 @@ def _ended(pod: JsonObject) -> bool:
     return pods.terminated(pod) is not None or pods.phase(pod) in ("Failed", "Succeeded")
 
 
-def _denies_all(policy: JsonObject) -> bool:
+def denies_all(policy: JsonObject) -> bool:
     spec = policy.get("spec") or {}
     types = set(spec.get("policyTypes") or [])
     return (

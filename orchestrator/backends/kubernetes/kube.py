@@ -217,8 +217,10 @@ class KubeClient:
 
     # -- pods -----------------------------------------------------------------------------------------
 
-    def create_pod(self, namespace: str, pod: JsonObject) -> JsonObject:
-        return self._json("POST", f"/api/v1/namespaces/{namespace}/pods", "create pod", body=pod)
+    def create_pod(self, namespace: str, pod: JsonObject, *, dry_run: bool = False) -> JsonObject:
+        """``dry_run``: admitted (or refused) as for real, but not kept."""
+        query: dict[str, str | int | bool] = {"dryRun": "All"} if dry_run else {}
+        return self._json("POST", f"/api/v1/namespaces/{namespace}/pods", "create pod", body=pod, query=query)
 
     def get_pod(self, namespace: str, name: str) -> JsonObject:
         return self._json("GET", f"/api/v1/namespaces/{namespace}/pods/{name}", "get pod")
