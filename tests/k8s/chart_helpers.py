@@ -30,7 +30,11 @@ FULLNAME = "so-sandbox-orchestrator"
 # The Role the Kubernetes backend gets in the sandbox namespace, rule by rule (pvc mode); copy mode adds
 # COPY_RULE. Nothing else, nowhere else.
 BASE_RULES: list[dict[str, list[str]]] = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]},
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
+    },
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},
     {
@@ -39,7 +43,11 @@ BASE_RULES: list[dict[str, list[str]]] = [
         "verbs": ["get", "list", "watch", "create", "update", "delete"],
     },
 ]
-COPY_RULE: dict[str, list[str]] = {"apiGroups": [""], "resources": ["pods/exec", "pods/attach"], "verbs": ["create", "get"]}
+COPY_RULE: dict[str, list[str]] = {
+    "apiGroups": [""],
+    "resources": ["pods/exec", "pods/attach"],
+    "verbs": ["create", "get"],
+}
 
 # The config's backend section, key by key (the contract with the Kubernetes backend).
 BACKEND_KEYS = {"kind", "kubernetes"}
@@ -183,12 +191,12 @@ def controller_container(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return dict(containers[0])
 
 
-def normalized_rules(rules: Iterable[Mapping[str, Any]]) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
+def normalized_rules(
+    rules: Iterable[Mapping[str, Any]],
+) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
     """Rules as sorted tuples (order of rules and of the items in them does not matter; every key does)."""
     out = []
     for rule in rules:
         assert set(rule) <= {"apiGroups", "resources", "verbs"}, f"unexpected keys in {rule}"
-        out.append(
-            (tuple(sorted(rule["apiGroups"])), tuple(sorted(rule["resources"])), tuple(sorted(rule["verbs"])))
-        )
+        out.append((tuple(sorted(rule["apiGroups"])), tuple(sorted(rule["resources"])), tuple(sorted(rule["verbs"]))))
     return sorted(out)

@@ -63,7 +63,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "copy": {"workspaces": {"mode": "copy"}},
     "tokens": {"tokens": {"entries": TOKENS}},
     "existing-secret": {
-        "tokens": {"existingSecret": "so-tokens", "entries": [{k: v for k, v in t.items() if k != "value"} for t in TOKENS]}
+        "tokens": {
+            "existingSecret": "so-tokens",
+            "entries": [{k: v for k, v in t.items() if k != "value"} for t in TOKENS],
+        }
     },
     "gvisor": {"gvisor": {"runtimeClass": {"create": True, "nodeSelector": {"sandbox-orchestrator/gvisor": "true"}}}},
     "hostpath": {"workspaces": {"hostPath": {"enabled": True, "path": "/srv/so-workspaces"}}},
@@ -172,9 +175,7 @@ def test_nothing_cluster_wide(variant: tuple[str, dict[str, Any], list[dict[str,
             assert "namespace" not in meta, doc
         else:
             assert meta["namespace"] in {NAMESPACE, sandbox_ns(values)}, (doc["kind"], meta)
-    in_sandbox_ns = sorted(
-        d["kind"] for d in docs if d["metadata"].get("namespace") == sandbox_ns(values)
-    )
+    in_sandbox_ns = sorted(d["kind"] for d in docs if d["metadata"].get("namespace") == sandbox_ns(values))
     expected = ["NetworkPolicy", "Role", "RoleBinding"]
     if name in {"hostpath", "claims"}:
         expected = sorted([*expected, "PersistentVolumeClaim"])
@@ -195,7 +196,11 @@ def test_role_allows_exactly_what_the_backend_needs(variant: tuple[str, dict[str
         assert not {"escalate", "bind", "impersonate", "patch"} & set(rule["verbs"])
         assert "update" not in rule["verbs"] or rule["resources"] == ["leases"]
     binding = one(docs, "RoleBinding")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
     assert binding["metadata"]["namespace"] == role["metadata"]["namespace"] == sandbox_ns(values)
     account = controller_pod(docs)["spec"]["serviceAccountName"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
@@ -384,7 +389,10 @@ def test_config_sections_from_values(tmp_path: Path) -> None:
     values = {
         "config": {
             "safety": {"mode": "ask", "denylist": ["sudo"], "approval_timeout_s": 120},
-            "approvals": {"provider": "queue", "rules": [{"name": "tests", "argv_glob": "pytest*", "outcome": "approved"}]},
+            "approvals": {
+                "provider": "queue",
+                "rules": [{"name": "tests", "argv_glob": "pytest*", "outcome": "approved"}],
+            },
             "caps": {"max_memory": "1g", "allowed_runtimes": ["runc", "runsc"]},
             "evidence": {"path": "/var/lib/sandbox-orchestrator/evidence/evidence.jsonl"},
             "service": {"allow_self_approval": True, "limits": {"max_page": 100}},
@@ -428,8 +436,15 @@ def test_token_secret_becomes_credentials(tmp_path: Path) -> None:
     for item in volume["items"]:  # what the kubelet would write
         (mount / item["path"]).write_text(data[item["key"]], encoding="utf-8")
     config = validate_config(config_text(docs), tmp_path)
-    principals = {c.principal.subject: (c.principal.role.value, sorted(c.principal.tenants)) for c in load_credentials(config.service.tokens)}
-    assert principals == {"ci-runner": ("agent", ["team-a"]), "alice": ("approver", ["team-a", "team-b"]), "ops": ("admin", [])}
+    principals = {
+        c.principal.subject: (c.principal.role.value, sorted(c.principal.tenants))
+        for c in load_credentials(config.service.tokens)
+    }
+    assert principals == {
+        "ci-runner": ("agent", ["team-a"]),
+        "alice": ("approver", ["team-a", "team-b"]),
+        "ops": ("admin", []),
+    }
     # no token in the ConfigMap, the pod spec or anywhere but the Secret
     rendered = yaml.safe_dump_all([d for d in docs if d["kind"] != "Secret"])
     for token in TOKENS:
@@ -518,7 +533,15 @@ def test_custom_profiles_load_from_the_mounted_layout(tmp_path: Path) -> None:
     seccomp = json.loads((REPO / "profiles" / "seccomp" / "default.json").read_text(encoding="utf-8"))
     values = {
         "profiles": {
-            "custom": {"tiny": {"extends": "workspace-write", "description": "small", "user": "1000:10", "seccomp": "strict", "limits": {"memory": "64m"}}},
+            "custom": {
+                "tiny": {
+                    "extends": "workspace-write",
+                    "description": "small",
+                    "user": "1000:10",
+                    "seccomp": "strict",
+                    "limits": {"memory": "64m"},
+                }
+            },
             "seccomp": {"strict": seccomp},
         }
     }
@@ -561,11 +584,20 @@ SCHEMA_REFUSALS = [
     ({"backend": {"seccomp": "unconfined"}}, "/backend/seccomp"),
     # a map's keys are checked by propertyNames: helm names the key, not its place
     ({"backend": {"runtimeClasses": {"kata": "kata"}}}, "invalid propertyName 'kata'"),
-    ({"sandboxNamespace": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}, "invalid propertyName 'pod-security.kubernetes.io/enforce'"),
+    (
+        {"sandboxNamespace": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}},
+        "invalid propertyName 'pod-security.kubernetes.io/enforce'",
+    ),
     ({"sandboxNamespace": {"name": "Not_A_Namespace"}}, "/sandboxNamespace/name"),
     ({"tokens": {"entries": [{"subject": "a", "role": "agent", "tenants": ["t"]}]}}, "/tokens/entries/0"),
-    ({"tokens": {"entries": [{"subject": "a", "role": "agent", "tenants": ["t", "u"], "value": "x" * 16}]}}, "/tokens/entries/0/tenants"),
-    ({"tokens": {"entries": [{"subject": "a", "role": "agent", "tenants": ["t"], "value": "short"}]}}, "/tokens/entries/0/value"),
+    (
+        {"tokens": {"entries": [{"subject": "a", "role": "agent", "tenants": ["t", "u"], "value": "x" * 16}]}},
+        "/tokens/entries/0/tenants",
+    ),
+    (
+        {"tokens": {"entries": [{"subject": "a", "role": "agent", "tenants": ["t"], "value": "short"}]}},
+        "/tokens/entries/0/value",
+    ),
     ({"tokens": {"entries": [{"subject": "a", "role": "root", "value": "x" * 16}]}}, "/tokens/entries/0/role"),
     ({"config": {"service": {"tokens": []}}}, "/config/service"),
     ({"config": {"approvals": {"provider": "slack"}}}, "/config/approvals/provider"),
@@ -584,6 +616,7 @@ def test_schema_refuses(values: dict[str, Any], field: str) -> None:
 
 TEMPLATE_REFUSALS = [
     ({"sandboxNamespace": {"name": NAMESPACE}}, "must differ from the release namespace"),
+    ({"workspaces": {"mode": "copy", "root": "/srv/ws"}}, "in copy mode the workspaces live in the state dir"),
     ({"gvisor": {"runtimeClass": {"create": True, "name": "runsc-rc"}}}, "is not a value of backend.runtimeClasses"),
     (
         {"tokens": {"entries": [
