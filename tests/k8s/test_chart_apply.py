@@ -268,6 +268,7 @@ def test_helm_install_and_uninstall(
     )  # fmt: skip
     try:
         assert install.returncode == 0, install.stderr
+        assert "Workspaces: copy mode." in install.stdout  # NOTES.txt, rendered
         status = json.loads(
             helm(
                 "status", RELEASE, "--namespace", names["namespace"], "-o", "json", kubeconfig=k8s_cluster.kubeconfig
