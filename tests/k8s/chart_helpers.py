@@ -4,9 +4,11 @@ fixture of conftest.py)."""
 
 from __future__ import annotations
 
+import atexit
 import base64
 import functools
 import os
+import shutil
 import subprocess
 import tempfile
 import tomllib
@@ -86,7 +88,9 @@ def bin_dir() -> Path:
 
 @functools.cache
 def _helm_home() -> Path:
-    return Path(tempfile.mkdtemp(prefix="so-chart-helm-"))
+    home = Path(tempfile.mkdtemp(prefix="so-chart-helm-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    return home
 
 
 def helm_env(kubeconfig: Path | None = None) -> dict[str, str]:
