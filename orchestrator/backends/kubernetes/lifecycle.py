@@ -175,8 +175,6 @@ class PodLifecycle:
                 emit(
                     "kill", _deadline_time(pod) or finished, signal="SIGKILL", attributes={"reason": "DeadlineExceeded"}
                 )
-            elif deletion is not None and (finished is None or deletion <= finished):
-                emit("kill", deletion, signal="SIGKILL", attributes={"reason": "Deleted"})
             code = ended.get("exitCode")
             emit(
                 "die",
@@ -184,7 +182,9 @@ class PodLifecycle:
                 exit_code=code if isinstance(code, int) else None,
                 attributes={"reason": reason or "Error"},
             )
-        elif started is not None and deletion is not None:
+        elif (
+            started is not None and deletion is not None
+        ):  # deleted while it ran; a deletion after its end kills nothing
             emit("kill", deletion, signal="SIGKILL", attributes={"reason": "Deleted"})
         if deleted:
             emit("destroy", deletion or datetime.now(UTC))
