@@ -50,7 +50,7 @@ class Cluster:
         self.kubectl("apply", "-f", "-", input=docs)
 
 
-def _script(*args: str) -> subprocess.CompletedProcess[str]:
+def cluster_script(*args: str) -> subprocess.CompletedProcess[str]:
     """The cluster script with the machine's state dir (its builds are cached there), not the tests' own."""
     env = {k: v for k, v in os.environ.items() if k not in ("SANDBOX_STATE_DIR", "SANDBOX_RUN_DIR")}
     host_state = os.environ.get("SO_TESTS_HOST_STATE_DIR", "")
@@ -59,7 +59,7 @@ def _script(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", str(CLUSTER_SCRIPT), *args], capture_output=True, text=True, timeout=1800, env=env)
 
 
-def _env_value(text: str, name: str) -> str:
+def env_value(text: str, name: str) -> str:
     for raw in text.splitlines():
         line = raw.removeprefix("export ").strip()
         if line.startswith(f"{name}="):
@@ -71,21 +71,21 @@ def _env_value(text: str, name: str) -> str:
 def k8s_cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0:
         pytest.skip("the test cluster needs root (a kubelet and containerd)")
-    was_up = _script("status").returncode == 0
+    was_up = cluster_script("status").returncode == 0
     if not was_up:
-        started = _script("up")
+        started = cluster_script("up")
         if started.returncode != 0:
             raise AssertionError(f"k8s-cluster.sh up failed:\n{started.stdout[-4000:]}\n{started.stderr[-4000:]}")
-    env = _script("env")
-    kubeconfig = Path(_env_value(env.stdout, "KUBECONFIG"))
-    path = _env_value(env.stdout, "PATH")
+    env = cluster_script("env")
+    kubeconfig = Path(env_value(env.stdout, "KUBECONFIG"))
+    path = env_value(env.stdout, "PATH")
     bin_dir = Path(path.split(":", 1)[0])
     server = ""
     try:
         yield Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir, server=server)
     finally:
         if not was_up:
-            stopped = _script("down")
+            stopped = cluster_script("down")
             assert stopped.returncode == 0, stopped.stderr[-4000:]
 
 
