@@ -24,7 +24,7 @@ import pytest
 from orchestrator.backends.kubernetes.settings import KubernetesSettings, WorkspaceDelivery
 
 REPO = Path(__file__).resolve().parent.parent
-CLUSTER_SCRIPT = REPO / "scripts" / "k8s-cluster.sh"
+CLUSTER_SCRIPT = Path(os.environ.get("SO_K8S_CLUSTER_SCRIPT") or REPO / "scripts" / "k8s-cluster.sh")
 CLAIM = "sandbox-workspaces"
 SANDBOX_UID = 1000
 
