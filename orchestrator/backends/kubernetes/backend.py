@@ -571,7 +571,11 @@ class KubernetesBackend:
 
 
 def _ended(pod: JsonObject) -> bool:
-    return pods.terminated(pod) is not None or pods.phase(pod) in ("Failed", "Succeeded")
+    """The container terminated; or the pod is over and its container never ran (a pod failed past its
+    deadline still shows the container running until the kubelet has killed it: that is not the end)."""
+    if pods.terminated(pod) is not None:
+        return True
+    return pods.phase(pod) in ("Failed", "Succeeded") and pods.running(pod) is None
 
 
 def denies_all(policy: JsonObject) -> bool:

@@ -166,15 +166,15 @@ class PodLifecycle:
         if started is not None:
             emit("start", parse_time(started.get("startedAt")))
         deletion = parse_time(meta.get("deletionTimestamp"))
+        finished = parse_time((ended or {}).get("finishedAt"))
+        if deadline_exceeded(pod):  # past activeDeadlineSeconds (ours cut it to stop the pod): the kubelet kills
+            emit("kill", _deadline_time(pod) or finished, signal="SIGKILL", attributes={"reason": "DeadlineExceeded"})
+        elif ended is None and started is not None and deletion is not None:  # deleted while it ran
+            emit("kill", deletion, signal="SIGKILL", attributes={"reason": "Deleted"})
         if ended is not None:
-            finished = parse_time(ended.get("finishedAt"))
             reason = str(ended.get("reason") or "")
             if reason == "OOMKilled":
                 emit("oom", finished)
-            if deadline_exceeded(pod):
-                emit(
-                    "kill", _deadline_time(pod) or finished, signal="SIGKILL", attributes={"reason": "DeadlineExceeded"}
-                )
             code = ended.get("exitCode")
             emit(
                 "die",
@@ -182,10 +182,6 @@ class PodLifecycle:
                 exit_code=code if isinstance(code, int) else None,
                 attributes={"reason": reason or "Error"},
             )
-        elif (
-            started is not None and deletion is not None
-        ):  # deleted while it ran; a deletion after its end kills nothing
-            emit("kill", deletion, signal="SIGKILL", attributes={"reason": "Deleted"})
         if deleted:
             emit("destroy", deletion or datetime.now(UTC))
         return events
