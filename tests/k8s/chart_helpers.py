@@ -1,6 +1,6 @@
 """The Helm chart in tests: helm built by the project's own script, rendered with values given as data, and
 the rendered objects parsed. Shared by the render tests and the apply tests (which use the k8s_cluster
-fixture of conftest.py)."""
+fixture of kube_fixtures.py)."""
 
 from __future__ import annotations
 
@@ -30,15 +30,17 @@ SANDBOX_NAMESPACE = "sandboxes"
 FULLNAME = "so-sandbox-orchestrator"
 
 # The Role the Kubernetes backend gets in the sandbox namespace, rule by rule (pvc mode); copy mode adds
-# COPY_RULE. Nothing else, nowhere else.
+# COPY_RULE. Nothing else, nowhere else. At least orchestrator.backends.kubernetes.preflight's NEEDED (and
+# COPY_NEEDED): role_grants() checks that, so the chart and the backend cannot drift apart.
 BASE_RULES: list[dict[str, list[str]]] = [
     {
         "apiGroups": [""],
         "resources": ["pods"],
-        "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
+        "verbs": ["create", "get", "list", "watch", "patch", "delete", "deletecollection"],
     },
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "list"]},
     {
         "apiGroups": ["coordination.k8s.io"],
         "resources": ["leases"],
@@ -59,7 +61,6 @@ BACKEND_K8S_KEYS = {
     "image_pull_policy",
     "seccomp",
     "runtime_classes",
-    "identity_env",
     "workspace",
 }
 BACKEND_WORKSPACE_KEYS = {"mode", "claim", "root", "copy_max_bytes"}
@@ -153,6 +154,27 @@ def render_error(values: Mapping[str, Any] | None = None, **kwargs: str) -> str:
     return proc.stderr
 
 
+def notes(values: Mapping[str, Any] | None = None) -> str:
+    """NOTES.txt as helm install prints it for these values, rendered without a cluster: `helm template`
+    leaves NOTES.txt out, so a copy of the chart renders it through `tpl` into a ConfigMap of its own."""
+    with tempfile.TemporaryDirectory(prefix="so-chart-notes-") as tmp:
+        chart = Path(tmp) / CHART.name
+        shutil.copytree(CHART, chart)
+        (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text(encoding="utf-8"))
+        (chart / "templates" / "zz-notes.yaml").write_text(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+            'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n',
+            encoding="utf-8",
+        )
+        proc = helm(
+            "template", RELEASE, str(chart), "--namespace", NAMESPACE,
+            "--show-only", "templates/zz-notes.yaml", *values_file(values, Path(tmp)),
+        )  # fmt: skip
+    if proc.returncode != 0:
+        pytest.fail(f"helm template (NOTES.txt) failed:\n{proc.stderr}")
+    return str(yaml.safe_load(proc.stdout)["data"]["notes"])
+
+
 def lint(values: Mapping[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory(prefix="so-chart-values-") as tmp:
         return helm("lint", "--strict", str(CHART), "--namespace", NAMESPACE, *values_file(values, Path(tmp)))
@@ -204,3 +226,17 @@ def normalized_rules(
         assert set(rule) <= {"apiGroups", "resources", "verbs"}, f"unexpected keys in {rule}"
         out.append((tuple(sorted(rule["apiGroups"])), tuple(sorted(rule["resources"])), tuple(sorted(rule["verbs"]))))
     return sorted(out)
+
+
+def role_grants(rules: Iterable[Mapping[str, Any]], verb: str, resource: str, subresource: str, group: str) -> bool:
+    """Whether these rules allow the verb on the resource (``resource/subresource``) of the API group, as
+    RBAC matches them (a rule for ``pods`` does not cover ``pods/exec``)."""
+    name = f"{resource}/{subresource}" if subresource else resource
+    return any(group in rule["apiGroups"] and name in rule["resources"] and verb in rule["verbs"] for rule in rules)
+
+
+def can_i_resource(resource: str, subresource: str, group: str) -> str:
+    """A (resource, subresource, group) as ``kubectl auth can-i`` names it: ``leases.coordination.k8s.io``,
+    ``pods/log``."""
+    name = f"{resource}.{group}" if group else resource
+    return f"{name}/{subresource}" if subresource else name

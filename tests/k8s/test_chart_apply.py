@@ -1,4 +1,4 @@
-"""The Helm chart against a real API server (the k8s_cluster fixture of conftest.py): the rendered objects
+"""The Helm chart against a real API server (the k8s_cluster fixture of kube_fixtures.py): the rendered objects
 pass server-side dry-run and then apply for real, come back as rendered, and the API server itself says
 what the controller's ServiceAccount may do (exactly the Role, in the sandbox namespace only) and refuses a
 pod that is not Pod Security "restricted" in the sandbox namespace. Then helm's own install and uninstall."""
@@ -15,10 +15,22 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from chart_helpers import BASE_RULES, CHART, COPY_RULE, helm, normalized_rules, of_kind, one, render
+from chart_helpers import (
+    BASE_RULES,
+    CHART,
+    COPY_RULE,
+    can_i_resource,
+    helm,
+    normalized_rules,
+    of_kind,
+    one,
+    render,
+)
 
-if TYPE_CHECKING:  # the fixture's type lives in conftest.py
-    from conftest import Cluster
+from orchestrator.backends.kubernetes.preflight import COPY_NEEDED, NEEDED
+
+if TYPE_CHECKING:  # the fixture's type lives in the plugin tests/conftest.py loads
+    from kube_fixtures import Cluster
 
 pytestmark = pytest.mark.k8s
 
@@ -154,10 +166,13 @@ def test_service_account_may_do_exactly_the_role(
     account = f"system:serviceaccount:{names['namespace']}:{one(applied, 'ServiceAccount')['metadata']['name']}"
     sandboxes, own = names["sandboxes"], names["namespace"]
     allowed = [
-        *[(verb, "pods") for verb in ("create", "get", "list", "watch", "delete", "deletecollection")],
+        *[(verb, "pods") for verb in ("create", "get", "list", "watch", "patch", "delete", "deletecollection")],
         ("get", "pods/log"),
         *[(verb, "events") for verb in ("get", "list", "watch")],
+        *[(verb, "networkpolicies.networking.k8s.io") for verb in ("get", "list")],
         *[(verb, "leases.coordination.k8s.io") for verb in ("get", "list", "watch", "create", "update", "delete")],
+        # what the backend uses, as `sandboxctl doctor` asks it: the chart and the backend cannot drift
+        *[(verb, can_i_resource(resource, sub, group)) for verb, resource, sub, group in NEEDED],
     ]
     for verb, resource in allowed:
         assert kubectl.can_i(verb, resource, sandboxes, account), f"{verb} {resource} in {sandboxes}"
@@ -165,9 +180,9 @@ def test_service_account_may_do_exactly_the_role(
         ("create", "pods/exec"),  # pvc mode: no exec
         ("get", "pods/exec"),
         ("create", "pods/attach"),
-        ("update", "pods"),
-        ("patch", "pods"),
+        ("update", "pods"),  # pods are patched (activeDeadlineSeconds), never replaced
         ("patch", "pods/ephemeralcontainers"),
+        ("patch", "pods/status"),
         ("patch", "leases.coordination.k8s.io"),
         ("get", "secrets"),
         ("list", "configmaps"),
@@ -279,6 +294,8 @@ def test_helm_install_and_uninstall(
         assert len(role) == 1
         assert normalized_rules(role[0]["rules"]) == normalized_rules([*BASE_RULES, COPY_RULE])
         account = f"system:serviceaccount:{names['namespace']}:{RELEASE}-sandbox-orchestrator"
+        for verb, resource, sub, group in NEEDED + COPY_NEEDED:
+            assert kubectl.can_i(verb, can_i_resource(resource, sub, group), names["sandboxes"], account)
         assert kubectl.can_i("create", "pods/exec", names["sandboxes"], account)
         assert not kubectl.can_i("create", "pods/exec", names["namespace"], account)
         assert kubectl.get("runtimeclass", names["runtimeclass"])["handler"] == "runsc"

@@ -29,15 +29,18 @@ from chart_helpers import (
     controller_pod,
     lint,
     normalized_rules,
+    notes,
     of_kind,
     one,
     project_version,
     render,
     render_error,
+    role_grants,
     secret_data,
 )
 
-from orchestrator.gate.config import with_defaults
+from orchestrator.backends.kubernetes.preflight import COPY_NEEDED, NEEDED
+from orchestrator.evidence.paths import default_evidence_path
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.config import (
     ApprovalsSection,
@@ -46,12 +49,12 @@ from orchestrator.service.config import (
     ServiceSection,
     load_config,
 )
+from orchestrator.service.launch import CONTROLLER_ID_ENV
 from orchestrator.service.tokens import load_credentials
-from orchestrator.yamlfile import load_yaml_mapping
 
 pytestmark = pytest.mark.k8s
 
-TOKENS = [
+TOKENS: list[dict[str, Any]] = [
     {"subject": "ci-runner", "role": "agent", "tenants": ["team-a"], "value": "agent-token-0123456789"},
     {"subject": "alice", "role": "approver", "tenants": ["team-a", "team-b"], "value": "approver-token-0123456789"},
     {"subject": "ops", "role": "admin", "key": "ops-token", "value": "admin-token-0123456789"},
@@ -75,8 +78,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "state-pvc": {"state": {"persistence": {"enabled": True}}},
     "external-namespace": {"sandboxNamespace": {"create": False, "name": "team-sandboxes"}},
-    "localhost-seccomp": {"backend": {"seccomp": "localhost"}, "controller": {"runAsUser": 1000, "runAsGroup": 1000}},
+    "localhost-seccomp": {"backend": {"seccomp": "localhost"}},
+    # a controller user of its own (profiles that write as 10001:10001): workspaces follow it
+    "own-user": {"controller": {"runAsUser": 10001, "runAsGroup": 10001}},
 }
+
+# the controller's default uid:gid: the built-in profiles' user, so that pvc workspaces fit them
+DEFAULT_UID = DEFAULT_GID = 1000
 
 CLUSTER_SCOPED = {"Namespace", "RuntimeClass", "PersistentVolume"}
 
@@ -190,10 +198,16 @@ def test_role_allows_exactly_what_the_backend_needs(variant: tuple[str, dict[str
     role = one(docs, "Role")
     expected = [*BASE_RULES, COPY_RULE] if name == "copy" else BASE_RULES
     assert normalized_rules(role["rules"]) == normalized_rules(expected)
-    # no wildcard, no escalation verb; pods are never changed in place (update is for leases only)
+    # at least what the backend uses (what `sandboxctl doctor` asks the API server about)
+    needed = NEEDED + (COPY_NEEDED if name == "copy" else ())
+    missing = [n for n in needed if not role_grants(role["rules"], *n)]
+    assert not missing, f"the Role lacks what the backend needs: {missing}"
+    # no wildcard, no escalation verb; pods are only patched (their activeDeadlineSeconds), never updated
+    # (update is for leases only)
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
-        assert not {"escalate", "bind", "impersonate", "patch"} & set(rule["verbs"])
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+        assert "patch" not in rule["verbs"] or rule["resources"] == ["pods"]
         assert "update" not in rule["verbs"] or rule["resources"] == ["leases"]
     binding = one(docs, "RoleBinding")
     assert binding["roleRef"] == {
@@ -233,8 +247,8 @@ def test_network_policy_denies_both_directions(variant: tuple[str, dict[str, Any
 
 def test_controller_pod_is_hardened(variant: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
     name, values, docs = variant
-    uid = values.get("controller", {}).get("runAsUser", 10001)
-    gid = values.get("controller", {}).get("runAsGroup", 10001)
+    uid = values.get("controller", {}).get("runAsUser", DEFAULT_UID)
+    gid = values.get("controller", {}).get("runAsGroup", DEFAULT_GID)
     deployment = one(docs, "Deployment")
     assert deployment["metadata"]["namespace"] == NAMESPACE
     assert deployment["spec"]["replicas"] == 1
@@ -278,6 +292,12 @@ def test_controller_pod_is_hardened(variant: tuple[str, dict[str, Any], list[dic
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["SANDBOX_STATE_DIR"]["value"] == "/var/lib/sandbox-orchestrator"
+    # the controller's identity (launch.owner_label): Kubernetes expands $(VAR) only from variables
+    # defined before it in the list
+    assert env[CONTROLLER_ID_ENV] == {"name": CONTROLLER_ID_ENV, "value": "$(POD_NAMESPACE)/$(POD_NAME)"}
+    order = [e["name"] for e in container["env"]]
+    assert order.index("POD_NAME") < order.index(CONTROLLER_ID_ENV)
+    assert order.index("POD_NAMESPACE") < order.index(CONTROLLER_ID_ENV)
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes[mounts["/tmp"]["name"]]["emptyDir"] == {"sizeLimit": "64Mi"}
@@ -296,6 +316,37 @@ def test_controller_pod_is_hardened(variant: tuple[str, dict[str, Any], list[dic
     assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/tokens"])
 
 
+def test_controller_writes_only_to_volumes(
+    variant: tuple[str, dict[str, Any], list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """Every place the controller writes is a writable volume (emptyDir or claim), never the image's
+    read-only root: so the image's own user (10001, owner of its state dir) does not matter, and the
+    controller may run as the profiles' user."""
+    _, _, docs = variant
+    container = controller_container(docs)
+    volumes = {v["name"]: v for v in controller_pod(docs)["spec"]["volumes"]}
+    mounts = container["volumeMounts"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    config = validate_config(config_text(docs), tmp_path)
+    state = Path(env["SANDBOX_STATE_DIR"])
+    image_env = dict(re.findall(r"\b(HOME|SANDBOX_STATE_DIR)=(\S+)", (REPO / "Dockerfile").read_text(encoding="utf-8")))
+    written = {
+        "state dir": state,
+        "store": Path(config.service.store or state / "service.db"),
+        "evidence": Path(config.evidence.path or default_evidence_path({"SANDBOX_STATE_DIR": str(state)})),
+        "workspaces": Path(config.service.workspaces or state / "workspaces"),
+        "temporary files": Path("/tmp"),
+        "the image's HOME": Path(image_env["HOME"]),
+    }
+    for what, path in written.items():
+        holding = [m for m in mounts if path.is_relative_to(m["mountPath"])]
+        assert holding, f"{what} ({path}) is on the read-only root filesystem"
+        mount = max(holding, key=lambda m: len(m["mountPath"]))
+        assert not mount.get("readOnly"), f"{what} ({path}) is on the read-only mount {mount['mountPath']}"
+        volume = volumes[mount["name"]]
+        assert {"emptyDir", "persistentVolumeClaim"} & set(volume), f"{what} ({path}): {volume}"
+
+
 def test_service(variant: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
     _, _, docs = variant
     service = one(docs, "Service")
@@ -311,16 +362,11 @@ def test_service(variant: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> N
 
 
 def validate_config(text: str, tmp_path: Path) -> OrchestratorConfig:
-    """The rendered config.yaml as the controller reads it (its own YAML reader, limits included) and
-    validated by its own model. Until the model has the backend section (merge of the Kubernetes backend),
-    the rest is validated and the backend's keys are checked by test_backend_section."""
+    """The rendered config.yaml as the controller reads it: its own loader (YAML reader and its limits,
+    the safety defaults, the whole model, backend section included)."""
     path = tmp_path / "config.yaml"
     path.write_text(text, encoding="utf-8")
-    if "backend" in OrchestratorConfig.model_fields:
-        return load_config(path)
-    data, _ = load_yaml_mapping(path)
-    data = {k: v for k, v in data.items() if k != "backend"}
-    return OrchestratorConfig.model_validate({**data, "safety": with_defaults(data.get("safety"))})
+    return load_config(path)
 
 
 def test_config_validates_with_the_project_model(
@@ -329,10 +375,17 @@ def test_config_validates_with_the_project_model(
     name, values, docs = variant
     config = validate_config(config_text(docs), tmp_path)
     assert config.service.workspaces == "/var/lib/sandbox-orchestrator/workspaces"
-    uid = values.get("controller", {}).get("runAsUser", 10001)
-    gid = values.get("controller", {}).get("runAsGroup", 10001)
+    uid = values.get("controller", {}).get("runAsUser", DEFAULT_UID)
+    gid = values.get("controller", {}).get("runAsGroup", DEFAULT_GID)
     assert config.service.workspace_owner == f"{uid}:{gid}"  # the controller can give workspaces to itself
     assert config.approvals.provider == "queue"
+    assert config.backend.kind == "kubernetes"
+    k8s = config.backend.kubernetes
+    assert k8s.namespace == sandbox_ns(values)
+    assert k8s.kubeconfig is None
+    assert k8s.workspace.mode == ("copy" if name == "copy" else "pvc")
+    assert k8s.workspace.root == config.service.workspaces
+    assert k8s.require_network_policy is True  # the chart's NetworkPolicy is what lets it launch
     if name in {"tokens", "existing-secret"}:
         mount = "/var/run/secrets/sandbox-orchestrator/tokens"
         assert [(t.subject, t.role, t.tenants, t.token_file) for t in config.service.tokens] == [
@@ -358,9 +411,6 @@ def test_backend_section(variant: tuple[str, dict[str, Any], list[dict[str, Any]
     assert k8s["image_pull_policy"] == "IfNotPresent"
     assert k8s["seccomp"] == ("localhost" if name == "localhost-seccomp" else "runtime-default")
     assert k8s["runtime_classes"] == {"runsc": "gvisor"}
-    # the identity comes from an env var the Deployment fills from the downward API (the pod's name)
-    env = {e["name"]: e for e in controller_container(docs)["env"]}
-    assert env[k8s["identity_env"]]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     workspace = k8s["workspace"]
     assert workspace == {
         "mode": "copy" if name == "copy" else "pvc",
@@ -514,6 +564,21 @@ def test_created_claims_bind_to_named_volumes() -> None:
     assert of_kind(docs, "PersistentVolume") == []
     bound = {(c["metadata"]["namespace"], c["spec"]["volumeName"]) for c in of_kind(docs, "PersistentVolumeClaim")}
     assert bound == {(SANDBOX_NAMESPACE, "nfs-a"), (NAMESPACE, "nfs-b")}
+
+
+def test_notes_warn_when_workspaces_do_not_fit_the_profiles() -> None:
+    """By default the controller is the built-in profiles' user (1000:1000) and pvc workspaces fit them:
+    no warning. Another controller user (or owner) in pvc mode is warned about; copy mode is not."""
+    default = notes()
+    assert "Workspaces: pvc mode." in default
+    assert "WARNING: new workspaces" not in default
+    for values in (VARIANTS["own-user"], {"workspaces": {"owner": "2000:2000"}}):
+        text = notes(values)
+        owner = values.get("workspaces", {}).get("owner", "10001:10001")
+        assert f"WARNING: new workspaces belong to {owner}, but the built-in profiles write as 1000:1000" in text
+    copy = notes({**VARIANTS["own-user"], **VARIANTS["copy"]})
+    assert "Workspaces: copy mode." in copy
+    assert "WARNING: new workspaces" not in copy
 
 
 def test_gvisor_runtime_class() -> None:

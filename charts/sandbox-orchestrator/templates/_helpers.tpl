@@ -117,7 +117,7 @@ app.kubernetes.io/part-of: sandbox-orchestrator
 {{- fail (printf "workspaces.root (%s): in copy mode the workspaces live in the state dir %s (the root filesystem is read-only)" $ws.root (include "so.stateDir" .)) -}}
 {{- end -}}
 {{- $workspace := dict "mode" $ws.mode "claim" $ws.claims.sandbox "root" $ws.root "copy_max_bytes" (int64 $ws.copyMaxBytes) -}}
-{{- $k8s := dict "kubeconfig" nil "namespace" (include "so.sandboxNamespace" .) "image_pull_policy" .Values.backend.imagePullPolicy "seccomp" .Values.backend.seccomp "runtime_classes" .Values.backend.runtimeClasses "identity_env" "POD_NAME" "workspace" $workspace -}}
+{{- $k8s := dict "kubeconfig" nil "namespace" (include "so.sandboxNamespace" .) "image_pull_policy" .Values.backend.imagePullPolicy "seccomp" .Values.backend.seccomp "runtime_classes" .Values.backend.runtimeClasses "workspace" $workspace -}}
 {{- $config := dict "service" $service "backend" (dict "kind" "kubernetes" "kubernetes" $k8s) -}}
 {{- range $section := list "safety" "approvals" "caps" "evidence" -}}
 {{- $value := index $c $section -}}
