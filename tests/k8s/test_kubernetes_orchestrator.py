@@ -107,9 +107,14 @@ async def test_a_weakened_pod_is_refused_by_the_api_server(sandbox_space: Sandbo
         kube.close()
 
 
-async def test_oom_from_the_pod_status(pipeline: Pipeline) -> None:
-    out = await pipeline.run("python3 -c 'b = bytearray(400 * 1024 * 1024); print(len(b))'", limits={"memory": "64m"})
+async def test_oom_from_the_pod_status(sandbox_space: SandboxSpace, tmp_path: Path) -> None:
+    pipeline = Pipeline(sandbox_space, tmp_path, POLICY + "caps: {max_memory: 64m}\n")
+    try:
+        out = await pipeline.run("python3 -c 'b = bytearray(400 * 1024 * 1024); print(len(b))'")
+    finally:
+        await pipeline.orch.aclose()
     assert out["oom_killed"] is True and out["error"]["code"] == "SANDBOX.OOM"
+    assert out["exit_code"] == 137
     assert "container_oom" in lifecycle_of(out)
 
 
@@ -127,7 +132,7 @@ async def test_huge_output_is_capped_and_counted(pipeline: Pipeline) -> None:
     assert out["exit_code"] == 0 and out["truncated"] is True
     assert len(out["stdout"]) == ProfileRegistry().resolve("workspace-write").stdout_max_bytes
     finished = next(r for r in out["records"] if r.event == "execution_finished")
-    assert finished.data is not None and finished.data["stdout_bytes"] == 20_000_000
+    assert finished.data is not None and finished.data["stdout"]["bytes"] == 20_000_000
 
 
 CHILD = textwrap.dedent(
