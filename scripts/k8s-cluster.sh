@@ -336,7 +336,8 @@ ensure_apiserver() {
         --endpoint-reconciler-type=none \
         --kubelet-preferred-address-types=Hostname --kubelet-certificate-authority="$PKI/ca.crt" \
         --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
-        --kubelet-client-key="$PKI/apiserver-kubelet-client.key"
+        --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+        --feature-gates=PodLogsQuerySplitStreams=true
     wait_until 60 api_ready || die_with_log kube-apiserver "kube-apiserver did not become ready"
 }
 
@@ -477,6 +478,10 @@ cgroupDriver: cgroupfs
 cgroupRoot: $CGROUP_ROOT
 failSwapOn: false
 podPidsLimit: 1024
+# the log API returns stdout and stderr apart (?stream=Stdout|Stderr; alpha in 1.34, off by default):
+# the backend then keeps them apart as Docker does
+featureGates:
+  PodLogsQuerySplitStreams: true
 # no cluster DNS: pods get an empty resolv.conf (they have no route to any server anyway)
 resolvConf: ""
 clusterDomain: cluster.local
