@@ -172,12 +172,15 @@ ensure_binaries() {
     BIN_DIR="$(bash "$SCRIPT_DIR/k8s-build.sh")" || so_die "scripts/k8s-build.sh failed"
 }
 
-# containerd and runc come with the engine packages (make setup); the CNI plugins are ours to add.
+# containerd and runc come with the engine packages (make setup); the CNI plugins are ours to add, and the
+# tools this script uses may be missing from a minimal machine.
 ensure_packages() {
     local pkgs=()
-    command -v containerd >/dev/null 2>&1 || pkgs+=(containerd)
+    command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1 || pkgs+=(containerd)
     command -v runc >/dev/null 2>&1 || pkgs+=(runc)
-    command -v ctr >/dev/null 2>&1 || pkgs+=(containerd)
+    command -v openssl >/dev/null 2>&1 || pkgs+=(openssl)
+    command -v ip >/dev/null 2>&1 || pkgs+=(iproute2)
+    command -v pgrep >/dev/null 2>&1 || pkgs+=(procps)
     [ -x "$CNI_BIN_DIR/bridge" ] && [ -x "$CNI_BIN_DIR/host-local" ] && [ -x "$CNI_BIN_DIR/loopback" ] \
         || pkgs+=(containernetworking-plugins)
     [ "${#pkgs[@]}" -eq 0 ] && return 0
@@ -523,10 +526,17 @@ ensure_node_configs() {
 
 containerd_answers() { ctr --address "$CTRD_SOCK" version >/dev/null 2>&1; }
 
+# runsc writes a log directory per container (about 60 KiB): the newest 200 are kept for diagnosis.
+prune_runsc_logs() {
+    find "$LOGS/runsc" -mindepth 1 -maxdepth 1 -type d -printf '%T@ %p\n' 2>/dev/null | sort -rn \
+        | tail -n +201 | cut -d' ' -f2- | xargs -r rm -rf --
+}
+
 ensure_containerd() {
     component_running containerd && return 0
     so_check_socket_len "$CTRD_SOCK"
     mkdir -p "$CTRD_STATE"
+    prune_runsc_logs
     # PATH: containerd looks its shims up there (containerd-shim-runsc-v1 lives in the bin dir).
     # The proxy variables send any image pull to a closed port on 127.0.0.1: a pod naming an image that
     # is not imported fails at once instead of sending traffic off the machine (loopback is never proxied).
