@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,12 @@ def sandbox_namespace(k8s_api: Any) -> Iterator[str]:
         }
     )
     try:
+        # pods are refused until the namespace's default ServiceAccount exists (the controller-manager
+        # makes it a moment after the namespace)
+        deadline = time.monotonic() + 30
+        while not core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
+            assert time.monotonic() < deadline, f"no default ServiceAccount in {name} after 30 s"
+            time.sleep(0.1)
         yield name
     finally:
         core.delete_namespace(name, propagation_policy="Background")
