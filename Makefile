@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace clean
+.PHONY: all venv lint typecheck importlint unit integration test demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s clean
 
 all: test
 
@@ -76,6 +76,10 @@ bench-workspace: $(STAMP) setup
 
 bench-stream: $(STAMP) setup
 	$(BIN)/python benchmarks/stream_latency.py
+
+# the Kubernetes backend against the same pod through the client, on the test cluster (started if needed)
+bench-k8s: $(STAMP) setup
+	$(BIN)/python benchmarks/k8s_overhead.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

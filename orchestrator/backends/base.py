@@ -21,10 +21,19 @@ LABEL_OWNER = "org.sandbox-orchestrator.owner"  # "<hostname>:<pid>:<process sta
 LABEL_DEADLINE = "org.sandbox-orchestrator.deadline"  # unix seconds after which the sandbox is an orphan
 LABEL_PROFILE_HASH = "org.sandbox-orchestrator.profile-hash"
 
-LifecycleKind = Literal["create", "start", "die", "oom", "kill", "destroy"]
+LifecycleKind = Literal["create", "schedule", "start", "die", "oom", "kill", "destroy"]
 OutputStream = Literal["stdout", "stderr"]
 OutputCallback = Callable[[OutputStream, bytes], None]
 """Receives output as it is produced: ``(stream, chunk)``, on the event loop's thread, in order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """The execution's workspace: a directory the controller sees (``local_path``, where the side effects
+    are measured). How it reaches the sandbox is the backend's: Docker bind-mounts it; Kubernetes mounts
+    the same storage's sub-path (a claim) or copies it in and the changes back out."""
+
+    local_path: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +43,7 @@ class LaunchSpec:
     execution_id: str
     argv: tuple[str, ...]
     profile: ResolvedProfile
-    workspace_host_path: str
+    workspace: Workspace
     workdir: str  # absolute path inside the container, inside the workspace mount
     env: Mapping[str, str]  # final environment: profile defaults + allowed request values (secret)
     labels: Mapping[str, str]
@@ -106,6 +115,9 @@ class ManagedSandbox:
     owner: str | None
     deadline_unix: float | None
     state: str
+    # whether the owner still runs, where the backend knows (Kubernetes: the owner's Lease); None: the
+    # reaper asks the host (a process on this host) or goes by the deadline alone
+    owner_alive: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +128,16 @@ class BackendInfo:
     runtimes: frozenset[str]
     images: frozenset[str]  # locally available image references (repo:tag)
     details: Mapping[str, str] = field(default_factory=dict)  # cgroup version/driver, seccomp support, ...
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightCheck:
+    """One thing ``sandboxctl doctor`` checked about where sandboxes run, and the fix if it failed."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
 
 
 @runtime_checkable
@@ -169,5 +191,13 @@ class SandboxBackend(Protocol):
         ...
 
     async def list_managed(self) -> list[ManagedSandbox]: ...
+
+    async def preflight(self) -> list[PreflightCheck]:
+        """Backend-specific checks for ``sandboxctl doctor`` (beyond engine facts, profiles and probes)."""
+        ...
+
+    def workspace_root(self) -> str | None:
+        """Where workspaces must live for this backend to reach them (None: anywhere on this host)."""
+        ...
 
     async def close(self) -> None: ...

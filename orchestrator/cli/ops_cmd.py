@@ -13,11 +13,13 @@ def register(sub: Subparsers) -> None:
         "doctor", help="check engine, runtimes, images, seccomp and the limits in force, each with its fix"
     )
     doctor.add_argument("--no-probe", action="store_true", help="skip the probe containers")
+    doctor.add_argument("--config", default=None, metavar="PATH", help="the config whose backend to check")
     doctor.add_argument("--evidence", default=None, metavar="PATH")
     doctor.add_argument("--json", action="store_true")
     doctor.set_defaults(handler=handle_doctor)
     gc = sub.add_parser("gc", help="remove orphaned sandboxes (owner gone or deadline passed) and record them")
     gc.add_argument("--evidence", default=None, metavar="PATH")
+    gc.add_argument("--config", default=None, metavar="PATH", help="the config whose backend to collect from")
     gc.add_argument("--json", action="store_true")
     gc.set_defaults(handler=handle_gc)
 
@@ -32,14 +34,15 @@ def _evidence_path(args: argparse.Namespace) -> Any:
 
 def handle_doctor(args: argparse.Namespace) -> int:
     import asyncio
+    from pathlib import Path
 
-    from orchestrator.backends.docker import DockerBackend
     from orchestrator.domain.text import printable
     from orchestrator.profiles import ProfileRegistry
+    from orchestrator.service.backends import backend_for_file
     from orchestrator.service.doctor import run_doctor
 
     async def main() -> list[Any]:
-        backend = DockerBackend()
+        backend = backend_for_file(Path(args.config) if args.config else None)
         try:
             return await run_doctor(backend, ProfileRegistry(), _evidence_path(args), probes=not args.no_probe)
         finally:
@@ -58,13 +61,14 @@ def handle_doctor(args: argparse.Namespace) -> int:
 
 def handle_gc(args: argparse.Namespace) -> int:
     import asyncio
+    from pathlib import Path
 
-    from orchestrator.backends.docker import DockerBackend
     from orchestrator.evidence import EvidenceWriter
+    from orchestrator.service.backends import backend_for_file
     from orchestrator.service.reaper import collect_orphans
 
     async def main() -> list[Any]:
-        backend = DockerBackend()
+        backend = backend_for_file(Path(args.config) if args.config else None)
         evidence = EvidenceWriter(_evidence_path(args))
         try:
             return await collect_orphans(backend, evidence)

@@ -82,9 +82,10 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
     import signal
     from pathlib import Path
 
-    from orchestrator.backends.docker import DockerBackend
+    from orchestrator.backends.base import SandboxBackend
     from orchestrator.domain.errors import InputInvalid, OrchestratorError
     from orchestrator.profiles import ProfileRegistry
+    from orchestrator.service.backends import backend_for_file
     from orchestrator.service.factory import build_orchestrator
     from orchestrator.service.reaper import collect_orphans
 
@@ -100,7 +101,7 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
             if signal.getsignal(signum) is not signal.SIG_IGN:
                 asyncio.get_running_loop().add_signal_handler(signum, task.cancel)
 
-    backend: DockerBackend | None = None
+    backend: SandboxBackend | None = None
     try:
         workspace = workspace_from_args(args)
         raw = request_from_args(args)
@@ -110,7 +111,7 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
             raw["timeout_ms"] = max(1, round(args.timeout * 1000))
         if not workspace.is_dir():
             raise InputInvalid(f"workspace {workspace} is not a directory")
-        backend = DockerBackend()
+        backend = backend_for_file(Path(args.config) if args.config else None)
         backend.prepare()  # the engine connection is set up while the gate decides
         orch = build_orchestrator(
             Path(args.config) if args.config else None,

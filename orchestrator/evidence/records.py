@@ -44,6 +44,7 @@ class EventType(StrEnum):
     SANDBOX_COLLECTED = "sandbox_collected"  # an orphan removed whose execution already has its end record
     # lifecycle events reported by the container engine
     CONTAINER_CREATED = "container_created"
+    CONTAINER_SCHEDULED = "container_scheduled"  # Kubernetes: the scheduler placed the pod on a node
     CONTAINER_STARTED = "container_started"
     CONTAINER_DIED = "container_died"
     CONTAINER_OOM = "container_oom"

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.approvals.rules import ApprovalRule, GrantOutcome
+from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.gate.config import SafetyConfig, default_safety_config, with_defaults
 from orchestrator.profiles import ProfileCaps
 from orchestrator.yamlfile import load_yaml_mapping, validate
@@ -97,6 +98,14 @@ class ServiceSection(BaseModel):
     limits: ServiceLimits = Field(default_factory=ServiceLimits)
 
 
+class BackendSection(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    kind: Literal["docker", "kubernetes"] = Field(
+        default="docker", description="Where sandboxes run: the Docker engine, or pods on a Kubernetes cluster."
+    )
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings, description="kind: kubernetes.")
+
+
 class OrchestratorConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
@@ -104,6 +113,7 @@ class OrchestratorConfig(BaseModel):
     approvals: ApprovalsSection = Field(default_factory=ApprovalsSection)
     evidence: EvidenceSection = Field(default_factory=EvidenceSection)
     service: ServiceSection = Field(default_factory=ServiceSection, description="`sandboxctl serve` only.")
+    backend: BackendSection = Field(default_factory=BackendSection)
     caps: ProfileCaps | None = Field(
         default=None,
         description="Policy caps: the most any profile may get (memory, cpus, pids, wall time, output,"

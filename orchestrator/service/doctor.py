@@ -65,7 +65,8 @@ def _parse_probe(text: str) -> dict[str, str]:
     return found
 
 
-def _probe_verdict(profile: ResolvedProfile, seen: dict[str, str]) -> tuple[bool, str]:
+def _probe_verdict(profile: ResolvedProfile, seen: dict[str, str], *, node_pids: bool = False) -> tuple[bool, str]:
+    """``node_pids``: the pids limit is the node's (a pod has no field of its own), shown, not compared."""
     problems = []
     gvisor = profile.runtime == "runsc"
     if seen.get("Seccomp") != "2":  # gVisor reports it too when registered with --oci-seccomp
@@ -80,7 +81,9 @@ def _probe_verdict(profile: ResolvedProfile, seen: dict[str, str]) -> tuple[bool
         memory = pids = "host-enforced"
     if memory is not None and memory.isdigit() and int(memory) != profile.memory_bytes:
         problems.append(f"memory limit {memory} (want {profile.memory_bytes})")
-    if pids is not None and pids.isdigit() and int(pids) != profile.pids_limit:
+    if pids is not None and node_pids:
+        pids = f"{pids} (the node's pod limit)"
+    elif pids is not None and pids.isdigit() and int(pids) != profile.pids_limit:
         problems.append(f"pids limit {pids} (want {profile.pids_limit})")
     if seen.get("uid") == "0":
         problems.append("runs as root")
@@ -95,9 +98,10 @@ def _probe_verdict(profile: ResolvedProfile, seen: dict[str, str]) -> tuple[bool
     return (not problems, detail if not problems else "; ".join(problems) + f" — saw {detail}")
 
 
-async def probe(backend: SandboxBackend, profile: ResolvedProfile) -> Check:
+async def probe(backend: SandboxBackend, profile: ResolvedProfile, *, node_pids: bool = False) -> Check:
     name = f"limits in force ({profile.name}, {profile.runtime})"
-    with tempfile.TemporaryDirectory(prefix="sandbox-doctor-") as tmp:
+    # where the backend reaches workspaces (a cluster: below its claim's root)
+    with tempfile.TemporaryDirectory(prefix="sandbox-doctor-", dir=backend.workspace_root()) as tmp:
         workspace = Path(tmp)
         workspace.chmod(0o777)
         request = parse_request({"tool": "shell_command", "command": PROBE})
@@ -113,7 +117,8 @@ async def probe(backend: SandboxBackend, profile: ResolvedProfile) -> Check:
             )
         except OrchestratorError as err:
             return Check(name, False, f"{err.code}: {err.message}", SETUP_FIX)
-    ok, detail = _probe_verdict(profile, _parse_probe(outcome.stdout.decode("utf-8", "replace")))
+    seen = _parse_probe(outcome.stdout.decode("utf-8", "replace"))
+    ok, detail = _probe_verdict(profile, seen, node_pids=node_pids)
     return Check(
         name, ok, detail, None if ok else "check the engine's cgroup and seccomp support (see docs/setup-notes.md)"
     )
@@ -131,6 +136,10 @@ async def run_doctor(
     if info is not None:
         extra = ", ".join(f"{k} {v}" for k, v in sorted(info.details.items()))
         checks.append(Check("engine", True, f"{info.name} {info.engine_version} at {info.endpoint}; {extra}"))
+    checks.extend(Check(c.name, c.ok, c.detail, c.fix) for c in await backend.preflight())
+    # a cluster's images are on its nodes, not the controller's to list: the probe pods show them
+    images_listed = info is not None and info.name != "kubernetes"
+    if info is not None and images_listed:
         seccomp = "seccomp" in info.details.get("security_options", "seccomp")
         checks.append(
             Check(
@@ -168,6 +177,8 @@ async def run_doctor(
                     else "run `make setup` (registers runsc with --oci-seccomp) or use a runc profile",
                 )
             )
+            if not images_listed:
+                continue
             image_ok = profile.image in info.images
             checks.append(
                 Check(
@@ -197,9 +208,9 @@ async def run_doctor(
             if (
                 profile.runtime in seen_runtimes
                 or profile.runtime not in info.runtimes
-                or profile.image not in info.images
+                or (images_listed and profile.image not in info.images)
             ):
                 continue
             seen_runtimes.add(profile.runtime)
-            checks.append(await probe(backend, profile))
+            checks.append(await probe(backend, profile, node_pids=info.name == "kubernetes"))
     return checks

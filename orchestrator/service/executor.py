@@ -46,12 +46,15 @@ log = logging.getLogger(__name__)
 
 LIFECYCLE_EVENTS: dict[str, EventType] = {
     "create": EventType.CONTAINER_CREATED,
+    "schedule": EventType.CONTAINER_SCHEDULED,
     "start": EventType.CONTAINER_STARTED,
     "die": EventType.CONTAINER_DIED,
     "oom": EventType.CONTAINER_OOM,
     "kill": EventType.CONTAINER_KILLED,
     "destroy": EventType.CONTAINER_DESTROYED,
 }
+# what of an engine event's attributes the evidence keeps (Docker's hold every label; these are facts)
+RECORDED_ATTRIBUTES = ("reason", "node")
 # how long teardown waits for the engine to report the destroy event before moving on
 DESTROY_EVENT_WAIT_S = 5.0
 
@@ -134,6 +137,9 @@ async def _record_lifecycle(event: LifecycleEvent, record: Record) -> None:
         data["exit_code"] = event.exit_code
     if event.signal is not None:
         data["signal"] = event.signal
+    for key in RECORDED_ATTRIBUTES:
+        if key in event.attributes:
+            data[key] = event.attributes[key]
     await record(LIFECYCLE_EVENTS[event.kind], engine_ts=event.engine_ts.isoformat(), data=data)
 
 

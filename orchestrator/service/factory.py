@@ -11,11 +11,11 @@ from orchestrator.approvals.queue import ApprovalStore, QueueApprover
 from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
 from orchestrator.approvals.terminal import TerminalApprover
 from orchestrator.backends.base import SandboxBackend
-from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import NoApprovalProvider
 from orchestrator.evidence import EvidenceWriter, default_evidence_path
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.backends import backend_for_file
 from orchestrator.service.config import OrchestratorConfig, load_config
 from orchestrator.service.governing import (
     Governing,
@@ -103,12 +103,13 @@ async def open_orchestrator(
     backend: SandboxBackend | None = None,
 ) -> Orchestrator:
     """An orchestrator ready to ``execute()``: the config's policy, approvals and evidence, the built-in
-    profiles, the Docker backend (unless ``backend`` is given) — and the orphan reaper running once
-    beside it as a guarded task. Close it with ``await orch.aclose()``."""
-    chosen = backend if backend is not None else DockerBackend()
+    profiles, the config's backend (Docker unless it says otherwise; ``backend`` if given) — and the orphan
+    reaper running once beside it as a guarded task. Close it with ``await orch.aclose()``."""
+    config_path = Path(config) if config is not None else None
+    chosen = backend if backend is not None else backend_for_file(config_path)
     chosen.prepare()
     orch = build_orchestrator(
-        Path(config) if config is not None else None,
+        config_path,
         workspace=workspace,
         evidence_path=Path(evidence_path) if evidence_path is not None else None,
         approvals=approvals,

@@ -17,12 +17,12 @@ from orchestrator.approvals.base import ApprovalProvider
 from orchestrator.approvals.queue import QueueApprover
 from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
 from orchestrator.backends.base import SandboxBackend
-from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.principal import Principal
 from orchestrator.evidence import EvidenceWriter, default_evidence_path, format_ts, records_of, verify
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.backends import backend_for
 from orchestrator.service.config import OrchestratorConfig, ServiceLimits, load_config
 from orchestrator.service.executions import ExecutionManager
 from orchestrator.service.factory import state_dir
@@ -75,7 +75,7 @@ class Service:
             if config_path is not None:
                 governing = (policy_file(config_path), *governing)
             if backend is None:
-                backend = DockerBackend()
+                backend = backend_for(config)
             backend.prepare()
             orchestrator = Orchestrator(
                 evidence=EvidenceWriter(evidence_path),

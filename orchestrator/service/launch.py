@@ -18,6 +18,7 @@ from orchestrator.backends.base import (
     LABEL_PROFILE_HASH,
     MANAGED_BY,
     LaunchSpec,
+    Workspace,
 )
 from orchestrator.domain.errors import ConfigInvalid, InputInvalid, SandboxUnavailable
 from orchestrator.domain.requests import (
@@ -56,9 +57,17 @@ def _host_id() -> str:
     return f"{socket.gethostname()}~pidns{namespace}"
 
 
+#: set by the Helm chart to the controller pod's namespace/name: unique per replica, and the same after a
+#: container restart (a reaper on the cluster asks the owner's Lease whether it lives)
+CONTROLLER_ID_ENV = "SANDBOX_CONTROLLER_ID"
+
+
 def owner_label() -> str:
-    """``host~pidns:pid:start`` names this controller process, so a reaper can tell if it is gone
-    (a recycled pid has a different start time)."""
+    """``$SANDBOX_CONTROLLER_ID`` where it is set (a controller pod); else ``host~pidns:pid:start``, naming
+    this controller process so that a reaper can tell if it is gone (a recycled pid has another start time)."""
+    configured = os.environ.get(CONTROLLER_ID_ENV, "").strip()
+    if configured:
+        return configured
     pid = os.getpid()
     return f"{_host_id()}:{pid}:{_process_start_ticks(pid)}"
 
@@ -220,7 +229,7 @@ def launch_spec(
         execution_id=execution_id,
         argv=command_argv(request),
         profile=profile,
-        workspace_host_path=str(workspace),
+        workspace=Workspace(str(workspace)),
         workdir=container_workdir(profile, workspace, request.cwd),
         env=sandbox_env(profile, dict(request.env)),
         labels={

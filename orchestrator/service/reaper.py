@@ -30,7 +30,12 @@ def orphan_reason(sandbox: ManagedSandbox, now: float) -> str | None:
         return "deadline passed"
     if sandbox.owner == owner_label():
         return None if is_active_here(sandbox.execution_id) else "its controller (this process) no longer runs it"
-    if owner_alive(sandbox.owner) is False:
+    # a process of this host is asked directly (a killed one's Lease may not have expired yet); any other
+    # owner by what the backend knows (its Lease on a cluster)
+    alive = owner_alive(sandbox.owner)
+    if alive is None:
+        alive = sandbox.owner_alive
+    if alive is False:
         return f"owner {sandbox.owner} is gone"
     return None
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
     LABEL_DEADLINE,
     LABEL_EXECUTION_ID,
@@ -38,9 +39,10 @@ from orchestrator.backends.base import (
     SandboxBackend,
     SandboxHandle,
     StreamCapture,
+    Workspace,
 )
 from orchestrator.backends.docker import DockerBackend, discover_endpoint
-from orchestrator.backends.docker.capture import FrameDemuxer, StreamSink
+from orchestrator.backends.docker.capture import FrameDemuxer
 from orchestrator.backends.docker.cgroups import CGROUP_ROOT
 from orchestrator.backends.docker.config import READ_ONLY_TMP_OPTIONS, container_config
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, parse_engine_time
@@ -112,7 +114,7 @@ class Sandboxes:
             execution_id=execution_id,
             argv=tuple(argv),
             profile=profile,
-            workspace_host_path=str(self.workspace),
+            workspace=Workspace(str(self.workspace)),
             workdir=workdir or profile.workspace.container_path,
             env=dict(profile.env) if env is None else dict(env),
             labels={
@@ -321,7 +323,7 @@ def _assert_launch_settings(info: dict[str, Any], spec: Any, image_labels: dict[
         for target in sorted(FILES)
     ]
     assert host_mount["Type"] == "bind"
-    assert host_mount["Source"] == spec.workspace_host_path
+    assert host_mount["Source"] == spec.workspace.local_path
     assert host_mount["Target"] == profile.workspace.container_path
     assert host_mount.get("ReadOnly", False) is read_only
     assert host_mount["BindOptions"]["Propagation"] == "rprivate"
@@ -331,7 +333,7 @@ def _assert_launch_settings(info: dict[str, Any], spec: Any, image_labels: dict[
         (target, os.path.join(etc_dir, os.path.basename(target)), False, "rprivate") for target in sorted(FILES)
     ]
     assert mount["Type"] == "bind"
-    assert mount["Source"] == spec.workspace_host_path
+    assert mount["Source"] == spec.workspace.local_path
     assert mount["Destination"] == profile.workspace.container_path
     assert mount["RW"] is (not read_only)
     assert mount["Propagation"] == "rprivate"

@@ -35,6 +35,7 @@ from orchestrator.backends.base import (
     MANAGED_BY,
     LaunchSpec,
     ManagedSandbox,
+    Workspace,
 )
 from orchestrator.backends.docker import DockerBackend, discover_endpoint
 from orchestrator.domain.errors import OrchestratorError
@@ -553,7 +554,7 @@ async def _create_expired(env: Env) -> tuple[str, str]:
         execution_id=execution_id,
         argv=("sleep", "60"),
         profile=profile,
-        workspace_host_path=str(env.workspace),
+        workspace=Workspace(str(env.workspace)),
         workdir=profile.workspace.container_path,
         env=dict(profile.env),
         labels={

@@ -1,10 +1,9 @@
-"""Helpers shared by the Kubernetes tests (a module, not a conftest: tests import it)."""
+"""Pods as the Kubernetes backend launches sandboxes, for the tests of tests/k8s (a module: they import it)."""
 
 from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +14,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = "sandbox-orchestrator/minimal:latest"
 DEFAULT = "sandbox-orchestrator/default:latest"
 POD_TIMEOUT = 90.0
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """The running test cluster: its admin kubeconfig, the directory of its binaries (kubectl, helm, ...)
-    and the API server's URL."""
-
-    kubeconfig: Path
-    bin_dir: Path
-    server: str
 
 
 def hardened_pod(

@@ -14,12 +14,15 @@ from __future__ import annotations
 import json
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from k8s_helpers import DEFAULT, ROOT, Cluster, hardened_pod, run_pod, unique
+from k8s_helpers import DEFAULT, ROOT, hardened_pod, run_pod, unique
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+if TYPE_CHECKING:  # the fixture's type lives in the plugin tests/conftest.py loads
+    from kube_fixtures import Cluster
 
 pytestmark = pytest.mark.k8s
 

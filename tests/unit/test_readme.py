@@ -43,3 +43,10 @@ def test_the_warm_server_preloads_no_http_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_profile_mapping_table_is_the_backends_own() -> None:
+    from orchestrator.backends.kubernetes.manifest import PROFILE_MAPPING
+
+    for field, docker, pod in PROFILE_MAPPING:
+        assert f"| `{field}` | {docker} | {pod} |" in README, field

@@ -40,3 +40,18 @@ def test_orphan_rules() -> None:
 def owner_label_start(pid: int) -> str:
     with open(f"/proc/{pid}/stat", "rb") as f:
         return f.read().rsplit(b")", 1)[1].split()[19].decode()
+
+
+def test_a_cluster_owner_lives_as_long_as_its_lease() -> None:
+    now = time.time()
+    future = now + 60
+    held = ManagedSandbox("id", "sbx-ex-1", "ex-1", "sandbox-system/controller-7d9", future, "running", True)
+    lapsed = ManagedSandbox("id", "sbx-ex-1", "ex-1", "sandbox-system/controller-7d9", future, "running", False)
+    unknown = ManagedSandbox("id", "sbx-ex-1", "ex-1", "sandbox-system/controller-7d9", future, "running")
+    assert orphan_reason(held, now) is None
+    assert orphan_reason(lapsed, now) == "owner sandbox-system/controller-7d9 is gone"
+    assert orphan_reason(unknown, now) is None  # nothing known: its deadline decides
+    # a process of this host is asked directly, whatever its (not yet expired) lease says
+    host = owner_label().split(":", 1)[0]
+    dead_here = ManagedSandbox("id", "sbx-ex-1", "ex-1", f"{host}:999999999:1", future, "running", True)
+    assert "is gone" in (orphan_reason(dead_here, now) or "")

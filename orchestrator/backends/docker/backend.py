@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
 from orchestrator.backends._support.output_relay import OutputRelay
+from orchestrator.backends._support.stream_sink import StreamSink
+from orchestrator.backends._support.threads import ThreadPump, in_daemon_thread
 from orchestrator.backends.base import (
     LABEL_EXECUTION_ID,
     LABEL_MANAGED_BY,
@@ -35,19 +37,19 @@ from orchestrator.backends.base import (
     LifecycleEvent,
     ManagedSandbox,
     OutputCallback,
+    PreflightCheck,
     ResourceUsage,
     SandboxHandle,
     StreamCapture,
 )
 from orchestrator.backends.docker import cgroups
-from orchestrator.backends.docker.capture import FrameDemuxer, StreamSink
+from orchestrator.backends.docker.capture import FrameDemuxer
 from orchestrator.backends.docker.config import container_config, container_name
 from orchestrator.backends.docker.endpoint import Endpoint, discover_endpoint
 from orchestrator.backends.docker.engine import (
     AttachStream,
     EngineClient,
     EngineError,
-    EventStream,
     JsonObject,
     jlist,
     jobj,
@@ -98,95 +100,6 @@ class _Sandbox:
     exit_watch: ExitWatch | None = None
 
 
-async def _in_daemon_thread(fn: Callable[[], T], name: str) -> T:
-    """Run a call that blocks as long as a sandbox runs on its own daemon thread; if the awaiting
-    task is cancelled the call keeps running (the caller aborts its stream)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(value: T | None, exc: BaseException | None) -> None:
-        if future.done():
-            return
-        if exc is not None:
-            future.set_exception(exc)
-        else:
-            future.set_result(value)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            value = fn()
-        except BaseException as exc:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                loop.call_soon_threadsafe(settle, None, exc)
-            return
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, value, None)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return await future
-
-
-class _EventPump:
-    """A daemon thread reading the engine's event stream into an asyncio queue."""
-
-    END = None
-
-    def __init__(
-        self,
-        engine: EngineClient,
-        filters: dict[str, list[str]],
-        since: str,
-        loop: asyncio.AbstractEventLoop,
-        queue: asyncio.Queue[JsonObject | EngineError | None],
-    ) -> None:
-        self._engine = engine
-        self._filters = filters
-        self._since = since
-        self._loop = loop
-        self._queue = queue
-        self._lock = threading.Lock()
-        self._closed = False
-        self._stream: EventStream | None = None
-        self.thread = threading.Thread(target=self._run, name="docker-events", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def _post(self, item: JsonObject | EngineError | None) -> None:
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-
-    def _run(self) -> None:
-        try:
-            stream = self._engine.events(self._filters, self._since)
-        except EngineError as exc:
-            self._post(exc)
-            self._post(self.END)
-            return
-        with self._lock:
-            if self._closed:
-                stream.close()
-                self._post(self.END)
-                return
-            self._stream = stream
-        try:
-            for item in stream:
-                self._post(item)
-            if not stream.closed:
-                self._post(EngineError("unreachable", "events", "the engine ended its event stream"))
-        except EngineError as exc:
-            self._post(exc)
-        finally:
-            self._post(self.END)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            stream = self._stream
-        if stream is not None:
-            stream.close()
-
-
 def _since(now_ns: int) -> str:
     return f"{now_ns // 1_000_000_000}.{now_ns % 1_000_000_000:09d}"
 
@@ -216,7 +129,7 @@ class DockerBackend:
         self._client_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._sandboxes: dict[str, _Sandbox] = {}
-        self._pumps: set[_EventPump] = set()
+        self._pumps: set[ThreadPump[JsonObject]] = set()
         self._final_usage: OrderedDict[str, ResourceUsage] = OrderedDict()
         self._runtimes_verified: set[str] = set()
         self._etc_dir: str | None = None
@@ -529,7 +442,7 @@ class DockerBackend:
                 attach.close()
 
         try:
-            await _in_daemon_thread(pump, f"output-{handle.name}")
+            await in_daemon_thread(pump, f"output-{handle.name}")
             if relay is not None:
                 relay.drain()  # the last chunks, before capture returns
         except asyncio.CancelledError:
@@ -558,7 +471,7 @@ class DockerBackend:
         engine = await self._engine()
         container_id = handle.sandbox_id
         try:
-            code, error = await _in_daemon_thread(lambda: engine.wait(container_id), f"wait-{handle.name}")
+            code, error = await in_daemon_thread(lambda: engine.wait(container_id), f"wait-{handle.name}")
         except EngineError as exc:
             raise self._error(
                 exc, f"lost sandbox {handle.name} while waiting for it: {exc.reason}", sandbox=handle.name
@@ -677,8 +590,14 @@ class DockerBackend:
 
     async def _events(self, filters: dict[str, list[str]], since: str) -> AsyncGenerator[LifecycleEvent, None]:
         engine = await self._engine()
-        queue: asyncio.Queue[JsonObject | EngineError | None] = asyncio.Queue()
-        pump = _EventPump(engine, filters, since, asyncio.get_running_loop(), queue)
+        queue: asyncio.Queue[JsonObject | BaseException | None] = asyncio.Queue()
+        pump: ThreadPump[JsonObject] = ThreadPump(
+            functools.partial(engine.events, filters, since),
+            asyncio.get_running_loop(),
+            queue,
+            name="docker-events",
+            ended_early=lambda: EngineError("unreachable", "events", "the engine ended its event stream"),
+        )
         self._pumps.add(pump)
         pump.start()
         try:
@@ -688,12 +607,21 @@ class DockerBackend:
                     return
                 if isinstance(item, EngineError):
                     raise self._error(item, f"the engine's event stream failed: {item.reason}")
+                if isinstance(item, BaseException):
+                    raise item
                 event = lifecycle_event(item)
                 if event is not None:
                     yield event
         finally:
             pump.close()
             self._pumps.discard(pump)
+
+    async def preflight(self) -> list[PreflightCheck]:
+        """Nothing beyond what the doctor asks every engine (info, images, runtimes, probes)."""
+        return []
+
+    def workspace_root(self) -> str | None:
+        return None  # bind mounts reach any directory of this host
 
     async def list_managed(self) -> list[ManagedSandbox]:
         engine = await self._engine()

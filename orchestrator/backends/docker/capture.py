@@ -1,4 +1,4 @@
-"""Bounded capture of a container's output: keep the first ``limit`` bytes, count everything.
+"""The engine's multiplexed output stream, split into two bounded sinks (``_support.stream_sink``).
 
 The engine multiplexes stdout and stderr on one connection (non-TTY containers) as frames::
 
@@ -14,47 +14,12 @@ more than its cap: see ``Redactor.redact_capped``). Pure code: no I/O.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 
-from orchestrator.backends.base import StreamCapture
+from orchestrator.backends._support.stream_sink import StreamSink
 
 STDIN, STDOUT, STDERR, SYSTEMERR = 0, 1, 2, 3
 HEADER_SIZE = 8
 _HEADER = struct.Struct(">BxxxL")
-
-
-class StreamSink:
-    """One output stream: the first ``limit`` bytes kept, every byte counted; ``tap``, if given, gets each
-    piece that is kept as it is written (nothing past the limit)."""
-
-    __slots__ = ("_data", "_tap", "limit", "total")
-
-    def __init__(self, limit: int, tap: Callable[[bytes], None] | None = None) -> None:
-        if limit < 0:
-            raise ValueError("limit must be >= 0")
-        self.limit = limit
-        self.total = 0
-        self._data = bytearray()
-        self._tap = tap
-
-    def write(self, chunk: bytes | memoryview) -> None:
-        size = len(chunk)
-        if not size:
-            return
-        self.total += size
-        room = self.limit - len(self._data)
-        if room > 0:
-            kept = chunk[:room]
-            self._data += kept
-            if self._tap is not None:
-                self._tap(bytes(kept))
-
-    def result(self) -> StreamCapture:
-        return StreamCapture(
-            data=bytes(self._data),
-            total_bytes=self.total,
-            truncated=self.total > self.limit,
-        )
 
 
 class FrameDemuxer:

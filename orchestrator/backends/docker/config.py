@@ -102,7 +102,7 @@ def container_config(spec: LaunchSpec, *, etc_dir: str) -> dict[str, object]:
         "Mounts": [
             {
                 "Type": "bind",
-                "Source": spec.workspace_host_path,
+                "Source": spec.workspace.local_path,
                 "Target": profile.workspace.container_path,
                 "ReadOnly": profile.workspace.mode == "ro",
                 "BindOptions": {

@@ -1,0 +1,201 @@
+"""Kubernetes overhead: a governed execution as a pod against the same pod driven straight through the client.
+
+Phases, on the project's test cluster (``scripts/k8s-cluster.sh up``; a namespace of the benchmark's own,
+made like the chart's, removed at the end):
+
+* **pod vs pod** — (A) ``Orchestrator.execute({"tool": "shell_exec", "argv": ["true"]})`` with the
+  Kubernetes backend (gate, evidence, the pod watch, the log stream, teardown) against (B) the *same* pod
+  manifest created with the official client's ``CoreV1Api``, awaited with its ``Watch`` until the
+  container terminated, then deleted and awaited until gone. Pairs are interleaved (A B, then B A, ...);
+  prints p50/p95 of each and the median of the pairwise ratios A/B. Target (issue 9): ≤ 1.15. Also B's
+  phases as the API server reported them: create → running → succeeded → deleted.
+* **concurrency** — N executions, C at a time, over one orchestrator: throughput, p50/p95, and the pods
+  left with our labels afterwards (must be 0).
+
+Not a test: it prints figures (exit 1 only if pods leak).
+
+    .venv/bin/python benchmarks/k8s_overhead.py [--runs 15] [--concurrency 20] [--concurrent-runs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from kube_fixtures import CLAIM, Cluster, SandboxSpace, cluster_script, env_value, space_manifests  # noqa: E402
+from kubernetes import client as k8s_client  # noqa: E402
+from kubernetes import config as k8s_config  # noqa: E402
+from kubernetes import watch as k8s_watch  # noqa: E402
+
+from orchestrator.backends.base import LaunchSpec, Workspace  # noqa: E402
+from orchestrator.backends.kubernetes.backend import KubernetesBackend  # noqa: E402
+from orchestrator.backends.kubernetes.manifest import pod_manifest  # noqa: E402
+from orchestrator.domain.ids import new_execution_id  # noqa: E402
+from orchestrator.profiles import ProfileRegistry  # noqa: E402
+from orchestrator.service.factory import build_orchestrator  # noqa: E402
+
+POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def line(name: str, values: list[float]) -> str:
+    return (
+        f"{name:<34} p50 {pct(values, 0.5) * 1000:7.0f} ms   p95 {pct(values, 0.95) * 1000:7.0f} ms   n={len(values)}"
+    )
+
+
+def cluster() -> Cluster:
+    if cluster_script("status").returncode != 0:
+        up = cluster_script("up")
+        if up.returncode != 0:
+            raise SystemExit(f"k8s-cluster.sh up failed: {up.stderr[-2000:]}")
+    env = cluster_script("env").stdout
+    return Cluster(Path(env_value(env, "KUBECONFIG")), Path(env_value(env, "PATH").split(":", 1)[0]), "")
+
+
+class Direct:
+    """The same pod through the official client, as a user of the client would run it."""
+
+    def __init__(self, kubeconfig: Path, namespace: str) -> None:
+        self.api = k8s_client.CoreV1Api(k8s_config.new_client_from_config(config_file=str(kubeconfig)))
+        self.namespace = namespace
+        self.phases: dict[str, list[float]] = {"running": [], "succeeded": [], "deleted": []}
+
+    def run(self, manifest: dict[str, Any]) -> float:
+        name = manifest["metadata"]["name"]
+        start = time.monotonic()
+        self.api.create_namespaced_pod(self.namespace, manifest)
+        running = None
+        stream = k8s_watch.Watch()
+        for event in stream.stream(
+            self.api.list_namespaced_pod, self.namespace, field_selector=f"metadata.name={name}", timeout_seconds=120
+        ):
+            statuses = event["object"].status.container_statuses or []
+            state = statuses[0].state if statuses else None
+            if state is not None and state.running is not None and running is None:
+                running = time.monotonic()
+            if state is not None and state.terminated is not None:
+                stream.stop()
+        succeeded = time.monotonic()
+        self.api.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+        for _ in range(600):  # grace 0: normally gone at once; else a moment later
+            try:
+                self.api.read_namespaced_pod(name, self.namespace)
+            except k8s_client.ApiException as exc:
+                if exc.status == 404:
+                    break
+                raise
+            time.sleep(0.01)
+        deleted = time.monotonic()
+        self.phases["running"].append((running or succeeded) - start)
+        self.phases["succeeded"].append(succeeded - start)
+        self.phases["deleted"].append(deleted - start)
+        return deleted - start
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--concurrent-runs", type=int, default=20)
+    args = parser.parse_args()
+
+    cl = cluster()
+    namespace = f"so-bench-{uuid.uuid4().hex[:6]}"
+    root = Path(tempfile.mkdtemp(prefix=f"{namespace}-", dir="/var/tmp"))
+    root.chmod(0o755)
+    cl.apply(*space_manifests(namespace, root))
+    cl.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Bound", f"pvc/{CLAIM}", "--timeout=60s")
+    space = SandboxSpace(cl, namespace, root)
+    workspace = space.workspace("bench")
+    tmp = Path(tempfile.mkdtemp(prefix="so-bench-"))
+    (tmp / "config.yaml").write_text(POLICY)
+    backend = KubernetesBackend(space.settings())
+    orch = build_orchestrator(
+        tmp / "config.yaml",
+        workspace=workspace,
+        evidence_path=tmp / "evidence.jsonl",
+        backend=backend,
+        profiles=ProfileRegistry(),
+    )
+    direct = Direct(cl.kubeconfig, namespace)
+    profile = ProfileRegistry().resolve("workspace-write")
+    leaked: list[str] = []
+    try:
+        request = {"tool": "shell_exec", "argv": ["true"]}
+        await orch.execute(request, workspace=workspace)  # warm: the watch, the lease, the client
+        governed: list[float] = []
+        bare: list[float] = []
+
+        async def side_a() -> None:
+            t = time.monotonic()
+            result = await orch.execute(request, workspace=workspace)
+            assert result.ok, result.to_json()
+            governed.append(time.monotonic() - t)
+
+        async def side_b() -> None:
+            spec = LaunchSpec(
+                execution_id=new_execution_id(),
+                argv=("true",),
+                profile=profile,
+                workspace=Workspace(str(workspace)),
+                workdir=profile.workspace.container_path,
+                env=dict(profile.env),
+                labels={},
+                deadline_unix=time.time() + 600,
+            )
+            manifest = pod_manifest(spec, space.settings())
+            bare.append(await asyncio.to_thread(direct.run, manifest))
+
+        for i in range(args.runs):
+            for side in (side_a, side_b) if i % 2 == 0 else (side_b, side_a):
+                await side()
+        ratios = [a / b for a, b in zip(governed, bare, strict=True)]
+        print(f"pod vs pod ({args.runs} interleaved pairs, profile workspace-write, runc)")
+        print(line("A execute() as a pod", governed))
+        print(line("B the same pod via CoreV1Api", bare))
+        print(f"{'median ratio A/B':<34} {statistics.median(ratios):.2f}   (target <= 1.15)")
+        for phase, values in direct.phases.items():
+            print(line(f"  B create -> {phase}", values))
+
+        latencies: list[float] = []
+        semaphore = asyncio.Semaphore(args.concurrency)
+
+        async def one() -> None:
+            async with semaphore:
+                t = time.monotonic()
+                result = await orch.execute(request, workspace=workspace)
+                assert result.ok, result.to_json()
+                latencies.append(time.monotonic() - t)
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(one() for _ in range(args.concurrent_runs)))
+        wall = time.monotonic() - t0
+        print(f"concurrency ({args.concurrent_runs} executions, {args.concurrency} at a time)")
+        print(f"{'throughput':<34} {args.concurrent_runs / wall:7.2f} executions/s  (wall {wall:.1f} s)")
+        print(line("latency", latencies))
+        leaked = [s.name for s in await backend.list_managed()]
+        print(f"{'pods left with our labels':<34} {len(leaked)}")
+    finally:
+        await orch.aclose()
+        cl.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s", check=False)
+        cl.kubectl("delete", "pv", f"{namespace}-workspaces", "--wait=false", check=False)
+    return 1 if leaked else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

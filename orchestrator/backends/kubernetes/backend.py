@@ -1,0 +1,619 @@
+"""``KubernetesBackend``: the SandboxBackend protocol as one pod per execution, through the API server.
+
+One execution: ``create`` (the pod, admitted by the API server: PodSecurity, RuntimeClass) → ``start``
+(until the kubelet runs the container, or says it never will) → ``capture`` (the log API, followed, one
+stream per output where the server splits them) ‖ ``wait`` (the watch) → ``inspect`` → ``destroy`` (the
+pod deleted, only that pod: its uid is a precondition). Lifecycle events come from one shared pod watch
+(``watch.py``) with the API server's timestamps. Blocking client calls run on a small thread pool; the
+watch, the lease renewal and each log stream on daemon threads of their own.
+
+Errors: ``SandboxUnavailable`` when the cluster cannot give what the profile needs (unreachable, the
+namespace without its default-deny NetworkPolicy, a RuntimeClass or an image missing, our seccomp profile
+not on the node) — never run weaker instead; ``SandboxStartFailed`` when the cluster refused this pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import AsyncGenerator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import ParamSpec, TypeVar
+
+from orchestrator.backends._support.output_relay import OutputRelay
+from orchestrator.backends._support.stream_sink import StreamSink
+from orchestrator.backends._support.threads import in_daemon_thread
+from orchestrator.backends.base import (
+    LABEL_DEADLINE,
+    LABEL_EXECUTION_ID,
+    LABEL_MANAGED_BY,
+    LABEL_OWNER,
+    MANAGED_BY,
+    BackendInfo,
+    ExitState,
+    LaunchSpec,
+    LifecycleEvent,
+    ManagedSandbox,
+    OutputCallback,
+    PreflightCheck,
+    ResourceUsage,
+    SandboxHandle,
+    StreamCapture,
+)
+from orchestrator.backends.kubernetes import lifecycle as pods
+from orchestrator.backends.kubernetes.kube import JsonObject, KubeClient, KubeError
+from orchestrator.backends.kubernetes.manifest import (
+    ANNOTATION_DEADLINE,
+    ANNOTATION_OWNER,
+    CONTAINER,
+    pod_manifest,
+)
+from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive
+from orchestrator.backends.kubernetes.preflight import cluster_checks
+from orchestrator.backends.kubernetes.settings import KubernetesSettings
+from orchestrator.backends.kubernetes.watch import PodWatch
+from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+POOL_WORKERS = 16
+READ_SIZE = 64 * 1024
+OUTPUT_PACE_S = 0.01
+SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+#: how long the network-policy check holds (a policy deleted meanwhile is seen within this)
+POLICY_CHECK_TTL_S = 30.0
+SYNC_TIMEOUT_S = 30.0
+#: how long wait() gives the kubelet to report the end of a pod stopped by kill()
+KILL_REPORT_S = 30.0
+
+
+@dataclass(eq=False)
+class _Pod:
+    handle: SandboxHandle
+    started: asyncio.Event
+    start_error: OrchestratorError | None = None
+    capturing: bool = False
+
+
+class KubernetesBackend:
+    """SandboxBackend on a Kubernetes cluster (``settings``: the config's ``backend.kubernetes``)."""
+
+    name = "kubernetes"
+
+    def __init__(self, settings: KubernetesSettings | None = None) -> None:
+        self.settings = settings or KubernetesSettings()
+        self._namespace = self.settings.namespace
+        self._kube: KubeClient | None = None
+        self._kube_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._watch: PodWatch | None = None
+        self._pods: dict[str, _Pod] = {}
+        self._leases: dict[str, OwnerLease] = {}
+        self._policy_checked_at = 0.0
+        self._split_streams: bool | None = None
+        self._closed = False
+
+    @property
+    def endpoint(self) -> str:
+        return self._kube.server if self._kube is not None else f"kubernetes:{self.settings.kubeconfig or 'default'}"
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=POOL_WORKERS, thread_name_prefix="k8s-backend")
+        return self._executor
+
+    async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool(), functools.partial(fn, *args, **kwargs))
+
+    def _connect(self) -> KubeClient:
+        with self._kube_lock:
+            if self._kube is None:
+                self._kube = KubeClient.connect(self.settings.kubeconfig, self.settings.context)
+            return self._kube
+
+    def prepare(self) -> None:
+        if self._kube is None and not self._closed:
+            self._pool().submit(self._connect_quietly)
+
+    def _connect_quietly(self) -> None:
+        with contextlib.suppress(KubeError):
+            self._connect()
+
+    async def _client(self) -> KubeClient:
+        if self._closed:
+            raise SandboxUnavailable("the Kubernetes backend is closed")
+        if self._kube is not None:
+            return self._kube
+        try:
+            return await self._call(self._connect)
+        except KubeError as exc:
+            raise self._error(exc, "cannot connect") from exc
+
+    async def _pod_watch(self) -> PodWatch:
+        if self._watch is None:
+            kube = await self._client()
+            self._watch = PodWatch(kube, self._namespace, SELECTOR)
+            self._watch.start()
+        try:
+            await self._watch.synced(SYNC_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise SandboxUnavailable(
+                f"could not list the pods of namespace {self._namespace} within {SYNC_TIMEOUT_S:g}s",
+                details={"namespace": self._namespace, "endpoint": self.endpoint},
+            ) from exc
+        return self._watch
+
+    def _error(
+        self, exc: KubeError, message: str, *, cls: type[OrchestratorError] = SandboxUnavailable, **context: object
+    ) -> OrchestratorError:
+        details: dict[str, object] = {
+            **exc.details(),
+            "endpoint": self.endpoint,
+            "namespace": self._namespace,
+            **context,
+        }
+        if exc.kind == "unreachable":
+            return SandboxUnavailable(f"the Kubernetes API server does not answer ({exc.message})", details=details)
+        if exc.kind in ("unauthorized", "forbidden") and cls is not SandboxStartFailed:
+            return SandboxUnavailable(f"{message}: the API server refused: {exc.message}", details=details)
+        return cls(f"{message}: {exc.message}", details=details)
+
+    # -- cluster facts --------------------------------------------------------------------------------
+
+    async def info(self) -> BackendInfo:
+        kube = await self._client()
+        try:
+            version = await self._call(kube.version)
+        except KubeError as exc:
+            raise self._error(exc, "the API server did not describe itself") from exc
+        runtimes = {"runc"}
+        for runtime, klass in self.settings.runtime_classes.items():
+            with contextlib.suppress(KubeError):  # cluster-scoped: the controller may not read it
+                await self._call(kube.get_runtime_class, klass)
+                runtimes.add(runtime)
+        return BackendInfo(
+            name=self.name,
+            engine_version=str(version.get("gitVersion") or ""),
+            endpoint=kube.server,
+            runtimes=frozenset(runtimes),
+            images=frozenset(),  # the nodes' images are not the controller's to list
+            details={
+                "namespace": self._namespace,
+                "platform": str(version.get("platform") or ""),
+                "seccomp": self.settings.seccomp,
+                "workspace_mode": self.settings.workspace.mode,
+            },
+        )
+
+    async def _require_network_policy(self, kube: KubeClient) -> None:
+        """Profiles ask for no network; on a cluster only a default-deny NetworkPolicy (every pod, both
+        directions) says so. Without one, refuse rather than run pods that can reach the network."""
+        if not self.settings.require_network_policy:
+            return
+        now = time.monotonic()
+        if now - self._policy_checked_at < POLICY_CHECK_TTL_S:
+            return
+        try:
+            policies = await self._call(kube.list_network_policies, self._namespace)
+        except KubeError as exc:
+            raise self._error(exc, f"cannot read the NetworkPolicies of namespace {self._namespace}") from exc
+        if not any(denies_all(policy) for policy in policies):
+            raise SandboxUnavailable(
+                f"namespace {self._namespace} has no default-deny NetworkPolicy (podSelector {{}}, ingress and"
+                " egress, no rules): sandbox pods would have network; the chart creates one",
+                details={"namespace": self._namespace},
+            )
+        self._policy_checked_at = now
+
+    async def _hold_lease(self, kube: KubeClient, owner: str) -> None:
+        lease = self._leases.get(owner)
+        if lease is None:
+            lease = self._leases[owner] = OwnerLease(kube, self._namespace, owner)
+        if lease.held:
+            return
+        try:
+            await self._call(lease.hold)
+        except KubeError as exc:
+            raise self._error(exc, "cannot take the controller's lease (orphan collection needs it)") from exc
+
+    # -- one sandbox ------------------------------------------------------------------------------------
+
+    async def create(self, spec: LaunchSpec) -> SandboxHandle:
+        """The pod, admitted by the API server; it starts as soon as the scheduler places it."""
+        manifest = pod_manifest(spec, self.settings)
+        name = manifest["metadata"]["name"]
+        kube = await self._client()
+        await self._require_network_policy(kube)
+        owner = spec.labels.get(LABEL_OWNER, "")
+        if owner:
+            await self._hold_lease(kube, owner)
+        await self._pod_watch()  # listed before the pod exists: none of its events can be missed
+        creating = asyncio.ensure_future(self._call(kube.create_pod, self._namespace, manifest))
+        try:
+            created = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            creating.add_done_callback(functools.partial(self._delete_abandoned, kube, name))
+            raise
+        except KubeError as exc:
+            raise self._create_error(exc, spec, name) from exc
+        handle = SandboxHandle(execution_id=spec.execution_id, sandbox_id=pods.pod_uid(created), name=name)
+        self._pods[name] = _Pod(handle=handle, started=asyncio.Event())
+        log.debug("created pod %s (%s)", name, handle.sandbox_id)
+        return handle
+
+    def _create_error(self, exc: KubeError, spec: LaunchSpec, name: str) -> OrchestratorError:
+        profile = spec.profile
+        context: dict[str, object] = {"sandbox": name, "image": profile.image, "runtime": profile.runtime}
+        text = exc.message.lower()
+        if exc.kind == "forbidden" and "runtimeclass" in text:
+            return SandboxUnavailable(
+                f"the cluster has no RuntimeClass for runtime {profile.runtime!r}, which profile {profile.name!r}"
+                f" needs (it is never replaced by another): {exc.message}",
+                details={**exc.details(), **context},
+            )
+        if exc.kind == "forbidden" and "podsecurity" in text.replace(" ", "").replace("-", ""):
+            return SandboxStartFailed(
+                f"the API server's PodSecurity admission refused pod {name}: {exc.message}",
+                details={**exc.details(), **context},
+            )
+        if exc.kind == "conflict":
+            return SandboxStartFailed(
+                f"a pod named {name} already exists; sandboxes are never reused", details={**exc.details(), **context}
+            )
+        return self._error(exc, f"the API server refused pod {name}", cls=SandboxStartFailed, **context)
+
+    def _delete_abandoned(self, kube: KubeClient, name: str, created: asyncio.Future[JsonObject]) -> None:
+        if created.cancelled() or created.exception() is not None:
+            return
+        uid = pods.pod_uid(created.result())
+        try:
+            self._pool().submit(_delete_ignoring_errors, kube, self._namespace, name, uid)
+        except RuntimeError:
+            log.warning("could not delete abandoned pod %s; the reaper collects it", name)
+
+    async def start(self, handle: SandboxHandle) -> None:
+        """Until the kubelet runs the container (or it already ended); a pod the cluster will never run
+        (image or seccomp profile missing, unschedulable past the start timeout) fails here."""
+        pod = self._pods.get(handle.name)
+        watch = await self._pod_watch()
+
+        def decided(last: JsonObject | None, gone: bool) -> bool:
+            if gone:
+                return True
+            if last is None:
+                return False
+            if pods.running(last) is not None or pods.terminated(last) is not None:
+                return True
+            stuck = pods.waiting(last)
+            if stuck is not None and stuck.get("reason") in pods.FATAL_WAITING:
+                return True
+            return pods.phase(last) in ("Failed", "Succeeded")
+
+        try:
+            await watch.until(handle.name, decided, self.settings.start_timeout_s)
+        except TimeoutError as exc:
+            error: OrchestratorError = SandboxUnavailable(
+                f"pod {handle.name} did not start within {self.settings.start_timeout_s:g}s"
+                f" ({await self._why_pending(handle)})",
+                details={"sandbox": handle.name, "namespace": self._namespace},
+            )
+            self._fail_start(pod, error)
+            raise error from exc
+        except KubeError as exc:
+            error = self._error(exc, f"lost the watch of pod {handle.name}")
+            self._fail_start(pod, error)
+            raise error from exc
+        last = watch.last(handle.name)
+        problem = None if last is None else self._start_problem(handle, last, watch.gone(handle.name))
+        if problem is not None:
+            self._fail_start(pod, problem)
+            raise problem
+        if pod is not None:
+            pod.started.set()
+
+    def _fail_start(self, pod: _Pod | None, error: OrchestratorError) -> None:
+        if pod is not None:
+            pod.start_error = error
+            pod.started.set()
+
+    def _start_problem(self, handle: SandboxHandle, last: JsonObject, gone: bool) -> OrchestratorError | None:
+        if pods.running(last) is not None or pods.terminated(last) is not None:
+            return None
+        details: dict[str, object] = {"sandbox": handle.name, "namespace": self._namespace}
+        if gone:
+            return SandboxStartFailed(f"pod {handle.name} was deleted before it started", details=details)
+        stuck = pods.waiting(last) or {}
+        reason = str(stuck.get("reason") or pods.phase(last))
+        message = str(stuck.get("message") or (last.get("status") or {}).get("message") or "")
+        details.update({"reason": reason, "message": message[:2000]})
+        if pods.FATAL_WAITING.get(reason) == "unavailable":
+            return SandboxUnavailable(
+                f"the node cannot run image of pod {handle.name} ({reason}); images are never pulled from a"
+                f" registry we do not control: {message}",
+                details=details,
+            )
+        if "seccomp" in message.lower():
+            return SandboxUnavailable(
+                f"the node cannot apply the seccomp profile of pod {handle.name}: {message}", details=details
+            )
+        if "executable file not found" in message or "no such file or directory" in message:
+            details["command_not_found"] = True
+        return SandboxStartFailed(
+            f"the kubelet could not start pod {handle.name} ({reason}): {message}", details=details
+        )
+
+    async def _why_pending(self, handle: SandboxHandle) -> str:
+        """The pod's recent Warning events (unschedulable, ...), said plainly."""
+        kube = await self._client()
+        try:
+            events = await self._call(kube.list_events, self._namespace, handle.name)
+        except KubeError:
+            return "no events readable"
+        warnings = [f"{e.get('reason')}: {e.get('message')}" for e in events if e.get("type") == "Warning"]
+        return "; ".join(warnings[-3:]) or "no warning events"
+
+    async def capture(
+        self,
+        handle: SandboxHandle,
+        stdout_limit: int,
+        stderr_limit: int,
+        on_output: OutputCallback | None = None,
+    ) -> tuple[StreamCapture, StreamCapture]:
+        """The container's output through the log API, followed until the container ends: stdout and
+        stderr apart where the API server splits them (else both on stdout, said in the log)."""
+        pod = self._pods.get(handle.name)
+        if pod is None or pod.capturing:
+            raise SandboxUnavailable(
+                f"no output stream for {handle.name}: capture() reads a pod this backend created, once",
+                details={"sandbox": handle.name},
+            )
+        pod.capturing = True
+        await pod.started.wait()
+        if pod.start_error is not None:
+            return StreamSink(0).result(), StreamSink(0).result()
+        kube = await self._client()
+        relay = None
+        if on_output is not None:
+            relay = OutputRelay(asyncio.get_running_loop(), on_output, max_chunk=READ_SIZE, pace=OUTPUT_PACE_S)
+        stdout = StreamSink(stdout_limit, None if relay is None else functools.partial(relay.post, "stdout"))
+        stderr = StreamSink(stderr_limit, None if relay is None else functools.partial(relay.post, "stderr"))
+        opened: list[Callable[[], None]] = []
+
+        def follow(stream: str | None, sink: StreamSink) -> None:
+            body = kube.pod_log(self._namespace, handle.name, CONTAINER, stream)
+            opened.append(body.close)
+            try:
+                for chunk in body:
+                    sink.write(chunk)
+            finally:
+                body.close()
+
+        try:
+            split = await self._splits_streams(kube, handle)
+            if split:
+                await asyncio.gather(
+                    in_daemon_thread(functools.partial(follow, "Stdout", stdout), f"stdout-{handle.name}"),
+                    in_daemon_thread(functools.partial(follow, "Stderr", stderr), f"stderr-{handle.name}"),
+                )
+            else:
+                await in_daemon_thread(functools.partial(follow, None, stdout), f"output-{handle.name}")
+            if relay is not None:
+                relay.drain()
+        except asyncio.CancelledError:
+            for close in opened:
+                close()
+            raise
+        except KubeError as exc:
+            for close in opened:
+                close()
+            raise self._error(exc, f"lost the output of {handle.name}", sandbox=handle.name) from exc
+        finally:
+            if relay is not None:
+                relay.close()
+        return stdout.result(), stderr.result()
+
+    async def _splits_streams(self, kube: KubeClient, handle: SandboxHandle) -> bool:
+        """Whether the API server returns stdout and stderr apart (``stream=``, the
+        PodLogsQuerySplitStreams feature); asked once, with a real log request."""
+        if self._split_streams is not None:
+            return self._split_streams
+
+        def probe() -> bool:
+            try:
+                body = kube.pod_log(self._namespace, handle.name, CONTAINER, "Stderr")
+            except KubeError as exc:
+                if exc.kind in ("bad_request", "invalid") and "stream" in exc.message.lower():
+                    return False
+                raise
+            body.close()
+            return True
+
+        self._split_streams = await self._call(probe)
+        if not self._split_streams:
+            log.warning("the API server does not split stdout and stderr (PodLogsQuerySplitStreams): both on stdout")
+        return self._split_streams
+
+    async def wait(self, handle: SandboxHandle) -> int:
+        pod = self._pods.get(handle.name)
+        if pod is not None:
+            await pod.started.wait()
+            if pod.start_error is not None:
+                raise SandboxStartFailed(f"pod {handle.name} never started", details={"sandbox": handle.name})
+        watch = await self._pod_watch()
+        try:
+            await watch.until(handle.name, lambda last, gone: gone or (last is not None and _ended(last)), None)
+        except KubeError as exc:
+            raise self._error(exc, f"lost pod {handle.name} while waiting for it", sandbox=handle.name) from exc
+        last = watch.last(handle.name)
+        state = None if last is None else pods.exit_state(last)
+        if state is None or state.exit_code is None:
+            raise SandboxUnavailable(
+                f"pod {handle.name} ended without an exit code"
+                f" ({(state.error if state else None) or 'deleted before the kubelet reported one'})",
+                details={"sandbox": handle.name},
+            )
+        return state.exit_code
+
+    async def kill(self, handle: SandboxHandle, signal: str = "SIGKILL") -> None:
+        """Stop the pod now, keeping it for inspection: its ``activeDeadlineSeconds`` is cut to 1, so the
+        kubelet kills it (grace 0) and reports the end. A pod that already ended or is gone is no error."""
+        del signal  # the kubelet decides the signal: SIGKILL, as the pod has no grace period
+        kube = await self._client()
+        try:
+            await self._call(kube.patch_pod, self._namespace, handle.name, {"spec": {"activeDeadlineSeconds": 1}})
+        except KubeError as exc:
+            if exc.kind in ("not_found", "invalid", "conflict"):
+                log.debug("kill %s: %s", handle.name, exc.message)
+                return
+            raise self._error(exc, f"could not stop pod {handle.name}", sandbox=handle.name) from exc
+
+    async def inspect(self, handle: SandboxHandle) -> ExitState:
+        watch = await self._pod_watch()
+        last = watch.last(handle.name)
+        if last is None:
+            kube = await self._client()
+            try:
+                last = await self._call(kube.get_pod, self._namespace, handle.name)
+            except KubeError as exc:
+                raise self._error(exc, f"cannot inspect pod {handle.name}", sandbox=handle.name) from exc
+        return pods.exit_state(last)
+
+    async def usage(self, handle: SandboxHandle) -> ResourceUsage:
+        """Unknown: the kubelet's figures are node-scoped (the controller has no node access)."""
+        del handle
+        return ResourceUsage()
+
+    async def destroy(self, handle: SandboxHandle) -> None:
+        """Delete the pod (that pod: its uid is a precondition), at once. Idempotent."""
+        self._pods.pop(handle.name, None)
+        kube = await self._client()
+        try:
+            await self._call(
+                kube.delete_pod, self._namespace, handle.name, grace_seconds=0, uid=handle.sandbox_id or None
+            )
+        except KubeError as exc:
+            if exc.kind not in ("not_found", "conflict"):  # conflict: the uid differs, that pod is gone
+                raise self._error(exc, f"could not delete pod {handle.name}", sandbox=handle.name) from exc
+        finally:
+            if self._watch is not None:
+                self._watch.forget(handle.name)
+
+    # -- observation ------------------------------------------------------------------------------------
+
+    def events(self, execution_id: str | None = None) -> AsyncGenerator[LifecycleEvent, None]:
+        return self._events(execution_id)
+
+    async def _events(self, execution_id: str | None) -> AsyncGenerator[LifecycleEvent, None]:
+        watch = await self._pod_watch()
+        queue = watch.subscribe(execution_id)
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, KubeError):
+                    raise self._error(item, "the pod watch failed")
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            watch.unsubscribe(execution_id, queue)
+
+    async def preflight(self) -> list[PreflightCheck]:
+        """The cluster as the controller sees it: API, namespace, PodSecurity, NetworkPolicy, RuntimeClasses,
+        permissions (see ``preflight``)."""
+        try:
+            kube = await self._client()
+        except SandboxUnavailable as exc:
+            return [PreflightCheck("cluster API", False, exc.message, "check backend.kubernetes.kubeconfig")]
+        return await self._call(cluster_checks, kube, self.settings)
+
+    def workspace_root(self) -> str | None:
+        """pvc mode: workspaces must be below the claim's root; copy mode: anywhere."""
+        return self.settings.workspace.root if self.settings.workspace.mode == "pvc" else None
+
+    async def list_managed(self) -> list[ManagedSandbox]:
+        kube = await self._client()
+        try:
+            listed, _ = await self._call(kube.list_pods, self._namespace, SELECTOR)
+            leases = await self._call(kube.list_leases, self._namespace, SELECTOR)
+        except KubeError as exc:
+            raise self._error(exc, "cannot list sandbox pods") from exc
+        alive = owners_alive(leases, datetime.now(UTC))
+        return [_managed(pod, alive) for pod in listed]
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        for lease in self._leases.values():
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(self._pool(), lease.release)
+        self._leases.clear()
+        self._pods.clear()
+        kube, self._kube = self._kube, None
+        if kube is not None:
+            kube.close()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _ended(pod: JsonObject) -> bool:
+    """The container terminated; or the pod is over and its container never ran (a pod failed past its
+    deadline still shows the container running until the kubelet has killed it: that is not the end)."""
+    if pods.terminated(pod) is not None:
+        return True
+    return pods.phase(pod) in ("Failed", "Succeeded") and pods.running(pod) is None
+
+
+def denies_all(policy: JsonObject) -> bool:
+    spec = policy.get("spec") or {}
+    types = set(spec.get("policyTypes") or [])
+    return (
+        spec.get("podSelector") in ({}, {"matchLabels": {}}, None)
+        and {"Ingress", "Egress"} <= types
+        and not spec.get("ingress")
+        and not spec.get("egress")
+    )
+
+
+def _managed(pod: JsonObject, alive: dict[str, bool]) -> ManagedSandbox:
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    owner = annotations.get(ANNOTATION_OWNER) or None
+    deadline_text = annotations.get(ANNOTATION_DEADLINE) or labels.get(LABEL_DEADLINE)
+    try:
+        deadline = float(deadline_text) if deadline_text else None
+    except ValueError:
+        deadline = None
+    state = pods.phase(pod).lower() or "unknown"
+    return ManagedSandbox(
+        sandbox_id=pods.pod_uid(pod),
+        name=pods.pod_name(pod),
+        execution_id=labels.get(LABEL_EXECUTION_ID),
+        owner=owner,
+        deadline_unix=deadline,
+        state=state,
+        owner_alive=None if owner is None else alive.get(owner, False),
+    )
+
+
+def _delete_ignoring_errors(kube: KubeClient, namespace: str, name: str, uid: str) -> None:
+    try:
+        kube.delete_pod(namespace, name, grace_seconds=0, uid=uid)
+    except KubeError as exc:
+        if exc.kind != "not_found":
+            log.warning("could not delete abandoned pod %s: %s", name, exc)

@@ -1,0 +1,197 @@
+"""A pod's lifecycle as the API server reports it, mapped onto the same records as Docker's. Pure.
+
+The watch delivers successive snapshots of a pod; :class:`PodLifecycle` turns them into lifecycle events,
+each once, stamped with the API server's own times (never the controller's clock):
+
+=========  ===========================================================================================
+create     first sight of the pod: ``metadata.creationTimestamp``
+schedule   ``PodScheduled`` condition true: its ``lastTransitionTime`` (the node in ``attributes``)
+start      the container's ``state.running.startedAt`` (or ``terminated.startedAt``)
+oom        the container terminated with reason ``OOMKilled``: its ``finishedAt``
+kill       the pod was stopped from outside: deleted while running (``deletionTimestamp``) or past its
+           ``activeDeadlineSeconds`` (``status.reason: DeadlineExceeded``)
+die        the container terminated: ``finishedAt``, with its exit code and reason
+destroy    the pod object is gone (watch ``DELETED``): its ``deletionTimestamp``
+=========  ===========================================================================================
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.backends.base import LABEL_EXECUTION_ID, ExitState, LifecycleEvent, LifecycleKind
+
+JsonObject = dict[str, Any]
+CONTAINER = "sandbox"
+
+#: waiting reasons after which the container will never start on its own
+FATAL_WAITING: dict[str, str] = {
+    "ErrImageNeverPull": "unavailable",
+    "ErrImagePull": "unavailable",
+    "ImagePullBackOff": "unavailable",
+    "InvalidImageName": "unavailable",
+    "CreateContainerConfigError": "failed",
+    "CreateContainerError": "failed",
+    "RunContainerError": "failed",
+    "StartError": "failed",
+}
+
+
+def parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _obj(value: object) -> JsonObject:
+    return value if isinstance(value, dict) else {}
+
+
+def container_status(pod: JsonObject) -> JsonObject:
+    for status in _obj(pod.get("status")).get("containerStatuses") or []:
+        if isinstance(status, dict) and status.get("name") == CONTAINER:
+            return status
+    return {}
+
+
+def terminated(pod: JsonObject) -> JsonObject | None:
+    state = _obj(container_status(pod).get("state")).get("terminated")
+    return state if isinstance(state, dict) else None
+
+
+def running(pod: JsonObject) -> JsonObject | None:
+    state = _obj(container_status(pod).get("state")).get("running")
+    return state if isinstance(state, dict) else None
+
+
+def waiting(pod: JsonObject) -> JsonObject | None:
+    state = _obj(container_status(pod).get("state")).get("waiting")
+    return state if isinstance(state, dict) else None
+
+
+def condition(pod: JsonObject, kind: str) -> JsonObject | None:
+    for item in _obj(pod.get("status")).get("conditions") or []:
+        if isinstance(item, dict) and item.get("type") == kind:
+            return item
+    return None
+
+
+def pod_uid(pod: JsonObject) -> str:
+    return str(_obj(pod.get("metadata")).get("uid") or "")
+
+
+def pod_name(pod: JsonObject) -> str:
+    return str(_obj(pod.get("metadata")).get("name") or "")
+
+
+def execution_of(pod: JsonObject) -> str | None:
+    value = _obj(_obj(pod.get("metadata")).get("labels")).get(LABEL_EXECUTION_ID)
+    return value if isinstance(value, str) else None
+
+
+def phase(pod: JsonObject) -> str:
+    return str(_obj(pod.get("status")).get("phase") or "")
+
+
+def exit_state(pod: JsonObject) -> ExitState:
+    """The container's end as the kubelet reported it; ``exit_code`` None until it terminated."""
+    ended = terminated(pod)
+    status = container_status(pod)
+    image_id = status.get("imageID") or None
+    started = parse_time((ended or running(pod) or {}).get("startedAt"))
+    if ended is None:
+        stuck = waiting(pod)
+        error = None
+        if stuck is not None:
+            error = f"{stuck.get('reason') or 'Waiting'}: {stuck.get('message') or ''}".strip()
+        elif _obj(pod.get("status")).get("reason"):
+            status_of_pod = _obj(pod.get("status"))
+            error = f"{status_of_pod.get('reason')}: {status_of_pod.get('message') or ''}".strip()
+        return ExitState(None, False, started, None, error=error, image_id=image_id)
+    code = ended.get("exitCode")
+    reason = str(ended.get("reason") or "")
+    error = None
+    if reason not in ("", "Completed", "Error", "OOMKilled"):
+        error = f"{reason}: {ended.get('message') or ''}".strip()
+    return ExitState(
+        exit_code=code if isinstance(code, int) else None,
+        oom_killed=reason == "OOMKilled",
+        started_at=started,
+        finished_at=parse_time(ended.get("finishedAt")),
+        error=error,
+        image_id=image_id,
+    )
+
+
+def deadline_exceeded(pod: JsonObject) -> bool:
+    return _obj(pod.get("status")).get("reason") == "DeadlineExceeded"
+
+
+class PodLifecycle:
+    """One pod's lifecycle events, each emitted once, in lifecycle order."""
+
+    def __init__(self) -> None:
+        self._emitted: set[LifecycleKind] = set()
+        self.last: JsonObject | None = None
+
+    def done(self) -> bool:
+        return "destroy" in self._emitted
+
+    def update(self, pod: JsonObject, *, deleted: bool = False) -> list[LifecycleEvent]:
+        self.last = pod
+        events: list[LifecycleEvent] = []
+        meta = _obj(pod.get("metadata"))
+        uid = pod_uid(pod)
+        execution_id = execution_of(pod)
+
+        def emit(kind: LifecycleKind, when: datetime | None, **fields: Any) -> None:
+            if kind in self._emitted or when is None:
+                return
+            self._emitted.add(kind)
+            events.append(
+                LifecycleEvent(kind=kind, sandbox_id=uid, execution_id=execution_id, engine_ts=when, **fields)
+            )
+
+        emit("create", parse_time(meta.get("creationTimestamp")))
+        scheduled = condition(pod, "PodScheduled")
+        if scheduled is not None and scheduled.get("status") == "True":
+            node = str(_obj(pod.get("spec")).get("nodeName") or "")
+            emit("schedule", parse_time(scheduled.get("lastTransitionTime")), attributes={"node": node})
+        ended = terminated(pod)
+        started = running(pod) or ended
+        if started is not None:
+            emit("start", parse_time(started.get("startedAt")))
+        deletion = parse_time(meta.get("deletionTimestamp"))
+        finished = parse_time((ended or {}).get("finishedAt"))
+        if deadline_exceeded(pod):  # past activeDeadlineSeconds (ours cut it to stop the pod): the kubelet kills
+            emit("kill", _deadline_time(pod) or finished, signal="SIGKILL", attributes={"reason": "DeadlineExceeded"})
+        elif ended is None and started is not None and deletion is not None:  # deleted while it ran
+            emit("kill", deletion, signal="SIGKILL", attributes={"reason": "Deleted"})
+        if ended is not None:
+            reason = str(ended.get("reason") or "")
+            if reason == "OOMKilled":
+                emit("oom", finished)
+            code = ended.get("exitCode")
+            emit(
+                "die",
+                finished,
+                exit_code=code if isinstance(code, int) else None,
+                attributes={"reason": reason or "Error"},
+            )
+        if deleted:
+            emit("destroy", deletion or datetime.now(UTC))
+        return events
+
+
+def _deadline_time(pod: JsonObject) -> datetime | None:
+    for kind in ("DisruptionTarget", "Ready"):
+        found = condition(pod, kind)
+        if found is not None:
+            when = parse_time(found.get("lastTransitionTime"))
+            if when is not None:
+                return when
+    return None

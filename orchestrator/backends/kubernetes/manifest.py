@@ -1,0 +1,263 @@
+"""The pod for one LaunchSpec: every hardening setting of the profile, explicit. Pure: no I/O.
+
+What is sent is exactly what is reviewed and tested (``tests/k8s`` reads each value back from the API
+server). Decisions beyond a one-to-one mapping of the resolved profile (the table is ``PROFILE_MAPPING``):
+
+* ``restartPolicy: Never`` and a fresh pod per execution: never reused, never restarted.
+* ``activeDeadlineSeconds`` = the wall timeout plus a small grace: the controller kills at the timeout
+  itself; the kubelet's deadline is the backstop if the controller is gone.
+* rlimits (nofile, fsize) have no pod field: the command runs through ``prlimit`` (util-linux, in every
+  image of ours), which sets both hard and soft limits and ``exec``s it, so the command is still PID 1.
+* pids: no per-pod field either; the node's ``podPidsLimit`` applies (``sandboxctl doctor`` reports it).
+* ``dnsPolicy: None`` with a nameserver on the pod's own loopback (nothing listens): names never resolve
+  through the cluster's DNS, and ``enableServiceLinks: false`` keeps the cluster's services out of env.
+* tmpfs mounts are ``emptyDir`` with ``medium: Memory`` and ``sizeLimit`` (their pages count against the
+  memory limit); a read-only root always gets a /tmp (an empty 4 KiB one if the profile has none).
+* requests = limits for cpu, memory and ephemeral-storage (Guaranteed QoS): ephemeral storage bounds what
+  the pod may write outside memory, its log included (past it the kubelet evicts the pod).
+* ``terminationGracePeriodSeconds: 0``: when we stop a pod nothing waits for the workload's consent.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator.backends.base import (
+    LABEL_DEADLINE,
+    LABEL_EXECUTION_ID,
+    LABEL_MANAGED_BY,
+    LABEL_OWNER,
+    LABEL_PROFILE_HASH,
+    MANAGED_BY,
+    LaunchSpec,
+)
+from orchestrator.backends.kubernetes.settings import KubernetesSettings
+from orchestrator.domain.canonical import sha256_hex
+from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
+from orchestrator.profiles import ResolvedProfile
+
+CONTAINER = "sandbox"
+HOSTNAME = "sandbox"
+TMP = "/tmp"  # noqa: S108 - a path inside the sandbox
+EMPTY_TMP_SIZE = "4Ki"
+DEADLINE_GRACE_S = 5
+PRLIMIT = "/usr/bin/prlimit"
+#: where a node keeps our seccomp profiles, relative to the kubelet's seccomp root
+LOCALHOST_PROFILE_DIR = "sandbox-orchestrator"
+ANNOTATION_OWNER = "org.sandbox-orchestrator/owner"
+ANNOTATION_DEADLINE = "org.sandbox-orchestrator/deadline"
+WORKSPACE_VOLUME = "workspace"
+
+# Every resolved-profile field and where each backend puts it: the documentation's table and the test
+# that both backends apply every built-in profile's hardening read the same rows.
+PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
+    ("image", "Image", "containers[].image (imagePullPolicy from the backend config)"),
+    ("runtime", "HostConfig.Runtime", "runtimeClassName (runtime_classes; runc: the cluster default)"),
+    ("uid", "User", "securityContext.runAsUser, runAsNonRoot: true"),
+    ("gid", "User", "securityContext.runAsGroup, pod fsGroup"),
+    ("read_only_root", "HostConfig.ReadonlyRootfs", "securityContext.readOnlyRootFilesystem"),
+    ("network", "HostConfig.NetworkMode: none", "default-deny NetworkPolicy required; dnsPolicy: None"),
+    ("workspace", "HostConfig.Mounts (bind)", "volume: the claim's sub-path (pvc) or an emptyDir (copy)"),
+    ("tmpfs", "HostConfig.Tmpfs", "emptyDir medium: Memory, sizeLimit"),
+    ("cpus", "HostConfig.NanoCpus", "resources.requests/limits.cpu"),
+    ("memory_bytes", "HostConfig.Memory", "resources.requests/limits.memory"),
+    ("memory_swap_bytes", "HostConfig.MemorySwap (= Memory)", "no swap (the kubelet's default)"),
+    ("pids_limit", "HostConfig.PidsLimit", "the node's podPidsLimit (no per-pod field)"),
+    ("wall_timeout_s", "killed by the controller", "killed by the controller; activeDeadlineSeconds backstop"),
+    ("stdout_max_bytes", "attach stream, capped", "log API stream=Stdout, capped"),
+    ("stderr_max_bytes", "attach stream, capped", "log API stream=Stderr, capped"),
+    ("nofile", "HostConfig.Ulimits nofile", "prlimit --nofile"),
+    ("fsize_bytes", "HostConfig.Ulimits fsize", "prlimit --fsize; requests/limits.ephemeral-storage"),
+    ("workspace_write_bytes", "workspace meter", "workspace meter (pvc) / copy-out bound (copy)"),
+    ("workspace_write_files", "workspace meter", "workspace meter (pvc) / copy-out bound (copy)"),
+    ("seccomp", "HostConfig.SecurityOpt seccomp=<json>", "seccompProfile Localhost or RuntimeDefault"),
+    ("cap_add", "HostConfig.CapAdd: none", "capabilities.add: none"),
+    ("cap_drop", "HostConfig.CapDrop: ALL", "capabilities.drop: [ALL]"),
+    ("no_new_privileges", "SecurityOpt no-new-privileges", "allowPrivilegeEscalation: false"),
+    ("env", "Env", "containers[].env"),
+    ("env_allowlist", "(checked before launch)", "(checked before launch)"),
+)
+
+
+def pod_name(execution_id: str) -> str:
+    return f"sbx-{execution_id}"
+
+
+def label_value(text: str) -> str:
+    """A label-safe stand-in for a value labels cannot hold (owners have ':' and '~'): its hash."""
+    return sha256_hex(text.encode("utf-8"))[:40]
+
+
+def seccomp_profile(profile: ResolvedProfile, settings: KubernetesSettings) -> dict[str, str]:
+    if settings.seccomp == "localhost":
+        return {"type": "Localhost", "localhostProfile": f"{LOCALHOST_PROFILE_DIR}/{profile.seccomp}.json"}
+    return {"type": "RuntimeDefault"}
+
+
+def runtime_class(profile: ResolvedProfile, settings: KubernetesSettings) -> str | None:
+    if profile.runtime == "runc":
+        return None
+    name = settings.runtime_classes.get(profile.runtime)
+    if name is None:
+        raise SandboxUnavailable(
+            f"profile {profile.name!r} needs runtime {profile.runtime!r} and the backend config maps it to no"
+            " RuntimeClass (backend.kubernetes.runtime_classes); it is never replaced by another",
+            details={"runtime": profile.runtime},
+        )
+    return name
+
+
+def workspace_volume(spec: LaunchSpec, settings: KubernetesSettings) -> tuple[dict[str, Any], str | None]:
+    """The workspace volume, and the sub-path pods mount (pvc mode)."""
+    if settings.workspace.mode == "copy":
+        return {"name": WORKSPACE_VOLUME, "emptyDir": {}}, None
+    root = posixpath.normpath(settings.workspace.root)
+    path = posixpath.normpath(spec.workspace.local_path)
+    relative = posixpath.relpath(path, root)
+    if relative in {".", ".."} or relative.startswith("../"):
+        raise SandboxUnavailable(
+            f"workspace {path} is not below the claim's root {root} (backend.kubernetes.workspace.root):"
+            " a pod can only mount a sub-path of the claim",
+            details={"workspace": path, "root": root},
+        )
+    claim = {"claimName": settings.workspace.claim, "readOnly": spec.profile.workspace.mode == "ro"}
+    return {"name": WORKSPACE_VOLUME, "persistentVolumeClaim": claim}, relative
+
+
+def _quantity_bytes(value: int) -> str:
+    return str(value)
+
+
+def _cpu(cpus: float) -> str:
+    return f"{max(1, round(cpus * 1000))}m"
+
+
+def pod_labels(spec: LaunchSpec) -> dict[str, str]:
+    """Our labels, label-safe: the owner (host:pid:start or a pod name) as its hash."""
+    labels = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_EXECUTION_ID: spec.execution_id,
+        LABEL_PROFILE_HASH: spec.profile.profile_hash[:63],
+        LABEL_DEADLINE: f"{spec.deadline_unix:.0f}",
+    }
+    owner = spec.labels.get(LABEL_OWNER)
+    if owner:
+        labels[LABEL_OWNER] = label_value(owner)
+    return labels
+
+
+def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, Any]:
+    """The pod for ``spec`` (validated: argv, workdir, env)."""
+    profile = spec.profile
+    if not spec.argv:
+        raise InputInvalid("argv must not be empty", details={"field": "argv"})
+    if not spec.workdir.startswith("/"):
+        raise InputInvalid("workdir must be an absolute path", details={"field": "workdir"})
+    for key, value in spec.env.items():
+        if not key or "=" in key or "\x00" in key or "\x00" in value:
+            raise InputInvalid("environment names must be non-empty without '=' or NUL", details={"field": "env"})
+    if spec.tty or spec.stdin is not None:
+        raise SandboxUnavailable(
+            "the Kubernetes backend runs one-shot commands without stdin or a terminal in this release",
+            details={"field": "tty" if spec.tty else "stdin"},
+        )
+    volume, sub_path = workspace_volume(spec, settings)
+    volumes: list[dict[str, Any]] = [volume]
+    mounts: list[dict[str, Any]] = [
+        {
+            "name": WORKSPACE_VOLUME,
+            "mountPath": profile.workspace.container_path,
+            "readOnly": profile.workspace.mode == "ro",
+            **({"subPath": sub_path} if sub_path else {}),
+        }
+    ]
+    tmpfs = {t.path: t for t in profile.tmpfs}
+    for index, path in enumerate(sorted(tmpfs)):
+        name = f"tmpfs-{index}"
+        volumes.append({"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": str(tmpfs[path].size_bytes)}})
+        mounts.append({"name": name, "mountPath": path})
+    if TMP not in tmpfs and profile.read_only_root:
+        volumes.append({"name": "tmp-empty", "emptyDir": {"medium": "Memory", "sizeLimit": EMPTY_TMP_SIZE}})
+        mounts.append({"name": "tmp-empty", "mountPath": TMP, "readOnly": True})
+    resources = {
+        "cpu": _cpu(profile.cpus),
+        "memory": _quantity_bytes(profile.memory_bytes),
+        "ephemeral-storage": _quantity_bytes(profile.fsize_bytes),
+    }
+    command = [
+        PRLIMIT,
+        f"--nofile={profile.nofile}:{profile.nofile}",
+        f"--fsize={profile.fsize_bytes}:{profile.fsize_bytes}",
+        "--",
+        *spec.argv,
+    ]
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": profile.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": command,
+        "args": [],
+        "workingDir": spec.workdir,
+        "env": [{"name": key, "value": value} for key, value in spec.env.items()],
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "volumeMounts": mounts,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": profile.uid,
+            "runAsGroup": profile.gid,
+            "readOnlyRootFilesystem": profile.read_only_root,
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": list(profile.cap_drop), "add": []},
+            "seccompProfile": seccomp_profile(profile, settings),
+            "procMount": "Default",
+        },
+        "stdin": False,
+        "tty": False,
+        "terminationMessagePolicy": "File",
+    }
+    spec_body: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": math.ceil(profile.wall_timeout_s) + DEADLINE_GRACE_S,
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "hostNetwork": False,
+        "hostPID": False,
+        "hostIPC": False,
+        "shareProcessNamespace": False,
+        "hostname": HOSTNAME,
+        "dnsPolicy": "None",
+        "dnsConfig": {"nameservers": ["127.0.0.1"], "searches": [], "options": []},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": profile.uid,
+            "runAsGroup": profile.gid,
+            "fsGroup": profile.gid,
+            "supplementalGroups": [],
+            "seccompProfile": seccomp_profile(profile, settings),
+        },
+        "containers": [container],
+        "volumes": volumes,
+    }
+    klass = runtime_class(profile, settings)
+    if klass is not None:
+        spec_body["runtimeClassName"] = klass
+    annotations: Mapping[str, str] = {
+        ANNOTATION_OWNER: spec.labels.get(LABEL_OWNER, ""),
+        ANNOTATION_DEADLINE: f"{spec.deadline_unix:.0f}",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(spec.execution_id),
+            "namespace": settings.namespace,
+            "labels": pod_labels(spec),
+            "annotations": dict(annotations),
+        },
+        "spec": spec_body,
+    }

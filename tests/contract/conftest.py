@@ -1,0 +1,56 @@
+"""One contract, two backends: every test here runs against Docker and against Kubernetes.
+
+``contract`` is a :class:`Harness` over a fresh backend of each kind, with a workspace of its own
+(Docker: a directory bind-mounted; Kubernetes: a sub-path of the test namespace's claim). At the end,
+nothing the test launched may be left (the backend's own listing, by the test's owner label).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from contract_harness import SANDBOX_UID, Harness
+
+from orchestrator.backends.base import SandboxBackend
+from orchestrator.domain.errors import SandboxUnavailable
+
+
+def _owned_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, SANDBOX_UID, SANDBOX_UID)
+    return path
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("docker", marks=pytest.mark.integration),
+        pytest.param("kubernetes", marks=pytest.mark.k8s),
+    ]
+)
+async def contract(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+    backend: SandboxBackend
+    if request.param == "docker":
+        from orchestrator.backends.docker import DockerBackend
+
+        backend = DockerBackend()
+        workspace = _owned_dir(tmp_path / "ws")
+        try:
+            await backend.info()
+        except SandboxUnavailable as exc:
+            await backend.close()
+            pytest.skip(f"no container engine ({exc.message}); run `make setup`")
+    else:
+        from orchestrator.backends.kubernetes.backend import KubernetesBackend
+
+        space = request.getfixturevalue("sandbox_space")
+        backend = KubernetesBackend(space.settings())
+        workspace = space.workspace()
+    harness = Harness(request.param, backend, workspace)
+    try:
+        yield harness
+        assert not await harness.left(), f"sandboxes left behind: {await harness.left()}"
+    finally:
+        await backend.close()

@@ -1,0 +1,223 @@
+"""The whole pipeline on the real cluster: gate → evidence → KubernetesBackend → a pod → teardown.
+
+Every built-in profile's pod is admitted under PodSecurity ``restricted`` and runs (or, for a runtime the
+cluster lacks, is refused as SANDBOX.UNAVAILABLE, never run weaker); a weakened pod is refused by the API
+server; OOM, deadline and huge output end as on Docker, from the pod's status; a killed controller's pod
+is collected at the next start with an abandoned record; ``sandboxctl doctor``'s cluster checks pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_fixtures import SandboxSpace
+
+from orchestrator.backends.kubernetes.backend import KubernetesBackend
+from orchestrator.backends.kubernetes.kube import KubeClient, KubeError
+from orchestrator.backends.kubernetes.preflight import _probe_pod, _weaken
+from orchestrator.evidence import iter_records, verify
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.doctor import run_doctor
+from orchestrator.service.factory import build_orchestrator, open_orchestrator
+from orchestrator.service.orchestrator import Orchestrator
+
+pytestmark = pytest.mark.k8s
+
+POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"
+LIFECYCLE = ["container_created", "container_scheduled", "container_started", "container_died", "container_destroyed"]
+
+
+class Pipeline:
+    def __init__(self, space: SandboxSpace, tmp_path: Path, policy: str = POLICY) -> None:
+        self.space = space
+        self.workspace = space.workspace()
+        self.config = tmp_path / "config.yaml"
+        self.config.write_text(policy)
+        self.evidence = tmp_path / "evidence.jsonl"
+        self.backend = KubernetesBackend(space.settings())
+        self.orch: Orchestrator = build_orchestrator(
+            self.config,
+            workspace=self.workspace,
+            evidence_path=self.evidence,
+            backend=self.backend,
+            profiles=ProfileRegistry(),
+        )
+
+    async def run(self, command: str, profile: str = "workspace-write", **request: Any) -> dict[str, Any]:
+        raw = {"tool": "shell_command", "command": command, "profile": profile, **request}
+        result = await self.orch.execute(raw, workspace=self.workspace)
+        out = result.to_json()
+        out["records"] = list(iter_records(self.evidence, execution_id=str(result.authorization.execution_id)))
+        return out
+
+
+@pytest.fixture
+async def pipeline(sandbox_space: SandboxSpace, tmp_path: Path) -> AsyncIterator[Pipeline]:
+    p = Pipeline(sandbox_space, tmp_path)
+    try:
+        yield p
+    finally:
+        await p.orch.aclose()
+        report = verify(p.evidence)
+        assert report.ok, report.problem
+
+
+def lifecycle_of(out: dict[str, Any]) -> list[str]:
+    return [r.event for r in out["records"] if r.event.startswith("container_")]
+
+
+@pytest.mark.parametrize("profile", ProfileRegistry().names())
+async def test_every_builtin_profile_runs_as_an_admitted_pod(pipeline: Pipeline, profile: str) -> None:
+    try:
+        out = await pipeline.run("id -u; cat /proc/self/status | grep -E '^(Seccomp|NoNewPrivs):'", profile)
+    except Exception as exc:  # a runtime the cluster lacks: refused, never downgraded
+        code = getattr(exc, "code", None)
+        assert code == "SANDBOX.UNAVAILABLE" and ProfileRegistry().resolve(profile).runtime != "runc", exc
+        pytest.skip(f"{profile}: {exc}")
+    assert (out["exit_code"], out["error"]) == (0, None), out["stderr"]
+    gvisor = ProfileRegistry().resolve(profile).runtime == "runsc"  # gVisor's /proc has no NoNewPrivs line
+    assert out["stdout"].split() == ["1000", *([] if gvisor else ["NoNewPrivs:", "1"]), "Seccomp:", "2"]
+    assert lifecycle_of(out) == LIFECYCLE
+    died = next(r for r in out["records"] if r.event == "container_died")
+    assert died.data is not None and died.data["exit_code"] == 0 and died.data["reason"] == "Completed"
+    scheduled = next(r for r in out["records"] if r.event == "container_scheduled")
+    assert scheduled.data is not None and scheduled.data["node"] == "localhost"
+
+
+async def test_a_weakened_pod_is_refused_by_the_api_server(sandbox_space: SandboxSpace) -> None:
+    kube = KubeClient.connect(str(sandbox_space.cluster.kubeconfig), None)
+    try:
+        with pytest.raises(KubeError) as refused:
+            await asyncio.to_thread(kube.create_pod, sandbox_space.namespace, _probe_pod(_weaken))
+        assert refused.value.kind == "forbidden" and "PodSecurity" in refused.value.message
+        admitted = await asyncio.to_thread(kube.create_pod, sandbox_space.namespace, _probe_pod(), dry_run=True)
+        assert admitted["metadata"]["generateName"] == "so-preflight-"
+    finally:
+        kube.close()
+
+
+async def test_oom_from_the_pod_status(sandbox_space: SandboxSpace, tmp_path: Path) -> None:
+    pipeline = Pipeline(sandbox_space, tmp_path, POLICY + "caps: {max_memory: 64m}\n")
+    try:
+        out = await pipeline.run("python3 -c 'b = bytearray(400 * 1024 * 1024); print(len(b))'")
+    finally:
+        await pipeline.orch.aclose()
+    assert out["oom_killed"] is True and out["error"]["code"] == "SANDBOX.OOM"
+    assert out["exit_code"] == 137
+    assert "container_oom" in lifecycle_of(out)
+
+
+async def test_deadline_kills_the_pod_and_says_timeout(pipeline: Pipeline) -> None:
+    started = time.monotonic()
+    out = await pipeline.run("sleep 300", timeout_ms=3000)
+    assert out["timed_out"] is True and out["error"]["code"] == "SANDBOX.TIMEOUT"
+    assert time.monotonic() - started < 30, "the kill took too long"
+    kill = next(r for r in out["records"] if r.event == "container_killed")
+    assert kill.data is not None and kill.data["reason"] == "DeadlineExceeded"
+
+
+async def test_huge_output_is_capped_and_counted(pipeline: Pipeline) -> None:
+    out = await pipeline.run("head -c 20000000 /dev/zero | tr '\\0' x")
+    assert out["exit_code"] == 0 and out["truncated"] is True
+    assert len(out["stdout"]) == ProfileRegistry().resolve("workspace-write").stdout_max_bytes
+    finished = next(r for r in out["records"] if r.event == "execution_finished")
+    assert finished.data is not None and finished.data["stdout"]["bytes"] == 20_000_000
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    sys.path.insert(0, {tests!r})
+    from orchestrator.backends.kubernetes.backend import KubernetesBackend
+    from orchestrator.backends.kubernetes.settings import KubernetesSettings
+    from orchestrator.profiles import ProfileRegistry
+    from orchestrator.service.factory import build_orchestrator
+    from pathlib import Path
+
+    async def main():
+        backend = KubernetesBackend(KubernetesSettings.model_validate_json({settings!r}))
+        orch = build_orchestrator(Path({config!r}), workspace={workspace!r}, evidence_path=Path({evidence!r}),
+                                  backend=backend, profiles=ProfileRegistry())
+        await orch.execute({{"tool": "shell_exec", "argv": ["sleep", "300"]}}, workspace={workspace!r})
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_killed_controllers_pod_is_collected_at_the_next_start(
+    sandbox_space: SandboxSpace, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(POLICY)
+    evidence = tmp_path / "evidence.jsonl"
+    workspace = sandbox_space.workspace()
+    settings = sandbox_space.settings()
+    script = CHILD.format(
+        tests=str(Path(__file__).parent.parent),
+        settings=settings.model_dump_json(),
+        config=str(config),
+        workspace=str(workspace),
+        evidence=str(evidence),
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
+    backend = KubernetesBackend(settings)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            running = [s for s in await backend.list_managed() if s.state == "running"]
+            if running:
+                break
+            assert child.poll() is None, "the controller exited early"
+            await asyncio.sleep(0.3)
+        else:
+            raise AssertionError("the controller's pod never ran")
+        (pod,) = running
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+        orch = await open_orchestrator(config, evidence_path=evidence, backend=backend)
+        try:
+            async with asyncio.timeout(60):
+                while pod.name in {s.name for s in await backend.list_managed()}:
+                    await asyncio.sleep(0.3)
+        finally:
+            await orch.aclose()
+    finally:
+        if child.poll() is None:
+            child.kill()
+        await backend.close()
+    records = list(iter_records(evidence, execution_id=pod.execution_id))
+    abandoned = [r for r in records if r.event == "execution_abandoned"]
+    assert len(abandoned) == 1 and "is gone" in str(abandoned[0].reason), [r.event for r in records]
+    assert abandoned[0].data is not None and abandoned[0].data["sandbox_id"] == pod.sandbox_id
+    assert verify(evidence).ok
+
+
+async def test_doctor_checks_the_cluster(sandbox_space: SandboxSpace) -> None:
+    backend = KubernetesBackend(sandbox_space.settings())
+    try:
+        checks = await run_doctor(backend, ProfileRegistry(), sandbox_space.root / "no-evidence.jsonl", probes=True)
+    finally:
+        await backend.close()
+    by_name = {c.name: c for c in checks}
+    for name in (
+        "cluster API",
+        f"namespace {sandbox_space.namespace}",
+        "PodSecurity restricted",
+        "default-deny NetworkPolicy",
+        "permissions",
+    ):
+        assert by_name[name].ok, json.dumps(by_name[name].detail)
+    probe = next(c for c in checks if c.name.startswith("limits in force (workspace-write"))
+    assert probe.ok, probe.detail

@@ -1,0 +1,154 @@
+"""The pod manifest of every built-in profile: each hardening setting explicit, nothing weaker."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.backends.base import LABEL_EXECUTION_ID, LABEL_MANAGED_BY, LABEL_OWNER, LaunchSpec, Workspace
+from orchestrator.backends.kubernetes.manifest import (
+    ANNOTATION_OWNER,
+    PROFILE_MAPPING,
+    label_value,
+    pod_manifest,
+)
+from orchestrator.backends.kubernetes.settings import KubernetesSettings, WorkspaceDelivery
+from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
+from orchestrator.profiles import ProfileRegistry, ResolvedProfile
+
+ROOT = "/srv/workspaces"
+BUILTIN = ProfileRegistry().names()
+
+
+def spec_for(profile: ResolvedProfile, **changes: object) -> LaunchSpec:
+    fields: dict[str, object] = {
+        "execution_id": "ex-18f0a-0123456789abcdef",
+        "argv": ("sh", "-c", "echo hi"),
+        "profile": profile,
+        "workspace": Workspace(f"{ROOT}/tenant-a/default"),
+        "workdir": profile.workspace.container_path,
+        "env": {"LANG": "C.UTF-8"},
+        "labels": {LABEL_OWNER: "host~pidns4026531836:123:456"},
+        "deadline_unix": 2_000_000_000.0,
+    }
+    fields.update(changes)
+    return LaunchSpec(**fields)  # type: ignore[arg-type]
+
+
+def settings(**changes: object) -> KubernetesSettings:
+    return KubernetesSettings(workspace=WorkspaceDelivery(root=ROOT), **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_builtin_profile_is_hardened_in_its_pod(name: str) -> None:
+    profile = ProfileRegistry().resolve(name)
+    pod = pod_manifest(spec_for(profile), settings(seccomp="localhost"))
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    security = container["securityContext"]
+    assert security == {
+        "runAsNonRoot": True,
+        "runAsUser": profile.uid,
+        "runAsGroup": profile.gid,
+        "readOnlyRootFilesystem": profile.read_only_root,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"], "add": []},
+        "seccompProfile": {"type": "Localhost", "localhostProfile": f"sandbox-orchestrator/{profile.seccomp}.json"},
+        "procMount": "Default",
+    }
+    assert spec["securityContext"]["fsGroup"] == profile.gid
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["restartPolicy"] == "Never"
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["enableServiceLinks"] is False
+    assert (spec["hostNetwork"], spec["hostPID"], spec["hostIPC"], spec["shareProcessNamespace"]) == (False,) * 4
+    assert spec["dnsPolicy"] == "None" and spec["dnsConfig"]["nameservers"] == ["127.0.0.1"]
+    assert spec["activeDeadlineSeconds"] >= profile.wall_timeout_s
+    assert spec["terminationGracePeriodSeconds"] == 0
+    resources = container["resources"]
+    assert resources["requests"] == resources["limits"]
+    assert resources["limits"]["memory"] == str(profile.memory_bytes)
+    assert resources["limits"]["cpu"] == f"{round(profile.cpus * 1000)}m"
+    assert resources["limits"]["ephemeral-storage"] == str(profile.fsize_bytes)
+    assert container["command"][:4] == [
+        "/usr/bin/prlimit",
+        f"--nofile={profile.nofile}:{profile.nofile}",
+        f"--fsize={profile.fsize_bytes}:{profile.fsize_bytes}",
+        "--",
+    ]
+    assert container["command"][4:] == ["sh", "-c", "echo hi"]
+    assert container["imagePullPolicy"] == "IfNotPresent" and container["image"] == profile.image
+    assert (container["stdin"], container["tty"]) == (False, False)
+    if profile.runtime == "runsc":
+        assert spec["runtimeClassName"] == "gvisor"
+    else:
+        assert "runtimeClassName" not in spec
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    workspace = mounts[profile.workspace.container_path]
+    assert workspace["subPath"] == "tenant-a/default"
+    assert workspace["readOnly"] is (profile.workspace.mode == "ro")
+    assert volumes["workspace"]["persistentVolumeClaim"]["readOnly"] is (profile.workspace.mode == "ro")
+    for tmpfs in profile.tmpfs:
+        volume = volumes[mounts[tmpfs.path]["name"]]
+        assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": str(tmpfs.size_bytes)}
+    if profile.read_only_root:
+        assert "/tmp" in mounts  # never the runtime's own writable /tmp
+
+
+def test_labels_are_label_safe_and_the_owner_is_kept_whole_in_an_annotation() -> None:
+    profile = ProfileRegistry().resolve("workspace-write")
+    pod = pod_manifest(spec_for(profile), settings())
+    labels = pod["metadata"]["labels"]
+    assert labels[LABEL_MANAGED_BY] == "sandbox-orchestrator"
+    assert labels[LABEL_EXECUTION_ID] == "ex-18f0a-0123456789abcdef"
+    assert labels[LABEL_OWNER] == label_value("host~pidns4026531836:123:456")
+    assert all(len(v) <= 63 and ":" not in v and "~" not in v for v in labels.values())
+    assert pod["metadata"]["annotations"][ANNOTATION_OWNER] == "host~pidns4026531836:123:456"
+    assert pod["metadata"]["name"] == "sbx-ex-18f0a-0123456789abcdef"
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+@pytest.mark.parametrize(
+    "workspace", ["/srv/workspaces", "/srv/other/x", "/srv/workspaces/../etc", "/srv/workspacesX/a"]
+)
+def test_a_workspace_outside_the_claims_root_is_refused(workspace: str) -> None:
+    profile = ProfileRegistry().resolve("workspace-write")
+    with pytest.raises(SandboxUnavailable, match="not below the claim's root"):
+        pod_manifest(spec_for(profile, workspace=Workspace(workspace)), settings())
+
+
+def test_copy_mode_mounts_an_empty_dir_not_the_claim() -> None:
+    profile = ProfileRegistry().resolve("workspace-write")
+    delivery = WorkspaceDelivery(mode="copy", root=ROOT)
+    pod = pod_manifest(spec_for(profile, workspace=Workspace("/anywhere")), KubernetesSettings(workspace=delivery))
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "workspace")
+    assert volume == {"name": "workspace", "emptyDir": {}}
+
+
+def test_a_runtime_without_a_runtime_class_is_unavailable_never_downgraded() -> None:
+    profile = ProfileRegistry().resolve("untrusted")
+    with pytest.raises(SandboxUnavailable, match="no RuntimeClass"):
+        pod_manifest(spec_for(profile), settings(runtime_classes={}))
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"argv": ()}, InputInvalid),
+        ({"workdir": "relative"}, InputInvalid),
+        ({"env": {"A=B": "x"}}, InputInvalid),
+        ({"env": {"A": "x\x00y"}}, InputInvalid),
+        ({"tty": True}, SandboxUnavailable),
+        ({"stdin": b"data"}, SandboxUnavailable),
+    ],
+)
+def test_bad_specs_are_refused(changes: dict[str, object], error: type[Exception]) -> None:
+    profile = ProfileRegistry().resolve("workspace-write")
+    with pytest.raises(error):
+        pod_manifest(spec_for(profile, **changes), settings())
+
+
+def test_the_mapping_table_names_every_resolved_profile_field() -> None:
+    fields = set(ResolvedProfile.model_fields) - {"name", "profile_hash", "seccomp_sha256", "seccomp_json"}
+    assert {row[0] for row in PROFILE_MAPPING} == fields
