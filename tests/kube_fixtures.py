@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.backends.kubernetes.settings import KubernetesSettings, WorkspaceDelivery
 
@@ -80,7 +81,7 @@ def k8s_cluster() -> Iterator[Cluster]:
     kubeconfig = Path(env_value(env.stdout, "KUBECONFIG"))
     path = env_value(env.stdout, "PATH")
     bin_dir = Path(path.split(":", 1)[0])
-    server = ""
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
     try:
         yield Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir, server=server)
     finally:
