@@ -34,9 +34,13 @@ unit: $(STAMP)
 integration: $(STAMP) setup
 	$(BIN)/pytest -q -m integration tests/integration
 
-# everything: static checks, then the engine (started here if none answers), then every test
+# everything: static checks, the engine (started here if none answers) and the test cluster, then every test:
+# the Docker tier, the Kubernetes tier (test-k8s's) and the rest. A cluster this target started is stopped
+# and cleaned at the end, pass or fail; one that was already up is left up.
 test: lint typecheck importlint setup
-	$(BIN)/pytest -q
+	@if bash scripts/k8s-cluster.sh status >/dev/null 2>&1; then was_up=1; else was_up=0; fi; \
+	bash scripts/k8s-cluster.sh up && $(BIN)/pytest -q; rc=$$?; \
+	if [ $$was_up = 0 ]; then bash scripts/k8s-cluster.sh down || rc=1; fi; exit $$rc
 
 # the container engine and the sandbox images, without a registry (idempotent; ~0.3 s when warm)
 setup:
