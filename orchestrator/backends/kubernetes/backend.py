@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends._support.threads import in_daemon_thread
@@ -103,7 +104,7 @@ class KubernetesBackend:
         self._namespace = self.settings.namespace
         self._kube: KubeClient | None = None
         self._kube_lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
+        self._calls = BlockingCalls(POOL_WORKERS, "k8s-backend")
         self._watch: PodWatch | None = None
         self._pods: dict[str, _Pod] = {}
         self._leases: dict[str, OwnerLease] = {}
@@ -118,13 +119,10 @@ class KubernetesBackend:
     # -- plumbing ------------------------------------------------------------------------------------
 
     def _pool(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=POOL_WORKERS, thread_name_prefix="k8s-backend")
-        return self._executor
+        return self._calls.pool()
 
     async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool(), functools.partial(fn, *args, **kwargs))
+        return await self._calls.call(fn, *args, **kwargs)
 
     def _connect(self) -> KubeClient:
         with self._kube_lock:
@@ -666,9 +664,7 @@ class KubernetesBackend:
         kube, self._kube = self._kube, None
         if kube is not None:
             kube.close()
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        self._calls.shutdown()
 
 
 def _ended(pod: JsonObject) -> bool:

@@ -25,6 +25,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from orchestrator.backends._support.spec_checks import check_spec
 from orchestrator.backends.base import (
     LABEL_DEADLINE,
     LABEL_EXECUTION_ID,
@@ -37,7 +38,7 @@ from orchestrator.backends.base import (
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.backends.kubernetes.workspace_copy import wait_for_copy_command
 from orchestrator.domain.canonical import sha256_hex
-from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
+from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.profiles import ResolvedProfile
 
 CONTAINER = "sandbox"
@@ -183,13 +184,7 @@ def pod_labels(spec: LaunchSpec) -> dict[str, str]:
 def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, Any]:
     """The pod for ``spec`` (validated: argv, workdir, env)."""
     profile = spec.profile
-    if not spec.argv:
-        raise InputInvalid("argv must not be empty", details={"field": "argv"})
-    if not spec.workdir.startswith("/"):
-        raise InputInvalid("workdir must be an absolute path", details={"field": "workdir"})
-    for key, value in spec.env.items():
-        if not key or "=" in key or "\x00" in key or "\x00" in value:
-            raise InputInvalid("environment names must be non-empty without '=' or NUL", details={"field": "env"})
+    check_spec(spec)
     if spec.tty or spec.stdin is not None:
         raise SandboxUnavailable(
             "the Kubernetes backend runs one-shot commands without stdin or a terminal in this release",
