@@ -769,6 +769,8 @@ ensure_gvisor() {
     local key
     if [ ! -x "$SO_RUNSC" ] || [ ! -x "$BIN_DIR/containerd-shim-runsc-v1" ]; then
         printf 'runsc (%s) or containerd-shim-runsc-v1 (%s) is missing\n' "$SO_RUNSC" "$BIN_DIR" >"$GVISOR_REASON"
+        kc delete runtimeclass gvisor --ignore-not-found >/dev/null
+        rm -f "$GVISOR_STAMP"
         so_warn "no RuntimeClass gvisor: $(cat "$GVISOR_REASON")"
         return 0
     fi
