@@ -161,7 +161,7 @@ def test_the_services_workspaces_must_be_on_the_claim() -> None:
 
     backend = {"kind": "kubernetes", "kubernetes": {"workspace": {"mode": "pvc", "root": "/srv/ws"}}}
     OrchestratorConfig.model_validate({"backend": backend, "service": {"workspaces": "/srv/ws/tenants"}})
-    with pytest.raises(ValidationError, match="not below backend.kubernetes.workspace.root"):
+    with pytest.raises(ValidationError, match=r"not below backend\.kubernetes\.workspace\.root"):
         OrchestratorConfig.model_validate({"backend": backend, "service": {"workspaces": "/var/lib/other"}})
     copy = {"kind": "kubernetes", "kubernetes": {"workspace": {"mode": "copy"}}}
     OrchestratorConfig.model_validate({"backend": copy, "service": {"workspaces": "/var/lib/other"}})
