@@ -64,7 +64,12 @@ from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive
 from orchestrator.backends.kubernetes.preflight import cluster_checks
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.backends.kubernetes.watch import PodWatch
-from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
+from orchestrator.domain.errors import (
+    OrchestratorError,
+    SandboxStartFailed,
+    SandboxUnavailable,
+    SideEffectsIncomplete,
+)
 
 log = logging.getLogger(__name__)
 
@@ -401,7 +406,11 @@ class KubernetesBackend:
 
         try:
             applied = await self._call(copy)
-        except (workspace_copy.CopyError, KubeError, OSError) as exc:
+        except workspace_copy.CopyError as exc:  # what the workload left cannot be taken back as it is
+            raise SideEffectsIncomplete(
+                f"the workspace of pod {name} could not be copied back: {exc}", details={"sandbox": name}
+            ) from exc
+        except (KubeError, OSError) as exc:
             message = exc.message if isinstance(exc, KubeError) else str(exc)
             raise SandboxUnavailable(
                 f"the workspace of pod {name} could not be copied back: {message}", details={"sandbox": name}

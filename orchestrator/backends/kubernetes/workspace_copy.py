@@ -8,9 +8,10 @@ container starts on the copied workspace. Out: after the command exited on its o
 
 The archive that comes out was made from files the workload controlled: it is hostile input. It is
 read as a stream, bounded (``copy_max_bytes``); names that are absolute, hold ``..`` or NUL, and member
-kinds other than directories, regular files, symlinks and hard links to earlier members are refused;
-every write is descriptor-relative and never follows a link (a symlink in the workspace is recreated as a
-symlink, never written through). Entries whose content, kind and mode did not change are left untouched
+kinds other than directories, regular files, symlinks, fifos and hard links to earlier members are
+refused (a device never); every write is descriptor-relative and never follows a link (a symlink in the
+workspace is recreated as a symlink, never written through). Entries whose content, kind and mode did
+not change are left untouched
 (same inode, same times), so the side-effect record sees only what the command really changed.
 """
 
@@ -23,7 +24,7 @@ import stat
 import tarfile
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -83,11 +84,13 @@ def pack(root: Path, max_bytes: int) -> BinaryIO:
         with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as archive:
             for name, info in _entries(root):
                 if not _copyable(info.st_mode):
-                    continue  # sockets, fifos, devices: nothing a command can be handed
+                    continue  # sockets and devices: nothing a command can be handed
                 member = archive.gettarinfo(str(root / name), arcname=name)
                 member.uid = member.gid = 0
                 member.uname = member.gname = ""
                 if member.isreg():
+                    if spool.tell() + member.size > max_bytes:
+                        raise CopyError(f"the workspace is larger than the copy limit of {max_bytes} bytes")
                     with open(root / name, "rb", opener=_no_follow) as data:
                         archive.addfile(member, data)
                 else:
@@ -116,6 +119,8 @@ class Applied:
     replaced: int = 0
     unchanged: int = 0
     removed: int = 0
+    # directories whose mode is set last, deepest first: one made 0o000 must still take its entries
+    dir_modes: dict[str, int] = field(default_factory=dict)
 
 
 def _safe_name(name: str) -> str:
@@ -187,7 +192,7 @@ def _remove_at(fd: int, base: str) -> None:
 
 
 def _copyable(mode: int) -> bool:
-    return stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)
+    return stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISFIFO(mode)
 
 
 def _existing(root: Path) -> set[str]:
@@ -229,6 +234,9 @@ def apply(archive: BinaryIO, root: Path) -> Applied:
             if tree.lstat(name) is not None:
                 tree.remove(name)
                 applied.removed += 1
+        for name, mode in sorted(applied.dir_modes.items(), key=lambda item: item[0].count("/"), reverse=True):
+            with tree.parent(name) as (fd, base):
+                os.chmod(base, mode, dir_fd=fd, follow_symlinks=False)
     except (tarfile.TarError, EOFError) as exc:
         raise CopyError(f"the archive from the pod is not a valid tar stream: {exc}") from exc
     finally:
@@ -243,13 +251,15 @@ def _apply_member(tree: _Tree, stream: tarfile.TarFile, member: tarfile.TarInfo,
         if member.isdir():
             if current is not None and stat.S_ISDIR(current.st_mode):
                 if stat.S_IMODE(current.st_mode) & 0o777 != mode:
-                    os.chmod(base, mode, dir_fd=fd)
+                    os.chmod(base, 0o700, dir_fd=fd)  # its entries first; its own mode at the end
+                    applied.dir_modes[name] = mode
                 applied.unchanged += 1
                 return
             if current is not None:
                 _remove_at(fd, base)
-            os.mkdir(base, mode, dir_fd=fd)
+            os.mkdir(base, 0o700, dir_fd=fd)
             tree.own(fd, base)
+            applied.dir_modes[name] = mode
             applied.created += 1
         elif member.issym():
             if (
@@ -279,8 +289,17 @@ def _apply_member(tree: _Tree, stream: tarfile.TarFile, member: tarfile.TarInfo,
                 applied.created += 1
         elif member.isreg():
             _apply_file(tree, stream, member, fd=fd, base=base, current=current, mode=mode, applied=applied)
+        elif member.isfifo():  # a workload may make one (no capability needed); never a device
+            if current is not None and stat.S_ISFIFO(current.st_mode):
+                applied.unchanged += 1
+                return
+            if current is not None:
+                _remove_at(fd, base)
+            os.mkfifo(base, mode, dir_fd=fd)
+            tree.own(fd, base)
+            applied.created += 1
         else:
-            raise CopyError(f"the archive holds a device, fifo or other special file: {name[:200]!r}")
+            raise CopyError(f"the archive holds a device or other special file: {name[:200]!r}")
 
 
 def _apply_file(
