@@ -147,9 +147,10 @@ start_component() {
     printf '%s\n' "$!" >"$RUN_DIR/$name.pid"
 }
 
-# stop_component NAME [SECONDS]: SIGTERM, then SIGKILL after SECONDS (default 10).
+# stop_component NAME [SECONDS [quiet]]: SIGTERM, then SIGKILL after SECONDS (default 10), with a warning
+# unless quiet.
 stop_component() {
-    local name="$1" grace="${2:-10}" pid i
+    local name="$1" grace="${2:-10}" quiet="${3:-}" pid i
     if pid="$(component_pid "$name")"; then
         kill -TERM "$pid" 2>/dev/null || true
         for ((i = 0; i < grace * 10; i++)); do
@@ -157,7 +158,7 @@ stop_component() {
             sleep 0.1
         done
         if process_alive "$pid"; then
-            so_warn "$name did not stop in ${grace} s; killing it"
+            [ -n "$quiet" ] || so_warn "$name did not stop in ${grace} s; killing it"
             kill -KILL "$pid" 2>/dev/null || true
             wait_until 5 bash -c "! [ -d /proc/$pid ]" || true
         fi
@@ -171,12 +172,15 @@ ensure_binaries() {
     BIN_DIR="$(bash "$SCRIPT_DIR/k8s-build.sh")" || so_die "scripts/k8s-build.sh failed"
 }
 
-# containerd and runc come with the engine packages (make setup); the CNI plugins are ours to add.
+# containerd and runc come with the engine packages (make setup); the CNI plugins are ours to add, and the
+# tools this script uses may be missing from a minimal machine.
 ensure_packages() {
     local pkgs=()
-    command -v containerd >/dev/null 2>&1 || pkgs+=(containerd)
+    command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1 || pkgs+=(containerd)
     command -v runc >/dev/null 2>&1 || pkgs+=(runc)
-    command -v ctr >/dev/null 2>&1 || pkgs+=(containerd)
+    command -v openssl >/dev/null 2>&1 || pkgs+=(openssl)
+    command -v ip >/dev/null 2>&1 || pkgs+=(iproute2)
+    command -v pgrep >/dev/null 2>&1 || pkgs+=(procps)
     [ -x "$CNI_BIN_DIR/bridge" ] && [ -x "$CNI_BIN_DIR/host-local" ] && [ -x "$CNI_BIN_DIR/loopback" ] \
         || pkgs+=(containernetworking-plugins)
     [ "${#pkgs[@]}" -eq 0 ] && return 0
@@ -296,9 +300,12 @@ ensure_kubeconfigs() {
 
 # --- etcd and the control plane --------------------------------------------------------------------------
 
+# GET /health over TLS with the API server's etcd client certificate (openssl: no curl on a bare machine).
 etcd_healthy() {
-    curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/etcd-client.crt" --key "$PKI/etcd-client.key" \
-        "https://127.0.0.1:$ETCD_PORT/health" | grep -q '"health":"true"'
+    printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' \
+        | timeout 3 openssl s_client -quiet -verify_return_error -connect "127.0.0.1:$ETCD_PORT" -CAfile "$PKI/ca.crt" \
+            -cert "$PKI/etcd-client.crt" -key "$PKI/etcd-client.key" 2>/dev/null \
+        | grep -q '"health":"true"'
 }
 
 ensure_etcd() {
@@ -316,11 +323,13 @@ ensure_etcd() {
     wait_until 30 etcd_healthy || die_with_log etcd "etcd did not become healthy"
 }
 
-api_ready() {
-    curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
-        "$API_SERVER/readyz" >/dev/null
-}
+api_ready() { kc get --raw /readyz --request-timeout=2s >/dev/null 2>&1; }
 
+# --allow-privileged=false: privileged containers are refused in every namespace, before admission.
+# --endpoint-reconciler-type=none: no Endpoints for the kubernetes Service, whose only address would be
+#   127.0.0.1, which Endpoints refuse (an error every 10 s otherwise; nothing routes to services here).
+# --kubelet-preferred-address-types=Hostname: the node is named localhost, so logs/exec reach the kubelet
+#   on 127.0.0.1 (the kubelet refuses a loopback node IP); its serving certificate is checked against our CA.
 ensure_apiserver() {
     component_running kube-apiserver && return 0
     start_component kube-apiserver "$BIN_DIR/kube-apiserver" \
@@ -336,7 +345,8 @@ ensure_apiserver() {
         --endpoint-reconciler-type=none \
         --kubelet-preferred-address-types=Hostname --kubelet-certificate-authority="$PKI/ca.crt" \
         --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
-        --kubelet-client-key="$PKI/apiserver-kubelet-client.key"
+        --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+        --feature-gates=PodLogsQuerySplitStreams=true
     wait_until 60 api_ready || die_with_log kube-apiserver "kube-apiserver did not become ready"
 }
 
@@ -477,6 +487,10 @@ cgroupDriver: cgroupfs
 cgroupRoot: $CGROUP_ROOT
 failSwapOn: false
 podPidsLimit: 1024
+# the log API returns stdout and stderr apart (?stream=Stdout|Stderr; alpha in 1.34, off by default):
+# the backend then keeps them apart as Docker does
+featureGates:
+  PodLogsQuerySplitStreams: true
 # no cluster DNS: pods get an empty resolv.conf (they have no route to any server anyway)
 resolvConf: ""
 clusterDomain: cluster.local
@@ -517,10 +531,17 @@ ensure_node_configs() {
 
 containerd_answers() { ctr --address "$CTRD_SOCK" version >/dev/null 2>&1; }
 
+# runsc writes a log directory per container (about 60 KiB): the newest 200 are kept for diagnosis.
+prune_runsc_logs() {
+    find "$LOGS/runsc" -mindepth 1 -maxdepth 1 -type d -printf '%T@ %p\n' 2>/dev/null | sort -rn \
+        | tail -n +201 | cut -d' ' -f2- | xargs -r rm -rf --
+}
+
 ensure_containerd() {
     component_running containerd && return 0
     so_check_socket_len "$CTRD_SOCK"
     mkdir -p "$CTRD_STATE"
+    prune_runsc_logs
     # PATH: containerd looks its shims up there (containerd-shim-runsc-v1 lives in the bin dir).
     # The proxy variables send any image pull to a closed port on 127.0.0.1: a pod naming an image that
     # is not imported fails at once instead of sending traffic off the machine (loopback is never proxied).
@@ -748,6 +769,8 @@ ensure_gvisor() {
     local key
     if [ ! -x "$SO_RUNSC" ] || [ ! -x "$BIN_DIR/containerd-shim-runsc-v1" ]; then
         printf 'runsc (%s) or containerd-shim-runsc-v1 (%s) is missing\n' "$SO_RUNSC" "$BIN_DIR" >"$GVISOR_REASON"
+        kc delete runtimeclass gvisor --ignore-not-found >/dev/null
+        rm -f "$GVISOR_STAMP"
         so_warn "no RuntimeClass gvisor: $(cat "$GVISOR_REASON")"
         return 0
     fi
@@ -910,7 +933,9 @@ cmd_down() {
     remove_containers
     stop_component containerd 20
     kill_leftovers
-    stop_component kube-apiserver
+    # the API server's graceful shutdown waits up to a minute for its clients' open watches (anyone's
+    # kubectl wait or informer): a few seconds, then it is killed; its state goes with etcd's below
+    stop_component kube-apiserver 3 quiet
     stop_component etcd
     unmount_ours
     remove_network

@@ -1,14 +1,16 @@
 """Fixtures for tests on the real cluster (a pytest plugin: tests/conftest.py loads it).
 
 ``k8s_cluster`` (session): the project's cluster (``scripts/k8s-cluster.sh up``), stopped at the end only
-if this session started it. ``sandbox_space`` (module): a namespace of its own as the chart makes one
-(PodSecurity ``restricted``, a default-deny NetworkPolicy), with a workspace claim bound to a directory
-of this host (two-sided like the chart's ``workspaces.hostPath``: the pods mount a sub-path of the claim,
-the test process sees the same directory), and the backend settings that go with it.
+if a test session started it and no other test session still uses it. ``sandbox_space`` (module): a
+namespace of its own as the chart makes one (PodSecurity ``restricted``, a default-deny NetworkPolicy),
+with a workspace claim bound to a directory of this host (two-sided like the chart's
+``workspaces.hostPath``: the pods mount a sub-path of the claim, the test process sees the same
+directory), and the backend settings that go with it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -16,10 +18,12 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.backends.kubernetes.settings import KubernetesSettings, WorkspaceDelivery
 
@@ -75,26 +79,67 @@ def env_value(text: str, name: str) -> str:
     raise AssertionError(f"{name} not in `k8s-cluster.sh env`: {text!r}")
 
 
+@contextmanager
+def _sessions_locked(directory: Path) -> Iterator[None]:
+    fd = os.open(directory / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _other_live_sessions(directory: Path) -> list[int]:
+    """Pids of the other test sessions registered in ``directory`` that still run (stale entries go)."""
+    live = []
+    for entry in directory.glob("session-*"):
+        pid = int(entry.name.removeprefix("session-"))
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            entry.unlink(missing_ok=True)
+            continue
+        live.append(pid)
+    return live
+
+
 @pytest.fixture(scope="session")
 def k8s_cluster() -> Iterator[Cluster]:
+    """The cluster, up for the session. Test sessions on one machine share it: each registers itself next
+    to the cluster's state, and the cluster is stopped at the end only when a test session started it and
+    no other session still uses it. A cluster found up with no session around (``make k8s-up``, or one a
+    crashed session left) is nobody's to stop."""
     if os.geteuid() != 0:
         pytest.skip("the test cluster needs root (a kubelet and containerd)")
-    was_up = cluster_script("status").returncode == 0
-    if not was_up:
-        started = cluster_script("up")
-        if started.returncode != 0:
-            raise AssertionError(f"k8s-cluster.sh up failed:\n{started.stdout[-4000:]}\n{started.stderr[-4000:]}")
     env = cluster_script("env")
     kubeconfig = Path(env_value(env.stdout, "KUBECONFIG"))
+    sessions = kubeconfig.parent / "test-sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    started_by_tests = sessions / "started-by-tests"
+    me = sessions / f"session-{os.getpid()}"
+    with _sessions_locked(sessions):
+        if cluster_script("status").returncode != 0:
+            started = cluster_script("up")
+            if started.returncode != 0:
+                raise AssertionError(f"k8s-cluster.sh up failed:\n{started.stdout[-4000:]}\n{started.stderr[-4000:]}")
+            started_by_tests.touch()
+        elif not _other_live_sessions(sessions):
+            started_by_tests.unlink(missing_ok=True)
+        me.touch()
     path = env_value(env.stdout, "PATH")
     bin_dir = Path(path.split(":", 1)[0])
-    server = ""
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
     try:
         yield Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir, server=server)
     finally:
-        if not was_up:
-            stopped = cluster_script("down")
-            assert stopped.returncode == 0, stopped.stderr[-4000:]
+        with _sessions_locked(sessions):
+            me.unlink(missing_ok=True)
+            if started_by_tests.exists() and not _other_live_sessions(sessions):
+                stopped = cluster_script("down")
+                started_by_tests.unlink(missing_ok=True)
+                assert stopped.returncode == 0, stopped.stderr[-4000:]
 
 
 @dataclass(frozen=True)

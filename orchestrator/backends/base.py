@@ -139,6 +139,9 @@ class PreflightCheck:
     detail: str
     fix: str | None = None
 
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
+
 
 @runtime_checkable
 class SandboxBackend(Protocol):

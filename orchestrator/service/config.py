@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -119,6 +120,22 @@ class OrchestratorConfig(BaseModel):
         description="Policy caps: the most any profile may get (memory, cpus, pids, wall time, output,"
         " runtimes, images); the effective profile is the narrowest of profile, request and these.",
     )
+
+    @model_validator(mode="after")
+    def _workspaces_on_the_claim(self) -> OrchestratorConfig:
+        """pvc mode: a pod can only mount a sub-path of the claim, so the service's workspaces must be below
+        the claim's root (else every execution would be refused)."""
+        k8s = self.backend.kubernetes
+        workspaces = self.service.workspaces
+        if self.backend.kind != "kubernetes" or k8s.workspace.mode != "pvc" or workspaces is None:
+            return self
+        root, path = posixpath.normpath(k8s.workspace.root), posixpath.normpath(workspaces)
+        if path != root and not path.startswith(root.rstrip("/") + "/"):
+            raise ValueError(
+                f"service.workspaces {workspaces!r} is not below backend.kubernetes.workspace.root {root!r}:"
+                " pods mount sub-paths of the claim only"
+            )
+        return self
 
 
 def load_config(path: Path | None) -> OrchestratorConfig:

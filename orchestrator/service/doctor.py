@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import re
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends.base import BackendInfo, SandboxBackend
+from orchestrator.backends.base import BackendInfo, PreflightCheck, SandboxBackend
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.domain.requests import parse_request
@@ -35,15 +34,8 @@ PROBE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
+# one check: what the doctor reports is what a backend's preflight reports
+Check = PreflightCheck
 
 
 async def _noop_record(event: EventType, **fields: Any) -> None:
@@ -136,7 +128,7 @@ async def run_doctor(
     if info is not None:
         extra = ", ".join(f"{k} {v}" for k, v in sorted(info.details.items()))
         checks.append(Check("engine", True, f"{info.name} {info.engine_version} at {info.endpoint}; {extra}"))
-    checks.extend(Check(c.name, c.ok, c.detail, c.fix) for c in await backend.preflight())
+    checks.extend(await backend.preflight())
     # a cluster's images are on its nodes, not the controller's to list: the probe pods show them
     images_listed = info is not None and info.name != "kubernetes"
     if info is not None and images_listed:

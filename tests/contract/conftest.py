@@ -28,6 +28,7 @@ def _owned_dir(path: Path) -> Path:
     params=[
         pytest.param("docker", marks=pytest.mark.integration),
         pytest.param("kubernetes", marks=pytest.mark.k8s),
+        pytest.param("kubernetes-copy", marks=pytest.mark.k8s),  # the workspace copied in and out
     ]
 )
 async def contract(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
@@ -44,11 +45,17 @@ async def contract(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
             pytest.skip(f"no container engine ({exc.message}); run `make setup`")
     else:
         from orchestrator.backends.kubernetes.backend import KubernetesBackend
+        from orchestrator.backends.kubernetes.settings import WorkspaceDelivery
 
         space = request.getfixturevalue("sandbox_space")
-        backend = KubernetesBackend(space.settings())
-        workspace = space.workspace()
-    harness = Harness(request.param, backend, workspace)
+        if request.param == "kubernetes-copy":
+            delivery = WorkspaceDelivery(mode="copy", copy_max_bytes=64 * 1024 * 1024)
+            backend = KubernetesBackend(space.settings(workspace=delivery))
+            workspace = _owned_dir(tmp_path / "ws")  # the controller's own directory, anywhere
+        else:
+            backend = KubernetesBackend(space.settings())
+            workspace = space.workspace()
+    harness = Harness(request.param.split("-")[0], backend, workspace)
     try:
         yield harness
         assert not await harness.left(), f"sandboxes left behind: {await harness.left()}"

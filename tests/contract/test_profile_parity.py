@@ -65,8 +65,11 @@ def docker_facts(inspect: dict[str, Any]) -> dict[str, Any]:
 
 def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
     spec = pod["spec"]
-    (container,) = spec["containers"]
+    container = next(c for c in spec["containers"] if c["name"] == "sandbox")
     security = container["securityContext"]
+    # copy mode's helpers (copy in, copy out) carry the command's hardening, with a read-only root
+    for helper in [c for c in spec["containers"] if c is not container] + spec.get("initContainers", []):
+        assert helper["securityContext"] == {**security, "readOnlyRootFilesystem": True}, helper["name"]
     caps = security.get("capabilities") or {}
     command = container["command"]
     assert command[0] == PRLIMIT

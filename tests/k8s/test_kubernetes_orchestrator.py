@@ -221,3 +221,19 @@ async def test_doctor_checks_the_cluster(sandbox_space: SandboxSpace) -> None:
         assert by_name[name].ok, json.dumps(by_name[name].detail)
     probe = next(c for c in checks if c.name.startswith("limits in force (workspace-write"))
     assert probe.ok, probe.detail
+
+
+async def test_a_cancelled_execution_deletes_its_pod(pipeline: Pipeline) -> None:
+    task = asyncio.create_task(pipeline.run("sleep 300"))
+    async with asyncio.timeout(60):
+        while not [s for s in await pipeline.backend.list_managed() if s.state == "running"]:
+            await asyncio.sleep(0.2)
+    (pod,) = await pipeline.backend.list_managed()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert pod.name not in {s.name for s in await pipeline.backend.list_managed()}
+    records = list(iter_records(pipeline.evidence, execution_id=pod.execution_id))
+    failed = [r for r in records if r.event == "run_failed"]
+    assert len(failed) == 1 and failed[0].status == "cancelled", [r.event for r in records]
+    assert "container_destroyed" in [r.event for r in records]

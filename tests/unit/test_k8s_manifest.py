@@ -152,3 +152,16 @@ def test_bad_specs_are_refused(changes: dict[str, object], error: type[Exception
 def test_the_mapping_table_names_every_resolved_profile_field() -> None:
     fields = set(ResolvedProfile.model_fields) - {"name", "profile_hash", "seccomp_sha256", "seccomp_json"}
     assert {row[0] for row in PROFILE_MAPPING} == fields
+
+
+def test_the_services_workspaces_must_be_on_the_claim() -> None:
+    from pydantic import ValidationError
+
+    from orchestrator.service.config import OrchestratorConfig
+
+    backend = {"kind": "kubernetes", "kubernetes": {"workspace": {"mode": "pvc", "root": "/srv/ws"}}}
+    OrchestratorConfig.model_validate({"backend": backend, "service": {"workspaces": "/srv/ws/tenants"}})
+    with pytest.raises(ValidationError, match=r"not below backend\.kubernetes\.workspace\.root"):
+        OrchestratorConfig.model_validate({"backend": backend, "service": {"workspaces": "/var/lib/other"}})
+    copy = {"kind": "kubernetes", "kubernetes": {"workspace": {"mode": "copy"}}}
+    OrchestratorConfig.model_validate({"backend": copy, "service": {"workspaces": "/var/lib/other"}})

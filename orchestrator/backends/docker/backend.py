@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
+from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends._support.threads import ThreadPump, in_daemon_thread
@@ -127,7 +128,7 @@ class DockerBackend:
         self._endpoint: Endpoint = discover_endpoint(base_url)
         self._client: EngineClient | None = None
         self._client_lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
+        self._calls = BlockingCalls(POOL_WORKERS, "docker-backend")
         self._sandboxes: dict[str, _Sandbox] = {}
         self._pumps: set[ThreadPump[JsonObject]] = set()
         self._final_usage: OrderedDict[str, ResourceUsage] = OrderedDict()
@@ -142,14 +143,11 @@ class DockerBackend:
     # -- plumbing ------------------------------------------------------------------------------------
 
     def _pool(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=POOL_WORKERS, thread_name_prefix="docker-backend")
-        return self._executor
+        return self._calls.pool()
 
     async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """A short blocking engine call, off the event loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool(), functools.partial(fn, *args, **kwargs))
+        return await self._calls.call(fn, *args, **kwargs)
 
     def _connect(self) -> EngineClient:
         with self._client_lock:
@@ -643,9 +641,7 @@ class DockerBackend:
         client, self._client = self._client, None
         if client is not None:
             client.close()
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        self._calls.shutdown()
 
 
 def _abort_attach(attaching: asyncio.Future[AttachStream]) -> None:

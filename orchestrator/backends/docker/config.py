@@ -32,6 +32,7 @@ Decisions beyond a one-to-one mapping of the resolved profile:
 
 from __future__ import annotations
 
+from orchestrator.backends._support.spec_checks import check_spec
 from orchestrator.backends.base import (
     LABEL_DEADLINE,
     LABEL_EXECUTION_ID,
@@ -82,13 +83,7 @@ def container_config(spec: LaunchSpec, *, etc_dir: str) -> dict[str, object]:
     """``POST /containers/create`` body for ``spec`` (validated: argv, workdir, env); ``etc_dir`` holds
     the sandbox's own hostname, hosts and resolv.conf (``sandbox_etc.etc_directory``)."""
     profile = spec.profile
-    if not spec.argv:
-        raise InputInvalid("argv must not be empty", details={"field": "argv"})
-    if not spec.workdir.startswith("/"):
-        raise InputInvalid("workdir must be an absolute path", details={"field": "workdir"})
-    for key, value in spec.env.items():
-        if not key or "=" in key or "\x00" in key or "\x00" in value:
-            raise InputInvalid("environment names must be non-empty without '=' or NUL", details={"field": "env"})
+    check_spec(spec)
     with_stdin = spec.stdin is not None
     if with_stdin and spec.tty:
         # a terminal echoes its input and the engine ends a TTY's output when its input ends:

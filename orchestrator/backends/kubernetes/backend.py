@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
@@ -24,8 +25,10 @@ from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends._support.threads import in_daemon_thread
@@ -47,11 +50,14 @@ from orchestrator.backends.base import (
     StreamCapture,
 )
 from orchestrator.backends.kubernetes import lifecycle as pods
+from orchestrator.backends.kubernetes import workspace_copy
 from orchestrator.backends.kubernetes.kube import JsonObject, KubeClient, KubeError
 from orchestrator.backends.kubernetes.manifest import (
     ANNOTATION_DEADLINE,
     ANNOTATION_OWNER,
     CONTAINER,
+    COPY_IN_CONTAINER,
+    COPY_OUT_CONTAINER,
     pod_manifest,
 )
 from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive
@@ -80,8 +86,12 @@ KILL_REPORT_S = 30.0
 class _Pod:
     handle: SandboxHandle
     started: asyncio.Event
+    workspace: str  # the controller's copy (copy mode: where the pod's workspace comes back to)
+    container_path: str
     start_error: OrchestratorError | None = None
     capturing: bool = False
+    killed: bool = False  # stopped by kill(): its workspace is not copied back (copy mode)
+    copy_error: str | None = None
 
 
 class KubernetesBackend:
@@ -94,7 +104,7 @@ class KubernetesBackend:
         self._namespace = self.settings.namespace
         self._kube: KubeClient | None = None
         self._kube_lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
+        self._calls = BlockingCalls(POOL_WORKERS, "k8s-backend")
         self._watch: PodWatch | None = None
         self._pods: dict[str, _Pod] = {}
         self._leases: dict[str, OwnerLease] = {}
@@ -109,13 +119,10 @@ class KubernetesBackend:
     # -- plumbing ------------------------------------------------------------------------------------
 
     def _pool(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=POOL_WORKERS, thread_name_prefix="k8s-backend")
-        return self._executor
+        return self._calls.pool()
 
     async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool(), functools.partial(fn, *args, **kwargs))
+        return await self._calls.call(fn, *args, **kwargs)
 
     def _connect(self) -> KubeClient:
         with self._kube_lock:
@@ -249,7 +256,12 @@ class KubernetesBackend:
         except KubeError as exc:
             raise self._create_error(exc, spec, name) from exc
         handle = SandboxHandle(execution_id=spec.execution_id, sandbox_id=pods.pod_uid(created), name=name)
-        self._pods[name] = _Pod(handle=handle, started=asyncio.Event())
+        self._pods[name] = _Pod(
+            handle=handle,
+            started=asyncio.Event(),
+            workspace=spec.workspace.local_path,
+            container_path=spec.profile.workspace.container_path,
+        )
         log.debug("created pod %s (%s)", name, handle.sandbox_id)
         return handle
 
@@ -288,6 +300,12 @@ class KubernetesBackend:
         (image or seccomp profile missing, unschedulable past the start timeout) fails here."""
         pod = self._pods.get(handle.name)
         watch = await self._pod_watch()
+        if self.settings.workspace.mode == "copy" and pod is not None:
+            try:
+                await self._copy_in(pod, watch)
+            except OrchestratorError as failed:
+                self._fail_start(pod, failed)
+                raise
 
         def decided(last: JsonObject | None, gone: bool) -> bool:
             if gone:
@@ -296,8 +314,8 @@ class KubernetesBackend:
                 return False
             if pods.running(last) is not None or pods.terminated(last) is not None:
                 return True
-            stuck = pods.waiting(last)
-            if stuck is not None and stuck.get("reason") in pods.FATAL_WAITING:
+            blocked = pods.stuck(last)
+            if blocked is not None and blocked.get("reason") in pods.FATAL_WAITING:
                 return True
             return pods.phase(last) in ("Failed", "Succeeded")
 
@@ -323,6 +341,75 @@ class KubernetesBackend:
         if pod is not None:
             pod.started.set()
 
+    async def _copy_in(self, pod: _Pod, watch: PodWatch) -> None:
+        """Copy mode: once the init container runs, the workspace goes in (see ``workspace_copy``)."""
+        name = pod.handle.name
+
+        def ready(last: JsonObject | None, gone: bool) -> bool:
+            if gone or last is None:
+                return gone
+            state = pods.init_state(last, COPY_IN_CONTAINER)
+            stuck = state.get("waiting") or {}
+            return bool(state.get("running") or state.get("terminated") or stuck.get("reason") in pods.FATAL_WAITING)
+
+        try:
+            await watch.until(name, ready, self.settings.start_timeout_s)
+        except TimeoutError as exc:
+            raise SandboxUnavailable(
+                f"pod {name} did not start its workspace copy within {self.settings.start_timeout_s:g}s"
+                f" ({await self._why_pending(pod.handle)})",
+                details={"sandbox": name},
+            ) from exc
+        last = watch.last(name) or {}
+        if not pods.init_state(last, COPY_IN_CONTAINER).get("running"):
+            problem = self._start_problem(pod.handle, last, watch.gone(name))
+            raise problem or SandboxStartFailed(f"pod {name} ended before its workspace was copied in")
+        kube = await self._client()
+        limit = self.settings.workspace.copy_max_bytes
+
+        def copy() -> None:
+            with workspace_copy.pack(Path(pod.workspace), limit) as archive:
+                size = archive.seek(0, 2)
+                archive.seek(0)
+                command = workspace_copy.copy_in_command(pod.container_path, size)
+                code, stderr = kube.exec_in(self._namespace, name, COPY_IN_CONTAINER, command, stdin=archive)
+            if code != 0:
+                text = stderr.decode("utf-8", "replace")[-2000:]
+                raise workspace_copy.CopyError(f"tar in the pod exited {code}: {text}")
+
+        try:
+            await self._call(copy)
+        except workspace_copy.CopyError as exc:
+            raise SandboxStartFailed(f"could not copy the workspace into pod {name}: {exc}") from exc
+        except (KubeError, OSError) as exc:
+            message = exc.message if isinstance(exc, KubeError) else str(exc)
+            raise SandboxUnavailable(f"could not copy the workspace into pod {name}: {message}") from exc
+
+    async def _copy_out(self, pod: _Pod) -> None:
+        """Copy mode, after the command exited on its own: its workspace back onto the controller's copy."""
+        kube = await self._client()
+        name = pod.handle.name
+        spool = workspace_copy.BoundedSpool(self.settings.workspace.copy_max_bytes)
+
+        def copy() -> workspace_copy.Applied:
+            command = workspace_copy.copy_out_command(pod.container_path)
+            code, stderr = kube.exec_in(self._namespace, name, COPY_OUT_CONTAINER, command, on_stdout=spool.feed)
+            if code != 0:
+                text = stderr.decode("utf-8", "replace")[-2000:]
+                raise workspace_copy.CopyError(f"tar in the pod exited {code}: {text}")
+            return workspace_copy.apply(spool.rewound(), Path(pod.workspace))
+
+        try:
+            applied = await self._call(copy)
+        except (workspace_copy.CopyError, KubeError, OSError) as exc:
+            message = exc.message if isinstance(exc, KubeError) else str(exc)
+            raise SandboxUnavailable(
+                f"the workspace of pod {name} could not be copied back: {message}", details={"sandbox": name}
+            ) from exc
+        finally:
+            spool.close()
+        log.debug("copied back %s: %s", name, applied)
+
     def _fail_start(self, pod: _Pod | None, error: OrchestratorError) -> None:
         if pod is not None:
             pod.start_error = error
@@ -334,9 +421,9 @@ class KubernetesBackend:
         details: dict[str, object] = {"sandbox": handle.name, "namespace": self._namespace}
         if gone:
             return SandboxStartFailed(f"pod {handle.name} was deleted before it started", details=details)
-        stuck = pods.waiting(last) or {}
-        reason = str(stuck.get("reason") or pods.phase(last))
-        message = str(stuck.get("message") or (last.get("status") or {}).get("message") or "")
+        blocked = pods.stuck(last) or {}
+        reason = str(blocked.get("reason") or pods.phase(last))
+        message = str(blocked.get("message") or (last.get("status") or {}).get("message") or "")
         details.update({"reason": reason, "message": message[:2000]})
         if pods.FATAL_WAITING.get(reason) == "unavailable":
             return SandboxUnavailable(
@@ -464,12 +551,20 @@ class KubernetesBackend:
                 f" ({(state.error if state else None) or 'deleted before the kubelet reported one'})",
                 details={"sandbox": handle.name},
             )
+        if self.settings.workspace.mode == "copy" and pod is not None:
+            if pod.killed or (last is not None and pods.deadline_exceeded(last)):
+                pod.copy_error = "the sandbox was stopped: its workspace changes were not copied back"
+            elif pod.copy_error is None:
+                await self._copy_out(pod)
         return state.exit_code
 
     async def kill(self, handle: SandboxHandle, signal: str = "SIGKILL") -> None:
         """Stop the pod now, keeping it for inspection: its ``activeDeadlineSeconds`` is cut to 1, so the
         kubelet kills it (grace 0) and reports the end. A pod that already ended or is gone is no error."""
         del signal  # the kubelet decides the signal: SIGKILL, as the pod has no grace period
+        pod = self._pods.get(handle.name)
+        if pod is not None:
+            pod.killed = True
         kube = await self._client()
         try:
             await self._call(kube.patch_pod, self._namespace, handle.name, {"spec": {"activeDeadlineSeconds": 1}})
@@ -488,7 +583,11 @@ class KubernetesBackend:
                 last = await self._call(kube.get_pod, self._namespace, handle.name)
             except KubeError as exc:
                 raise self._error(exc, f"cannot inspect pod {handle.name}", sandbox=handle.name) from exc
-        return pods.exit_state(last)
+        state = pods.exit_state(last)
+        pod = self._pods.get(handle.name)
+        if pod is not None and pod.copy_error is not None:
+            state = dataclasses.replace(state, error="; ".join(filter(None, (state.error, pod.copy_error))))
+        return state
 
     async def usage(self, handle: SandboxHandle) -> ResourceUsage:
         """Unknown: the kubelet's figures are node-scoped (the controller has no node access)."""
@@ -565,9 +664,7 @@ class KubernetesBackend:
         kube, self._kube = self._kube, None
         if kube is not None:
             kube.close()
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        self._calls.shutdown()
 
 
 def _ended(pod: JsonObject) -> bool:

@@ -13,14 +13,16 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 from urllib.parse import quote
 
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+from kubernetes import stream as k8s_stream
 
 JsonObject = dict[str, Any]
 ErrorKind = Literal[
@@ -286,6 +288,72 @@ class KubeClient:
                 response.release_conn()
         return ByteStream(response, operation)
 
+    def exec_in(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        command: list[str],
+        *,
+        stdin: BinaryIO | None = None,
+        on_stdout: Callable[[bytes], None] | None = None,
+        timeout_s: float = 600.0,
+    ) -> tuple[int | None, bytes]:
+        """Run ``command`` in a running container (the exec subresource, a websocket through the API
+        server): ``stdin`` sent whole, stdout to ``on_stdout`` as it comes (it may raise to stop), the
+        first 64 KiB of stderr kept. Returns (exit code, stderr); the code is None if none was reported."""
+        operation = "exec"
+        # a client of its own: the library's stream() swaps its client's request method while it connects,
+        # which would turn other threads' calls on a shared client into websockets
+        api = k8s_client.ApiClient(self._api.configuration)
+        try:
+            ws = k8s_stream.stream(
+                k8s_client.CoreV1Api(api).connect_get_namespaced_pod_exec,
+                pod,
+                namespace,
+                container=container,
+                command=command,
+                stdin=stdin is not None,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+                binary=True,
+            )
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                api.close()  # type: ignore[no-untyped-call]
+            raise KubeError(_exec_kind(exc), operation, f"{type(exc).__name__}: {exc}") from exc
+        stderr = bytearray()
+        try:
+            if stdin is not None:
+                while chunk := stdin.read(64 * 1024):
+                    ws.write_stdin(chunk)
+            deadline = time.monotonic() + timeout_s
+            while ws.is_open():
+                if time.monotonic() > deadline:
+                    raise KubeError("server", operation, f"the command did not end within {timeout_s:g}s")
+                ws.update(timeout=1)
+                if ws.peek_stdout():
+                    data = ws.read_stdout(timeout=0)
+                    if on_stdout is not None:
+                        on_stdout(data)
+                if ws.peek_stderr():
+                    stderr += ws.read_stderr(timeout=0)[: max(0, 65536 - len(stderr))]
+            code = ws.returncode
+        except KubeError:
+            raise
+        except Exception as exc:
+            if type(exc).__module__.startswith("orchestrator"):
+                raise  # the caller's own stop (on_stdout raised)
+            raise KubeError("unreachable", operation, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                ws.close()
+            with contextlib.suppress(Exception):
+                api.close()  # type: ignore[no-untyped-call]
+        return (code if isinstance(code, int) else None), bytes(stderr)
+
     # -- around pods ----------------------------------------------------------------------------------
 
     def list_events(self, namespace: str, pod: str) -> list[JsonObject]:
@@ -355,6 +423,17 @@ class KubeClient:
             query={"labelSelector": selector},
         )
         return [item for item in listed.get("items") or [] if isinstance(item, dict)]
+
+
+def _exec_kind(exc: Exception) -> ErrorKind:
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and status in _KINDS:
+        return _KINDS[status]
+    text = str(exc)
+    for code, kind in _KINDS.items():
+        if f"Handshake status {code}" in text:
+            return kind
+    return "unreachable"
 
 
 def _in_cluster() -> bool:

@@ -58,6 +58,14 @@ def container_status(pod: JsonObject) -> JsonObject:
     return {}
 
 
+def init_state(pod: JsonObject, name: str) -> JsonObject:
+    """The state of init container ``name`` ({} until the kubelet reports it)."""
+    for status in _obj(pod.get("status")).get("initContainerStatuses") or []:
+        if isinstance(status, dict) and status.get("name") == name:
+            return _obj(status.get("state"))
+    return {}
+
+
 def terminated(pod: JsonObject) -> JsonObject | None:
     state = _obj(container_status(pod).get("state")).get("terminated")
     return state if isinstance(state, dict) else None
@@ -71,6 +79,17 @@ def running(pod: JsonObject) -> JsonObject | None:
 def waiting(pod: JsonObject) -> JsonObject | None:
     state = _obj(container_status(pod).get("state")).get("waiting")
     return state if isinstance(state, dict) else None
+
+
+def stuck(pod: JsonObject) -> JsonObject | None:
+    """Why the pod does not get to run the command: a container (init containers first) waiting for a
+    reason after which it never will, else the command's own waiting state."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for status in _obj(pod.get("status")).get(key) or []:
+            state = _obj(_obj(status).get("state")).get("waiting")
+            if isinstance(state, dict) and state.get("reason") in FATAL_WAITING:
+                return state
+    return waiting(pod)
 
 
 def condition(pod: JsonObject, kind: str) -> JsonObject | None:

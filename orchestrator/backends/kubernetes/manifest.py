@@ -25,6 +25,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from orchestrator.backends._support.spec_checks import check_spec
 from orchestrator.backends.base import (
     LABEL_DEADLINE,
     LABEL_EXECUTION_ID,
@@ -35,8 +36,9 @@ from orchestrator.backends.base import (
     LaunchSpec,
 )
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
+from orchestrator.backends.kubernetes.workspace_copy import wait_for_copy_command
 from orchestrator.domain.canonical import sha256_hex
-from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
+from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.profiles import ResolvedProfile
 
 CONTAINER = "sandbox"
@@ -50,6 +52,10 @@ LOCALHOST_PROFILE_DIR = "sandbox-orchestrator"
 ANNOTATION_OWNER = "org.sandbox-orchestrator/owner"
 ANNOTATION_DEADLINE = "org.sandbox-orchestrator/deadline"
 WORKSPACE_VOLUME = "workspace"
+COPY_IN_CONTAINER = "workspace-in"
+COPY_OUT_CONTAINER = "workspace-out"
+#: what the copy containers may use (tar and a shell): small, and requests = limits like the command's
+COPY_RESOURCES = {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "16Mi"}
 
 # Every resolved-profile field and where each backend puts it: the documentation's table and the test
 # that both backends apply every built-in profile's hardening read the same rows.
@@ -135,6 +141,32 @@ def _cpu(cpus: float) -> str:
     return f"{max(1, round(cpus * 1000))}m"
 
 
+def _add_copy_containers(pod_spec: dict[str, Any], command: dict[str, Any], profile: ResolvedProfile) -> None:
+    """Copy mode: ``workspace-in`` (an init container: the command starts only once the workspace is in)
+    and ``workspace-out`` (beside the command, idle, for the copy back), with the command's hardening."""
+    path = profile.workspace.container_path
+
+    def helper(name: str, argv: list[str], *, read_only: bool) -> dict[str, Any]:
+        return {
+            "name": name,
+            "image": profile.image,
+            "imagePullPolicy": command["imagePullPolicy"],
+            "command": argv,
+            "args": [],
+            "workingDir": "/",
+            "env": [],
+            "resources": {"requests": dict(COPY_RESOURCES), "limits": dict(COPY_RESOURCES)},
+            "volumeMounts": [{"name": WORKSPACE_VOLUME, "mountPath": path, "readOnly": read_only}],
+            "securityContext": {**command["securityContext"], "readOnlyRootFilesystem": True},
+            "stdin": False,
+            "tty": False,
+        }
+
+    pod_spec["initContainers"] = [helper(COPY_IN_CONTAINER, wait_for_copy_command(path), read_only=False)]
+    idle = str(pod_spec["activeDeadlineSeconds"] + 60)  # the deadline stops it; this is only a bound
+    pod_spec["containers"].append(helper(COPY_OUT_CONTAINER, ["sleep", idle], read_only=True))
+
+
 def pod_labels(spec: LaunchSpec) -> dict[str, str]:
     """Our labels, label-safe: the owner (host:pid:start or a pod name) as its hash."""
     labels = {
@@ -152,13 +184,7 @@ def pod_labels(spec: LaunchSpec) -> dict[str, str]:
 def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, Any]:
     """The pod for ``spec`` (validated: argv, workdir, env)."""
     profile = spec.profile
-    if not spec.argv:
-        raise InputInvalid("argv must not be empty", details={"field": "argv"})
-    if not spec.workdir.startswith("/"):
-        raise InputInvalid("workdir must be an absolute path", details={"field": "workdir"})
-    for key, value in spec.env.items():
-        if not key or "=" in key or "\x00" in key or "\x00" in value:
-            raise InputInvalid("environment names must be non-empty without '=' or NUL", details={"field": "env"})
+    check_spec(spec)
     if spec.tty or spec.stdin is not None:
         raise SandboxUnavailable(
             "the Kubernetes backend runs one-shot commands without stdin or a terminal in this release",
@@ -243,6 +269,8 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
         "containers": [container],
         "volumes": volumes,
     }
+    if settings.workspace.mode == "copy":
+        _add_copy_containers(spec_body, container, profile)
     klass = runtime_class(profile, settings)
     if klass is not None:
         spec_body["runtimeClassName"] = klass

@@ -1,0 +1,142 @@
+"""The test cluster's figures (scripts/k8s-cluster.sh): pod latency and what its components cost.
+
+* **pods** — a hardened pod (uid 1000, read-only root, no capabilities, seccomp RuntimeDefault, no token,
+  imagePullPolicy Never, image sandbox-orchestrator/minimal) running ``true``, created through the API
+  server and watched until Succeeded (scheduler, kubelet, containerd, runc or gVisor); then its log read
+  back through the API server, then deleted. Runs alternate between runc and RuntimeClass gvisor (when
+  the cluster has it). Prints p50/min/max of create→Succeeded and of the log read.
+* **memory** — resident set size of each component (pid files under $SANDBOX_RUN_DIR/k8s), measured
+  after the pod runs.
+
+Not a test: it prints figures. The cluster must be up (``make k8s-up``).
+
+    .venv/bin/python benchmarks/k8s_cluster.py [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPONENTS = ("etcd", "kube-apiserver", "containerd", "kubelet", "kube-controller-manager", "kube-scheduler")
+
+
+def env_of_script() -> dict[str, str]:
+    """``k8s-cluster.sh env`` as a dict (KUBECONFIG, PATH); the script runs without SANDBOX_STATE_DIR like
+    the test fixture, so the cluster is found where ``make k8s-up`` put it."""
+    env = {k: v for k, v in os.environ.items() if k not in {"SANDBOX_STATE_DIR", "SANDBOX_RUN_DIR"}}
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts/k8s-cluster.sh"), "env"], capture_output=True, text=True, check=True, env=env
+    )
+    return dict(line.removeprefix("export ").split("=", 1) for line in out.stdout.splitlines())
+
+
+def pod(name: str, runtime_class: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "main",
+                "image": "sandbox-orchestrator/minimal:latest",
+                "imagePullPolicy": "Never",
+                "command": ["true"],
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }
+        ],
+    }
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def run_once(core: Any, namespace: str, runtime_class: str | None) -> tuple[float, float]:
+    name = f"bench-{secrets.token_hex(4)}"
+    t0 = time.perf_counter()
+    core.create_namespaced_pod(namespace, pod(name, runtime_class))
+    while True:
+        phase = core.read_namespaced_pod_status(name, namespace).status.phase
+        if phase == "Succeeded":
+            break
+        if phase == "Failed":
+            raise SystemExit(f"pod {name} failed")
+        time.sleep(0.05)
+    t1 = time.perf_counter()
+    core.read_namespaced_pod_log(name, namespace)
+    t2 = time.perf_counter()
+    core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    return t1 - t0, t2 - t1
+
+
+def rss_mib(run_dir: Path) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name in COMPONENTS:
+        pid = (run_dir / f"{name}.pid").read_text().strip()
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                out[name] = int(line.split()[1]) / 1024
+    return out
+
+
+def summary(values: list[float], unit: str = "s") -> str:
+    scale = 1000 if unit == "ms" else 1
+    p50, low, high = (scale * v for v in (statistics.median(values), min(values), max(values)))
+    return f"p50 {p50:.2f} {unit}  min {low:.2f}  max {high:.2f}  (n={len(values)})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+
+    exports = env_of_script()
+    api = config.new_client_from_config(config_file=exports["KUBECONFIG"])
+    core = client.CoreV1Api(api)
+    classes = [rc.metadata.name for rc in client.NodeV1Api(api).list_runtime_class().items]
+    runtimes: list[str | None] = [None, "gvisor"] if "gvisor" in classes else [None]
+    namespace = f"so-bench-{secrets.token_hex(3)}"
+    core.create_namespace(
+        {"metadata": {"name": namespace, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    try:
+        run_once(core, namespace, None)  # warm-up: the first pod of a namespace waits for its ServiceAccount
+        results: dict[str | None, tuple[list[float], list[float]]] = {r: ([], []) for r in runtimes}
+        for _ in range(args.runs):
+            for runtime in runtimes:
+                started, logged = run_once(core, namespace, runtime)
+                results[runtime][0].append(started)
+                results[runtime][1].append(logged)
+        for runtime, (started, logged) in results.items():
+            label = runtime or "runc"
+            print(f"{label:7} create→Succeeded  {summary(started)}")
+            print(f"{label:7} log via API       {summary(logged, 'ms')}")
+        run_dir = Path("/run/sandbox-orchestrator/k8s")  # the default run dir, as env_of_script finds it
+        for name, mib in rss_mib(run_dir).items():
+            print(f"RSS {name:24} {mib:6.0f} MiB")
+    finally:
+        core.delete_namespace(namespace)
+        api.close()
+
+
+if __name__ == "__main__":
+    main()
