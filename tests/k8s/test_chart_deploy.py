@@ -1,7 +1,8 @@
 """The chart deployed for real: the controller image built from this tree (``make image``'s script) and
 imported into the test cluster's containerd (``k8s-cluster.sh up``), ``helm install`` into a fresh release
-namespace with a fresh sandbox namespace, pvc workspaces on a host directory (``workspaces.hostPath``), our
-own seccomp profiles (``backend.seccomp: localhost``), tokens for an agent and an admin, and an approval rule.
+namespace with a fresh sandbox namespace, our own seccomp profiles (``backend.seccomp: localhost``), tokens
+for an agent and an admin, and an approval rule; once with pvc workspaces on a host directory
+(``workspaces.hostPath``), once in copy mode (the workspaces on the controller's state volume).
 Then an agent's view: through the Service (``kubectl port-forward`` on 127.0.0.1), the project's client runs
 a command in a sandbox pod; the answer, the file it wrote, the evidence the API server's lifecycle gave and
 the pod's removal are checked. And the controller's own ServiceAccount token, used against the API server:
@@ -129,7 +130,8 @@ class Release:
     namespace: str
     sandboxes: str
     fullname: str
-    workspaces: Path  # the node directory both workspace claims are bound to
+    mode: str  # workspaces.mode
+    workspaces: Path  # pvc: the node directory both workspace claims are bound to (unused in copy mode)
     port: int  # the controller's, on the node's 127.0.0.1 (hostNetwork)
     agent_token: str
     admin_token: str
@@ -143,7 +145,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def release_values(names: dict[str, str], root: Path, port: int, tokens: dict[str, str]) -> dict[str, Any]:
+def release_values(mode: str, names: dict[str, str], root: Path, port: int, tokens: dict[str, str]) -> dict[str, Any]:
+    workspaces: dict[str, Any] = {"mode": mode}
+    if mode == "pvc":
+        workspaces["hostPath"] = {"enabled": True, "path": str(root), "type": "Directory"}
     return {
         "image": {"tag": "latest", "pullPolicy": "Never"},  # imported into the node, never pulled
         "controller": {
@@ -154,7 +159,7 @@ def release_values(names: dict[str, str], root: Path, port: int, tokens: dict[st
         },
         "sandboxNamespace": {"name": names["sandboxes"]},
         "backend": {"imagePullPolicy": "Never", "seccomp": "localhost"},
-        "workspaces": {"mode": "pvc", "hostPath": {"enabled": True, "path": str(root), "type": "Directory"}},
+        "workspaces": workspaces,
         "tokens": {
             "entries": [
                 {"subject": "agent-1", "role": "agent", "tenants": ["t1"], "value": tokens["agent"]},
@@ -206,9 +211,14 @@ def diagnostics(cluster: Cluster, namespace: str, sandboxes: str | None = None) 
     return "\n".join(parts)
 
 
-@pytest.fixture(scope="module")
-def release(cluster_with_image: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+@pytest.fixture(scope="module", params=["pvc", "copy"])
+def release(
+    request: pytest.FixtureRequest, cluster_with_image: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Release]:
+    """One release per workspace mode. pvc: the workspaces on a host directory both claims are bound to;
+    copy: on the controller's state volume, copied into and out of each sandbox pod."""
     cluster = cluster_with_image
+    mode = str(request.param)
     suffix = uuid.uuid4().hex[:8]
     names = {"release": f"so-e2e-{suffix}", "namespace": f"so-e2e-{suffix}", "sandboxes": f"so-e2e-sbx-{suffix}"}
     root = Path(tempfile.mkdtemp(prefix=f"so-e2e-{suffix}-", dir="/var/tmp"))
@@ -217,7 +227,7 @@ def release(cluster_with_image: Cluster, tmp_path_factory: pytest.TempPathFactor
     tokens = {"agent": secrets.token_urlsafe(24), "admin": secrets.token_urlsafe(24)}
     port = free_port()
     values = tmp_path_factory.mktemp("e2e") / "values.yaml"
-    values.write_text(yaml.safe_dump(release_values(names, root, port, tokens)), encoding="utf-8")
+    values.write_text(yaml.safe_dump(release_values(mode, names, root, port, tokens)), encoding="utf-8")
     fullname = f"{names['release']}-sandbox-orchestrator"
     try:
         started = time.monotonic()
@@ -238,17 +248,19 @@ def release(cluster_with_image: Cluster, tmp_path_factory: pytest.TempPathFactor
         # claim naming its volume (volumeName) that the PV controller saw before the volume is only bound
         # at its next resync (15 s). Until then sandbox pods wait to be scheduled; the execution below is
         # timed once it is bound.
-        bound = cluster.kubectl(
-            "wait", "-n", names["sandboxes"], "--for=jsonpath={.status.phase}=Bound", "pvc/sandbox-workspaces",
-            "--timeout=60s", check=False,
-        )  # fmt: skip
+        if mode == "pvc":
+            bound = cluster.kubectl(
+                "wait", "-n", names["sandboxes"], "--for=jsonpath={.status.phase}=Bound", "pvc/sandbox-workspaces",
+                "--timeout=60s", check=False,
+            )  # fmt: skip
+            assert bound.returncode == 0, bound.stderr
         bound_s = time.monotonic() - started
-        assert bound.returncode == 0, bound.stderr
         yield Release(
             name=names["release"],
             namespace=names["namespace"],
             sandboxes=names["sandboxes"],
             fullname=fullname,
+            mode=mode,
             workspaces=root,
             port=port,
             agent_token=tokens["agent"],
@@ -294,8 +306,10 @@ def test_controller_runs_the_image_built_here(
         ).stdout
     )["items"]
     waited = "; ".join(sorted({e["message"] for e in waits})) or "none"
-    print(f"\ninstall -> Ready: {release.ready_s:.2f} s (pod created, then {since}; FailedScheduling: {waited})")
-    print(f"install -> the sandboxes' workspace claim Bound: {release.bound_s:.2f} s")
+    print(f"\n{release.mode}: install -> Ready: {release.ready_s:.2f} s")
+    print(f"{release.mode}: pod created, then {since}; FailedScheduling: {waited}")
+    if release.mode == "pvc":
+        print(f"{release.mode}: install -> the sandboxes' workspace claim Bound: {release.bound_s:.2f} s")
 
 
 # -- an agent's execution, through the Service ---------------------------------------------------------
@@ -352,6 +366,22 @@ def pod_uid_from_events(cluster: Cluster, namespace: str, pod_name: str) -> str:
         time.sleep(0.5)
 
 
+def written_file(cluster: Cluster, release: Release, relative: str) -> tuple[bytes, tuple[int, int]]:
+    """A workspace file as the controller has it, and its owner: pvc, on the node's directory (this host);
+    copy, on the controller's state volume (read in the controller's container)."""
+    if release.mode == "pvc":
+        path = release.workspaces / relative
+        return path.read_bytes(), (path.stat().st_uid, path.stat().st_gid)
+    inside = f"/workspaces/{relative}"  # workspaces.root
+    exec_ = ("exec", "-n", release.namespace, f"deployment/{release.fullname}", "--")
+    owner = cluster.kubectl(*exec_, "stat", "-c", "%u %g", inside).stdout.split()
+    raw = subprocess.run(
+        [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *exec_, "cat", inside],
+        capture_output=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    return raw, (int(owner[0]), int(owner[1]))
+
+
 def test_agent_runs_a_command_in_a_sandbox_pod(release: Release, cluster_with_image: Cluster) -> None:
     cluster = cluster_with_image
     with port_forward(cluster, release) as base_url:
@@ -382,9 +412,9 @@ def test_agent_runs_a_command_in_a_sandbox_pod(release: Release, cluster_with_im
     assert (result.exit_code, result.stdout, result.stderr) == (0, OUTPUT.decode(), "")
     assert (result.timed_out, result.oom_killed, result.truncated) == (False, False, False)
     # the side effect, where the controller sees it: <root>/<tenant>/<session>
-    written = release.workspaces / "t1" / "default" / "out.txt"
-    assert written.read_bytes() == OUTPUT
-    assert (written.stat().st_uid, written.stat().st_gid) == (SANDBOX_UID, SANDBOX_UID)  # the profile's user
+    content, owner = written_file(cluster, release, "t1/default/out.txt")
+    assert content == OUTPUT
+    assert owner == (SANDBOX_UID, SANDBOX_UID)  # the profile's user
     digest = hashlib.sha256(OUTPUT).hexdigest()
 
     # the evidence: one execution, from the request to its end, the pod's lifecycle from the API server
@@ -420,7 +450,8 @@ def test_agent_runs_a_command_in_a_sandbox_pod(release: Release, cluster_with_im
         for r in records
         if r["event"] in {"execution_started", *LIFECYCLE, "execution_finished"}
     )
-    print(f"\none execution end to end (submit with wait -> answer): {elapsed:.2f} s (evidence times, s: {steps})")
+    print(f"\n{release.mode}: one execution end to end (submit with wait -> answer): {elapsed:.2f} s")
+    print(f"{release.mode}: evidence times, s: {steps}")
 
 
 # -- the controller's ServiceAccount against the API server ------------------------------------------
