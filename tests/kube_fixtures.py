@@ -54,13 +54,21 @@ class Cluster:
         self.kubectl("apply", "-f", "-", input=docs)
 
 
-def cluster_script(*args: str) -> subprocess.CompletedProcess[str]:
-    """The cluster script with the machine's state dir (its builds are cached there), not the tests' own."""
+def host_env() -> dict[str, str]:
+    """The environment for the project's scripts: the machine's state dir (their builds and caches are
+    there, and the engine setup.sh recorded), not the tests' own."""
     env = {k: v for k, v in os.environ.items() if k not in ("SANDBOX_STATE_DIR", "SANDBOX_RUN_DIR")}
     host_state = os.environ.get("SO_TESTS_HOST_STATE_DIR", "")
     if host_state:
         env["SANDBOX_STATE_DIR"] = host_state
-    return subprocess.run(["bash", str(CLUSTER_SCRIPT), *args], capture_output=True, text=True, timeout=1800, env=env)
+    return env
+
+
+def cluster_script(*args: str) -> subprocess.CompletedProcess[str]:
+    """The cluster script with the machine's state dir (its builds are cached there), not the tests' own."""
+    return subprocess.run(
+        ["bash", str(CLUSTER_SCRIPT), *args], capture_output=True, text=True, timeout=1800, env=host_env()
+    )
 
 
 def env_value(text: str, name: str) -> str:

@@ -49,7 +49,7 @@ from orchestrator.service.config import (
     ServiceSection,
     load_config,
 )
-from orchestrator.service.launch import CONTROLLER_ID_ENV
+from orchestrator.service.launch import CONTROLLER_ID_ENV, check_workspace
 from orchestrator.service.tokens import load_credentials
 
 pytestmark = pytest.mark.k8s
@@ -79,12 +79,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "state-pvc": {"state": {"persistence": {"enabled": True}}},
     "external-namespace": {"sandboxNamespace": {"create": False, "name": "team-sandboxes"}},
     "localhost-seccomp": {"backend": {"seccomp": "localhost"}},
+    # a cluster whose pods cannot reach the API server (the project's test cluster): the node's network
+    "host-network": {
+        "controller": {
+            "port": 18700,
+            "hostNetwork": {"enabled": True, "apiServerHost": "127.0.0.1", "apiServerPort": 16443},
+        }
+    },
     # a controller user of its own (profiles that write as 10001:10001): workspaces follow it
     "own-user": {"controller": {"runAsUser": 10001, "runAsGroup": 10001}},
 }
 
 # the controller's default uid:gid: the built-in profiles' user, so that pvc workspaces fit them
 DEFAULT_UID = DEFAULT_GID = 1000
+# where the controller sees the workspaces: outside its state dir, where it refuses every workspace
+WORKSPACES_ROOT = "/workspaces"
 
 CLUSTER_SCOPED = {"Namespace", "RuntimeClass", "PersistentVolume"}
 
@@ -264,7 +273,18 @@ def test_controller_pod_is_hardened(variant: tuple[str, dict[str, Any], list[dic
     }
     assert pod["automountServiceAccountToken"] is True
     assert pod["enableServiceLinks"] is False
-    for key in ("hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace", "initContainers"):
+    host_network = name == "host-network"
+    port = values.get("controller", {}).get("port", 8700)
+    if host_network:  # asked for, and then listening on the node's loopback only
+        assert pod["hostNetwork"] is True
+        assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    for key in (
+        "hostPID",
+        "hostIPC",
+        "shareProcessNamespace",
+        "initContainers",
+        *(() if host_network else ("hostNetwork", "dnsPolicy")),
+    ):
         assert key not in pod
     assert not [v for v in pod["volumes"] if "hostPath" in v]
     container = controller_container(docs)
@@ -281,12 +301,13 @@ def test_controller_pod_is_hardened(variant: tuple[str, dict[str, Any], list[dic
     assert container["image"] == f"sandbox-orchestrator/controller:{project_version()}"
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert container["command"] == [
-        "sandboxctl", "serve", "--host", "0.0.0.0", "--port", "8700",
+        "sandboxctl", "serve", "--host", "127.0.0.1" if host_network else "0.0.0.0", "--port", str(port),
         "--config", "/etc/sandbox-orchestrator/config.yaml",
     ]  # fmt: skip
-    assert container["ports"] == [{"name": "http", "containerPort": 8700, "protocol": "TCP"}]
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    probe_host = {"host": "127.0.0.1"} if host_network else {}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", **probe_host}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", **probe_host}
     assert container["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
@@ -298,6 +319,10 @@ def test_controller_pod_is_hardened(variant: tuple[str, dict[str, Any], list[dic
     order = [e["name"] for e in container["env"]]
     assert order.index("POD_NAME") < order.index(CONTROLLER_ID_ENV)
     assert order.index("POD_NAMESPACE") < order.index(CONTROLLER_ID_ENV)
+    api_server = {k: env[k].get("value") for k in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT") if k in env}
+    assert api_server == (
+        {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "16443"} if host_network else {}
+    )
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes[mounts["/tmp"]["name"]]["emptyDir"] == {"sizeLimit": "64Mi"}
@@ -374,7 +399,9 @@ def test_config_validates_with_the_project_model(
 ) -> None:
     name, values, docs = variant
     config = validate_config(config_text(docs), tmp_path)
-    assert config.service.workspaces == "/var/lib/sandbox-orchestrator/workspaces"
+    assert config.service.workspaces == WORKSPACES_ROOT
+    # the workspaces the service makes there (<root>/<tenant>/<session>) are ones the controller accepts
+    check_workspace(Path(config.service.workspaces) / "team-a" / "default")
     uid = values.get("controller", {}).get("runAsUser", DEFAULT_UID)
     gid = values.get("controller", {}).get("runAsGroup", DEFAULT_GID)
     assert config.service.workspace_owner == f"{uid}:{gid}"  # the controller can give workspaces to itself
@@ -532,6 +559,9 @@ def test_copy_mode_has_no_shared_storage() -> None:
     assert of_kind(docs, "PersistentVolumeClaim") == []
     assert of_kind(docs, "PersistentVolume") == []
     assert not [v for v in controller_pod(docs)["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    # the workspaces are kept on the state volume, seen outside the state dir
+    mount = next(m for m in controller_container(docs)["volumeMounts"] if m["mountPath"] == WORKSPACES_ROOT)
+    assert mount == {"name": "state", "mountPath": WORKSPACES_ROOT, "subPath": "workspaces"}
 
 
 def test_pvc_mode_mounts_the_controller_claim() -> None:
@@ -539,7 +569,7 @@ def test_pvc_mode_mounts_the_controller_claim() -> None:
     assert of_kind(docs, "PersistentVolumeClaim") == []  # nothing unbound: the claims must exist
     mounts = {m["mountPath"]: m["name"] for m in controller_container(docs)["volumeMounts"]}
     volumes = {v["name"]: v for v in controller_pod(docs)["spec"]["volumes"]}
-    claim = volumes[mounts["/var/lib/sandbox-orchestrator/workspaces"]]["persistentVolumeClaim"]
+    claim = volumes[mounts[WORKSPACES_ROOT]]["persistentVolumeClaim"]
     assert claim == {"claimName": f"{FULLNAME}-workspaces"}
 
 
@@ -667,6 +697,12 @@ SCHEMA_REFUSALS = [
     ({"config": {"service": {"tokens": []}}}, "/config/service"),
     ({"config": {"approvals": {"provider": "slack"}}}, "/config/approvals/provider"),
     ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"controller": {"port": 0}}, "/controller/port"),
+    ({"controller": {"hostNetwork": {"address": "localhost"}}}, "/controller/hostNetwork/address"),
+    (
+        {"controller": {"hostNetwork": {"enabled": True, "apiServerPort": 70000}}},
+        "/controller/hostNetwork/apiServerPort",
+    ),
     ({"profiles": {"custom": {"Bad Name": {}}}}, "invalid propertyName 'Bad Name'"),
     ({"replicaCount": 3}, "replicaCount"),
 ]
@@ -679,9 +715,13 @@ def test_schema_refuses(values: dict[str, Any], field: str) -> None:
     assert field in message, message
 
 
+IN_STATE_DIR = "is inside the controller's state dir"
 TEMPLATE_REFUSALS = [
     ({"sandboxNamespace": {"name": NAMESPACE}}, "must differ from the release namespace"),
-    ({"workspaces": {"mode": "copy", "root": "/srv/ws"}}, "in copy mode the workspaces live in the state dir"),
+    # the controller refuses every workspace in its state dir: the chart refuses to put them there
+    ({"workspaces": {"root": "/var/lib/sandbox-orchestrator/workspaces"}}, IN_STATE_DIR),
+    ({"workspaces": {"mode": "copy", "root": "/var/lib/sandbox-orchestrator/workspaces"}}, IN_STATE_DIR),
+    ({"workspaces": {"root": "/var/lib/sandbox-orchestrator/"}}, IN_STATE_DIR),
     ({"gvisor": {"runtimeClass": {"create": True, "name": "runsc-rc"}}}, "is not a value of backend.runtimeClasses"),
     (
         {"tokens": {"entries": [

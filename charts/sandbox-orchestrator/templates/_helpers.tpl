@@ -113,8 +113,9 @@ app.kubernetes.io/part-of: sandbox-orchestrator
 {{- $_ := set $service "workspaces" .Values.workspaces.root -}}
 {{- $_ := set $service "workspace_owner" (include "so.workspaceOwner" .) -}}
 {{- $ws := .Values.workspaces -}}
-{{- if and (eq $ws.mode "copy") (not (hasPrefix (printf "%s/" (include "so.stateDir" .)) $ws.root)) -}}
-{{- fail (printf "workspaces.root (%s): in copy mode the workspaces live in the state dir %s (the root filesystem is read-only)" $ws.root (include "so.stateDir" .)) -}}
+{{- $stateDir := include "so.stateDir" . -}}
+{{- if or (eq (trimSuffix "/" $ws.root) $stateDir) (hasPrefix (printf "%s/" $stateDir) $ws.root) -}}
+{{- fail (printf "workspaces.root (%s) is inside the controller's state dir %s, where the controller refuses every workspace (it holds the evidence and the approval queue): mount them elsewhere, e.g. /workspaces" $ws.root $stateDir) -}}
 {{- end -}}
 {{- $workspace := dict "mode" $ws.mode "claim" $ws.claims.sandbox "root" $ws.root "copy_max_bytes" (int64 $ws.copyMaxBytes) -}}
 {{- $k8s := dict "kubeconfig" nil "namespace" (include "so.sandboxNamespace" .) "image_pull_policy" .Values.backend.imagePullPolicy "seccomp" .Values.backend.seccomp "runtime_classes" .Values.backend.runtimeClasses "workspace" $workspace -}}
