@@ -119,6 +119,9 @@ _PROTECTED = (
     "/var/lib/sandbox-orchestrator",
     "/root/.ssh",
 )
+#: the service's default workspace root (``<state dir>/workspaces``), the one place below a protected
+#: directory where workspaces may live: what governs (the store, evidence) is kept out of them separately
+_WORKSPACE_ROOTS = ("/var/lib/sandbox-orchestrator/workspaces",)
 
 
 def check_workspace(workspace: Path, *, governing: Iterable[Governing] = ()) -> None:
@@ -134,8 +137,9 @@ def check_workspace(workspace: Path, *, governing: Iterable[Governing] = ()) -> 
         protected.append(os.path.dirname(docker_host[len("unix://") :]))
     if real == "/":
         raise InputInvalid("the workspace cannot be / (the whole host would be mounted into the sandbox)")
+    in_a_workspace_root = any(real.startswith(root + "/") for root in _WORKSPACE_ROOTS)
     for path in protected:
-        if real == path or real.startswith(path + "/"):
+        if (real == path or real.startswith(path + "/")) and not in_a_workspace_root:
             raise InputInvalid(f"the workspace {real} is a system directory ({path}); use a project directory")
         if path.startswith(real + "/"):
             raise InputInvalid(f"the workspace {real} contains {path}; use a project directory")

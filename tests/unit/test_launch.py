@@ -30,3 +30,15 @@ def test_the_engine_socket_directory_is_refused(tmp_path: Path, monkeypatch: pyt
 
 def test_a_project_directory_is_fine(tmp_path: Path) -> None:
     check_workspace(tmp_path)
+
+
+def test_the_services_default_workspace_root_is_usable_and_nothing_else_of_the_state_dir() -> None:
+    check_workspace(Path("/var/lib/sandbox-orchestrator/workspaces/team-a/default"))
+    for path in (
+        "/var/lib/sandbox-orchestrator/workspaces",  # every tenant at once
+        "/var/lib/sandbox-orchestrator/docker",
+        "/var/lib/sandbox-orchestrator",
+        "/var/lib/sandbox-orchestrator/workspaces/../docker",
+    ):
+        with pytest.raises(InputInvalid):
+            check_workspace(Path(path))
