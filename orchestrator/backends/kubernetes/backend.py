@@ -452,13 +452,17 @@ class KubernetesBackend:
 
     async def _why_pending(self, handle: SandboxHandle) -> str:
         """The pod's recent Warning events (unschedulable, ...), said plainly."""
+        return await self._warnings(handle) or "no warning events"
+
+    async def _warnings(self, handle: SandboxHandle) -> str:
+        """The last few Warning events the cluster recorded for the pod (``events`` of its namespace)."""
         kube = await self._client()
         try:
             events = await self._call(kube.list_events, self._namespace, handle.name)
         except KubeError:
-            return "no events readable"
+            return "its events could not be read"
         warnings = [f"{e.get('reason')}: {e.get('message')}" for e in events if e.get("type") == "Warning"]
-        return "; ".join(warnings[-3:]) or "no warning events"
+        return "; ".join(warnings[-3:])
 
     async def capture(
         self,
@@ -593,10 +597,14 @@ class KubernetesBackend:
             except KubeError as exc:
                 raise self._error(exc, f"cannot inspect pod {handle.name}", sandbox=handle.name) from exc
         state = pods.exit_state(last)
+        notes = [state.error]
+        if state.exit_code is None or state.error:  # the pod's Warning events say why (evicted, failed, ...)
+            notes.append(await self._warnings(handle))
         pod = self._pods.get(handle.name)
-        if pod is not None and pod.copy_error is not None:
-            state = dataclasses.replace(state, error="; ".join(filter(None, (state.error, pod.copy_error))))
-        return state
+        if pod is not None:
+            notes.append(pod.copy_error)
+        error = "; ".join(note for note in notes if note) or None
+        return dataclasses.replace(state, error=error) if error != state.error else state
 
     async def usage(self, handle: SandboxHandle) -> ResourceUsage:
         """Unknown: the kubelet's figures are node-scoped (the controller has no node access)."""

@@ -133,9 +133,13 @@ def exit_state(pod: JsonObject) -> ExitState:
         return ExitState(None, False, started, None, error=error, image_id=image_id)
     code = ended.get("exitCode")
     reason = str(ended.get("reason") or "")
-    error = None
+    notes = []
     if reason not in ("", "Completed", "Error", "OOMKilled"):
-        error = f"{reason}: {ended.get('message') or ''}".strip()
+        notes.append(f"{reason}: {ended.get('message') or ''}".strip())
+    pod_status = _obj(pod.get("status"))
+    if pod_status.get("reason") and pod_status.get("reason") != "DeadlineExceeded":  # e.g. Evicted, and why
+        notes.append(f"{pod_status.get('reason')}: {pod_status.get('message') or ''}".strip())
+    error = "; ".join(notes) or None
     return ExitState(
         exit_code=code if isinstance(code, int) else None,
         oom_killed=reason == "OOMKilled",
