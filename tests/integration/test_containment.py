@@ -1,19 +1,22 @@
-"""Containment suite: hostile workloads through the whole pipeline on the real engine (no mock).
+"""Containment suite: hostile workloads through the whole pipeline on the real backends (no mock).
 
-Every probe goes gate → evidence → DockerBackend → a fresh hardened container → teardown, as
-``Orchestrator.execute`` drives it, for the ``workspace-write`` (runc) and ``untrusted`` (runsc/gVisor)
-profiles. A probe is a short script printing one ``VERDICT {json}`` line; each test compares every
-field with the exact outcome expected (errno names, exit codes). Where runc and gVisor legitimately
-differ, both outcomes are spelled out (see docs/setup-notes.md for the gVisor quirks).
+Every probe goes gate → evidence → backend → a fresh hardened sandbox → teardown, as ``Orchestrator.execute``
+drives it, for the ``workspace-write`` (runc) and ``untrusted`` (runsc/gVisor) profiles, on both backends:
+``docker`` (a container on the project's engine; marker ``integration``) and ``kubernetes`` (a pod on the
+test cluster, gVisor through the ``gvisor`` RuntimeClass; marker ``k8s``). A probe is a short script
+printing one ``VERDICT {json}`` line; each test compares every field with the exact outcome expected (errno
+names, exit codes). Where runc and gVisor, or a container and a pod, legitimately differ, both outcomes are
+spelled out, each with why (see docs/setup-notes.md for the gVisor quirks, the README's "Kubernetes
+backend" for the pod's).
 
 For every execution the evidence is checked too: one ``execution_finished`` with the right status,
-exit code and error code, the lifecycle records (created, started, died, destroyed) with the engine's
-timestamps, in order; after every execution no container and no host process of it remains; after
-every test the evidence chain verifies; after the session nothing of this run is left on the engine
-(``run_sandboxes`` in conftest.py).
+exit code and error code, the lifecycle records (created, [scheduled,] started, died, destroyed) with the
+engine's timestamps, in order; after every execution no container or pod and no host process of it
+remains; after every test the evidence chain verifies; after the session nothing of this run is left on
+the engine (``run_sandboxes`` in conftest.py), after each Kubernetes test no pod of it.
 
 The probes only ever name loopback addresses. The policy lets everything run (``mode: allow``): the gate
-is tested elsewhere, here the probes must reach the sandbox.
+is tested elsewhere, here the probes must reach the sandbox. The harness: containment_harness.py.
 """
 
 from __future__ import annotations
@@ -27,32 +30,33 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from containment_harness import (
+    BACKENDS,
+    PROFILES,
+    SANDBOX_UID,
+    ZERO_CAPS,
+    Harness,
+    assert_evidence,
+    assert_ok,
+    gvisor,
+    host_processes,
+    in_other_sandbox,
+    open_harness,
+    processes_mentioning,
+    py,
+    resolved,
+)
 
-from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.docker.sandbox_etc import FILES as SANDBOX_ETC
 from orchestrator.domain.errors import OrchestratorError
-from orchestrator.evidence import EvidenceRecord, iter_records, verify
-from orchestrator.profiles import ProfileRegistry, ResolvedProfile
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
+from orchestrator.evidence import iter_records
+from orchestrator.profiles import ProfileRegistry
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_sandboxes")]
-
-SANDBOX_UID = 1000
-PROFILES = ["workspace-write", "untrusted"]
-RUNTIME = {"workspace-write": "runc", "untrusted": "runsc"}
-# mode allow lets through only what the gate fully sees; the probes run code it cannot read (python3 from
-# a here-document), so they are asked, and a rule approves every ask: the approval is recorded like any other
-POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"
-LIFECYCLE = ("container_created", "container_started", "container_died", "container_destroyed")
-ZERO_CAPS = "0000000000000000"
-CONTAINER_ID = re.compile(r"[0-9a-f]{64}")  # in a host process's cgroup paths
 REFUSED_SYSCALLS = (
     *("keyctl", "add_key", "request_key", "bpf", "perf_event_open", "io_uring_setup", "userfaultfd"),
     *("init_module", "finit_module", "kexec_load", "reboot", "clock_settime", "settimeofday", "chroot"),
@@ -61,259 +65,18 @@ REFUSED_SYSCALLS = (
 )
 
 
-def resolved(name: str) -> ResolvedProfile:
-    return ProfileRegistry().resolve(name)
-
-
-def gvisor(profile: str) -> bool:
-    return RUNTIME[profile] == "runsc"
-
-
-# -- probes ---------------------------------------------------------------------------------------------
-
-PRELUDE = r"""
-import ctypes, errno, json, os, socket, stat, sys
-V = {}
-EAI = {getattr(socket, n): n for n in dir(socket) if n.startswith("EAI_")}
-def errname(number):
-    return errno.errorcode.get(number, str(number))
-def attempt(name, fn):
-    try:
-        result = fn()
-        V[name] = "ok" if result is None else result
-    except socket.gaierror as e:
-        V[name] = EAI.get(e.errno, str(e.errno))
-    except OSError as e:
-        V[name] = errname(e.errno) if e.errno else repr(e)
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-def syscall(nr, *args):
-    ctypes.set_errno(0)
-    r = _libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
-    return "ok" if r != -1 else errname(ctypes.get_errno())
-def done():
-    print("VERDICT " + json.dumps(V, sort_keys=True), flush=True)
-"""
-
-
-def py(body: str, *args: object) -> str:
-    """A shell command running ``PRELUDE + body`` with python3 (the script on stdin, ``args`` in argv)."""
-    script = PRELUDE + body
-    assert "\nPROBE\n" not in script
-    argv = " ".join(str(a) for a in args)
-    return f"python3 - {argv} <<'PROBE'\n{script}\nPROBE\n"
-
-
-# -- the harness ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class Run:
-    result: ExecutionResult
-    out: dict[str, Any]  # ExecutionResult.to_json()
-    records: list[EvidenceRecord]
-    sandbox_id: str | None
-
-    @property
-    def execution_id(self) -> str:
-        return str(self.result.authorization.execution_id)
-
-    @property
-    def verdict(self) -> dict[str, Any]:
-        lines = [line for line in self.out["stdout"].splitlines() if line.startswith("VERDICT ")]
-        assert len(lines) == 1, f"no verdict: exit {self.out['exit_code']}, {self.out['stderr'][-2000:]!r}"
-        return json.loads(lines[0].removeprefix("VERDICT "))  # type: ignore[no-any-return]
-
-    def finished(self) -> EvidenceRecord:
-        (record,) = [r for r in self.records if r.event == "execution_finished"]
-        return record
-
-    def finished_data(self) -> dict[str, Any]:
-        data = self.finished().data
-        assert data is not None
-        return dict(data)
-
-    def events(self) -> list[str]:
-        return [r.event for r in self.records]
-
-
-def host_processes() -> dict[int, tuple[int, str, str]]:
-    """pid → (uid, cmdline, cgroup) of every host process (kernel threads included, with empty cmdline)."""
-    found: dict[int, tuple[int, str, str]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            with open(f"/proc/{entry.name}/cgroup") as f:
-                cgroup = f.read()
-            uid = os.stat(f"/proc/{entry.name}").st_uid
-        except OSError:  # exited meanwhile
-            continue
-        found[int(entry.name)] = (uid, cmdline, cgroup)
-    return found
-
-
-def processes_mentioning(token: str) -> dict[int, str]:
-    """Host processes whose command line or cgroup names ``token`` (a container id, a marker)."""
-    me = os.getpid()
-    return {
-        pid: cmdline
-        for pid, (_, cmdline, cgroup) in host_processes().items()
-        if pid != me and (token in cmdline or token in cgroup)
-    }
-
-
-class Harness:
-    """One orchestrator built from a config file, as the CLI builds it, with its own evidence file."""
-
-    def __init__(self, tmp_path: Path, sandboxes: Any, profiles: ProfileRegistry | None = None) -> None:
-        self.tmp_path = tmp_path
-        self.sandboxes = sandboxes
-        self.workspace = self.new_workspace("ws")
-        self.config = tmp_path / "config.yaml"
-        self.config.write_text(POLICY)
-        self.evidence_path = tmp_path / "evidence.jsonl"
-        self.backend = DockerBackend()
-        self.orch: Orchestrator = build_orchestrator(
-            self.config,
-            workspace=self.workspace,
-            evidence_path=self.evidence_path,
-            backend=self.backend,
-            profiles=profiles or ProfileRegistry(),
-        )
-
-    def new_workspace(self, name: str) -> Path:
-        ws = self.tmp_path / name
-        ws.mkdir()
-        os.chown(ws, SANDBOX_UID, SANDBOX_UID)  # the sandbox user owns its workspace
-        return ws
-
-    async def run(self, command: str, profile: str, *, workspace: Path | None = None, **request: Any) -> Run:
-        raw = {"tool": "shell_command", "command": command, "profile": profile, **request}
-        try:
-            result = await self.orch.execute(raw, workspace=workspace or self.workspace)
-        except OrchestratorError as err:
-            if "execution_id" in err.details:
-                self.sandboxes.add(str(err.details["execution_id"]))
-            raise
-        execution_id = str(result.authorization.execution_id)
-        self.sandboxes.add(execution_id)
-        records = list(iter_records(self.evidence_path, execution_id=execution_id))
-        created = [r for r in records if r.event == "container_created"]
-        sandbox_id = str(created[0].data["sandbox_id"]) if created and created[0].data else None
-        run = Run(result, result.to_json(), records, sandbox_id)
-        await self.assert_gone(run)
-        return run
-
-    async def assert_gone(self, run: Run) -> None:
-        """No container of the execution on the engine, no host process of it (runc: its processes,
-        its shim; runsc: the sandbox, the gofer, the shim)."""
-        managed = await self.backend.list_managed()
-        assert run.execution_id not in {m.execution_id for m in managed}
-        assert run.sandbox_id, "no container_created record"
-        deadline = time.monotonic() + 5  # a shim may take a moment to exit after the engine's destroy
-        while (left := processes_mentioning(run.sandbox_id)) and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        assert not left, f"host processes of {run.sandbox_id[:12]} after teardown: {left}"
-
-    async def close(self) -> None:
-        await self.orch.aclose()
-        report = verify(self.evidence_path)
-        assert report.ok, f"evidence chain: {report.location()}: {report.problem}"
-        assert report.head_checked
+@pytest.fixture(params=BACKENDS)
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
-async def harness(tmp_path: Path, run_sandboxes: Any) -> AsyncIterator[Harness]:
-    h = Harness(tmp_path, run_sandboxes)
+async def harness(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    h = open_harness(backend_kind, tmp_path, request)
     try:
         yield h
     finally:
         await h.close()
-
-
-def assert_evidence(
-    run: Run,
-    *,
-    status: str,
-    exit_code: int,
-    error_code: str | None = None,
-    extra: Iterable[str] = (),
-) -> EvidenceRecord:
-    """The execution's records: begin, lifecycle with engine timestamps in order, one end record.
-
-    Each LIFECYCLE event comes exactly once; an `extra` event comes at least once, as often as the engine
-    reported it (the engine emits one `oom` per kill in the container's cgroup: gVisor's sandbox can
-    have several processes killed), and always between start and destroy."""
-    events = run.events()
-    decided = next(r for r in run.records if r.event == "decision_made")
-    if decided.decision == "ask":
-        # what the gate could not see was asked, and the rule approver's answer recorded before the start
-        assert events[:5] == [
-            "request_received",
-            "decision_made",
-            "approval_requested",
-            "approval_decided",
-            "execution_started",
-        ], events
-        approved = next(r for r in run.records if r.event == "approval_decided")
-        assert (approved.decision, approved.approver) == ("approved", "rule:default")
-        assert "the gate cannot see what would run" in str(decided.reason)
-    else:
-        assert decided.decision == "allow"
-        assert events[:3] == ["request_received", "decision_made", "execution_started"], events
-    assert events[-1] == "execution_finished", events
-    finished = run.finished()
-    assert finished.status == status
-    assert finished.error_code == error_code
-    assert finished.data is not None
-    assert finished.data["exit_code"] == exit_code
-    assert finished.data["timed_out"] is (status == "timeout")
-    assert finished.data["oom_killed"] is (status == "oom")
-    assert finished.outputs_digest is not None
-    profile = str(run.result.authorization.request.profile)
-    assert finished.data["runtime"] == ("runsc" if profile.startswith("untrusted") else "runc")
-    lifecycle: dict[str, EvidenceRecord] = {}
-    repeated: list[EvidenceRecord] = []
-    for name in (*LIFECYCLE, *extra):
-        found = [r for r in run.records if r.event == name]
-        if name in LIFECYCLE:
-            assert len(found) == 1, f"{name}: {len(found)} records ({events})"
-            lifecycle[name] = found[0]
-        else:
-            assert found, f"{name}: no record ({events})"
-            repeated.extend(found)
-        for record in found:
-            assert record.engine_ts, f"{name} without engine_ts"
-            assert record.data is not None and record.data["sandbox_id"] == run.sandbox_id
-            assert record.profile_hash == finished.profile_hash
-    ordered = [lifecycle[name] for name in LIFECYCLE]
-    assert [r.seq for r in ordered] == sorted(r.seq for r in ordered)
-    stamps = [_engine_time(r) for r in ordered]
-    assert stamps == sorted(stamps)
-    started, destroyed = lifecycle["container_started"], lifecycle["container_destroyed"]
-    for record in repeated:
-        assert started.seq < record.seq < destroyed.seq, record.event
-        assert _engine_time(started) <= _engine_time(record) <= _engine_time(destroyed), record.event
-    died = lifecycle["container_died"]
-    assert died.data is not None and died.data["exit_code"] == exit_code
-    return finished
-
-
-def _engine_time(record: EvidenceRecord) -> float:
-    from datetime import datetime
-
-    assert record.engine_ts is not None
-    return datetime.fromisoformat(record.engine_ts.replace("Z", "+00:00")).timestamp()
-
-
-def assert_ok(run: Run) -> dict[str, Any]:
-    """A probe that ran to its end: exit 0, evidence of a success; returns its verdict."""
-    assert (run.out["exit_code"], run.out["error"]) == (0, None), run.out["stderr"][-2000:]
-    assert_evidence(run, status="succeeded", exit_code=0)
-    return run.verdict
 
 
 # -- network ----------------------------------------------------------------------------------------------
@@ -487,11 +250,12 @@ done()
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-async def test_filesystem(harness: Harness, tmp_path: Path, profile: str) -> None:
+async def test_filesystem(harness: Harness, profile: str) -> None:
     """Only the workspace and /tmp are writable; /proc/sys, /sys and cgroups are read-only; masked /proc
     entries are empty or absent; no block device; mounts refused; symlinks and hardlinks never reach
     the host's files; /tmp has the profile's flags and size."""
-    outside = tmp_path / "outside"
+    # beside the workspace (Kubernetes: another sub-path of the same claim, as another workspace would be)
+    outside = harness.workspace.parent / f"outside-{secrets.token_hex(4)}"
     outside.mkdir()
     secret = outside / "secret.txt"
     secret.write_text(f"host-only {secrets.token_hex(8)}\n")
@@ -500,7 +264,7 @@ async def test_filesystem(harness: Harness, tmp_path: Path, profile: str) -> Non
     (ws / "shadow-link").symlink_to("/etc/shadow")
     (ws / "passwd-link").symlink_to("/etc/passwd")
     (ws / "host-abs-link").symlink_to(secret)  # the host's absolute path: not in the sandbox
-    (ws / "dotdot-link").symlink_to("../outside/secret.txt")
+    (ws / "dotdot-link").symlink_to(f"../{outside.name}/secret.txt")
     host_files = {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in ("/etc/shadow", "/etc/passwd", secret)}
 
     run = await harness.run(py(FILESYSTEM_PROBE), profile)
@@ -801,11 +565,11 @@ async def test_fork_bomb_is_contained(harness: Harness, profile: str) -> None:
     # the host is fine: no process of the bomb survived, no new process of the sandbox user
     assert not processes_mentioning(f"sleep {marker}")
     after = _uid_processes(SANDBOX_UID)
-    # (other runs may share the engine: a new process in another container's cgroup is not ours)
+    # (other runs may share the engine and the cluster: a new process in another sandbox's cgroup is not ours)
     new = {
         pid: info
         for pid, info in after.items()
-        if pid not in before and (str(run.sandbox_id) in info[1] or not CONTAINER_ID.search(info[1]))
+        if pid not in before and not in_other_sandbox(info[1], str(run.sandbox_id))
     }
     assert not new, f"new host processes of uid {SANDBOX_UID}: {new}"
 
@@ -1154,9 +918,11 @@ def _token_profiles(tmp_path: Path) -> ProfileRegistry:
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-async def test_request_secret_is_redacted_and_never_recorded(tmp_path: Path, run_sandboxes: Any, profile: str) -> None:
+async def test_request_secret_is_redacted_and_never_recorded(
+    backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest, profile: str
+) -> None:
     token = f"tok-{secrets.token_hex(16)}"
-    harness = Harness(tmp_path, run_sandboxes, profiles=_token_profiles(tmp_path))
+    harness = open_harness(backend_kind, tmp_path, request, profiles=_token_profiles(tmp_path))
     try:
         # a name the profile does not allow is refused before anything runs, never silently dropped
         with pytest.raises(OrchestratorError) as refused:
