@@ -10,6 +10,7 @@ its id the pod's uid.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
 import re
@@ -64,6 +65,11 @@ CRI_SANDBOX_UID = "io.kubernetes.cri.sandbox-uid"  # on every container's OCI sp
 # a pod's processes outlive its API object by a moment: the kubelet stops the pod sandbox (pause or the
 # gVisor sandbox, their shims) once it sees the deletion (measured: 1.5-3 s); Docker's shim is quicker
 GONE_WITHIN_S = {"docker": 5.0, "kubernetes": 20.0}
+EXECUTION_MARGIN_S = 120.0
+# the test cluster (scripts/k8s-cluster.sh): the kubelet's podPidsLimit (a pod has no pids field of its own),
+# and the pods' subnet on the CNI bridge (no gateway: pods have no default route)
+NODE_POD_PIDS_LIMIT = 1024
+POD_SUBNET = ipaddress.IPv4Network(os.environ.get("SANDBOX_K8S_POD_SUBNET", "10.253.0.0/24"))
 
 
 def resolved(name: str) -> ResolvedProfile:
@@ -264,12 +270,18 @@ class Harness:
 
     async def run(self, command: str, profile: str, *, workspace: Path | None = None, **request: Any) -> Run:
         raw = {"tool": "shell_command", "command": command, "profile": profile, **request}
+        wall_s = request.get("timeout_ms", 0) / 1000 or resolved(profile.removesuffix("-token")).wall_timeout_s
         try:
-            result = await self.orch.execute(raw, workspace=workspace or self.workspace)
+            # an execution that never ends is a failure here, not a hung suite (the sandbox's own timeout, then
+            # a generous margin for the kill and the teardown)
+            async with asyncio.timeout(wall_s + EXECUTION_MARGIN_S):
+                result = await self.orch.execute(raw, workspace=workspace or self.workspace)
         except OrchestratorError as err:
             if "execution_id" in err.details:
                 self._started(str(err.details["execution_id"]))
             raise
+        except TimeoutError:
+            raise AssertionError(f"the execution did not end within {wall_s + EXECUTION_MARGIN_S:g}s") from None
         execution_id = str(result.authorization.execution_id)
         self._started(execution_id)
         records = list(iter_records(self.evidence_path, execution_id=execution_id))
@@ -306,9 +318,10 @@ class Harness:
     async def close(self) -> None:
         try:
             await self.orch.aclose()
-            report = verify(self.evidence_path)
-            assert report.ok, f"evidence chain: {report.location()}: {report.problem}"
-            assert report.head_checked
+            if self.execution_ids:  # (a test skipped before its first execution has no evidence to verify)
+                report = verify(self.evidence_path)
+                assert report.ok, f"evidence chain: {report.location()}: {report.problem}"
+                assert report.head_checked
             if self.space is not None:  # the session-end check of conftest.py covers the engine's containers
                 backend = KubernetesBackend(self.space.settings())
                 try:
