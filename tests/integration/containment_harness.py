@@ -306,14 +306,15 @@ class Harness:
                 await asyncio.to_thread(self.kube.get_pod, self.space.namespace, pod_name(run.execution_id))
             assert missing.value.kind == "not_found", missing.value
 
-        def left_now() -> dict[int, str]:
-            assert run.sandbox_id
-            return pod_processes(run.sandbox_id) if self.k8s else processes_mentioning(run.sandbox_id)
-
+        sandbox_id = run.sandbox_id
         deadline = time.monotonic() + GONE_WITHIN_S[self.kind]
-        while (left := left_now()) and time.monotonic() < deadline:
+        while (left := self.host_processes_of(sandbox_id)) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert not left, f"host processes of {run.sandbox_id[:12]} after teardown: {left}"
+
+    def host_processes_of(self, sandbox_id: str) -> dict[int, str]:
+        """pid → command line of the host processes of a sandbox (a container id, a pod uid)."""
+        return pod_processes(sandbox_id) if self.k8s else processes_mentioning(sandbox_id)
 
     async def close(self) -> None:
         try:
