@@ -72,8 +72,8 @@ def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
         assert helper["securityContext"] == {**security, "readOnlyRootFilesystem": True}, helper["name"]
     caps = security.get("capabilities") or {}
     command = container["command"]
-    assert command[0] == PRLIMIT
-    limits = {o.split("=")[0].lstrip("-"): int(o.split("=")[1].split(":")[1]) for o in command[1:3]}
+    start = command.index(PRLIMIT)  # after `env -u` of the kubelet's API server variables
+    limits = {o.split("=")[0].lstrip("-"): int(o.split("=")[1].split(":")[1]) for o in command[start + 1 : start + 3]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     mounts = container["volumeMounts"]
     workspace = next(m for m in mounts if m["name"] == "workspace")

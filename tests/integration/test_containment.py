@@ -1,19 +1,22 @@
-"""Containment suite: hostile workloads through the whole pipeline on the real engine (no mock).
+"""Containment suite: hostile workloads through the whole pipeline on the real backends (no mock).
 
-Every probe goes gate → evidence → DockerBackend → a fresh hardened container → teardown, as
-``Orchestrator.execute`` drives it, for the ``workspace-write`` (runc) and ``untrusted`` (runsc/gVisor)
-profiles. A probe is a short script printing one ``VERDICT {json}`` line; each test compares every
-field with the exact outcome expected (errno names, exit codes). Where runc and gVisor legitimately
-differ, both outcomes are spelled out (see docs/setup-notes.md for the gVisor quirks).
+Every probe goes gate → evidence → backend → a fresh hardened sandbox → teardown, as ``Orchestrator.execute``
+drives it, for the ``workspace-write`` (runc) and ``untrusted`` (runsc/gVisor) profiles, on both backends:
+``docker`` (a container on the project's engine; marker ``integration``) and ``kubernetes`` (a pod on the
+test cluster, gVisor through the ``gvisor`` RuntimeClass; marker ``k8s``). A probe is a short script
+printing one ``VERDICT {json}`` line; each test compares every field with the exact outcome expected (errno
+names, exit codes). Where runc and gVisor, or a container and a pod, legitimately differ, both outcomes are
+spelled out, each with why (see docs/setup-notes.md for the gVisor quirks, the README's "Kubernetes
+backend" for the pod's).
 
 For every execution the evidence is checked too: one ``execution_finished`` with the right status,
-exit code and error code, the lifecycle records (created, started, died, destroyed) with the engine's
-timestamps, in order; after every execution no container and no host process of it remains; after
-every test the evidence chain verifies; after the session nothing of this run is left on the engine
-(``run_sandboxes`` in conftest.py).
+exit code and error code, the lifecycle records (created, [scheduled,] started, died, destroyed) with the
+engine's timestamps, in order; after every execution no container or pod and no host process of it
+remains; after every test the evidence chain verifies; after the session nothing of this run is left on
+the engine (``run_sandboxes`` in conftest.py), after each Kubernetes test no pod of it.
 
 The probes only ever name loopback addresses. The policy lets everything run (``mode: allow``): the gate
-is tested elsewhere, here the probes must reach the sandbox.
+is tested elsewhere, here the probes must reach the sandbox. The harness: containment_harness.py.
 """
 
 from __future__ import annotations
@@ -21,38 +24,55 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import ipaddress
 import json
 import os
 import re
 import secrets
+import shlex
 import socket
+import struct
 import time
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from containment_harness import (
+    BACKENDS,
+    NODE_POD_PIDS_LIMIT,
+    POD_SUBNET,
+    PROFILES,
+    SANDBOX_UID,
+    ZERO_CAPS,
+    Harness,
+    Run,
+    assert_evidence,
+    assert_ok,
+    gvisor,
+    host_processes,
+    in_other_sandbox,
+    open_harness,
+    processes_mentioning,
+    py,
+    resolved,
+)
 
-from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.docker.sandbox_etc import FILES as SANDBOX_ETC
 from orchestrator.domain.errors import OrchestratorError
-from orchestrator.evidence import EvidenceRecord, iter_records, verify
-from orchestrator.profiles import ProfileRegistry, ResolvedProfile
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
+from orchestrator.evidence import iter_records
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.launch import owner_label
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_sandboxes")]
-
-SANDBOX_UID = 1000
-PROFILES = ["workspace-write", "untrusted"]
-RUNTIME = {"workspace-write": "runc", "untrusted": "runsc"}
-# mode allow lets through only what the gate fully sees; the probes run code it cannot read (python3 from
-# a here-document), so they are asked, and a rule approves every ask: the approval is recorded like any other
-POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"
-LIFECYCLE = ("container_created", "container_started", "container_died", "container_destroyed")
-ZERO_CAPS = "0000000000000000"
-CONTAINER_ID = re.compile(r"[0-9a-f]{64}")  # in a host process's cgroup paths
+MASKABLE_PROC = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "timer_stats")
+# the kubelet's /etc/hosts for a pod without hostAliases, before the line naming the pod's own address
+KUBELET_HOSTS = (
+    "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    "fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n"
+)
+# a pod's usage figures: none come back (the kubelet's are node-scoped; README, "Kubernetes backend")
+NO_USAGE = ("cpu_total_ns", "memory_peak_bytes", "pids_limit_hits", "pids_peak")
+RTF_LOCAL = 0x80000000  # an IPv6 route to an address of this host (/proc/net/ipv6_route flags)
 REFUSED_SYSCALLS = (
     *("keyctl", "add_key", "request_key", "bpf", "perf_event_open", "io_uring_setup", "userfaultfd"),
     *("init_module", "finit_module", "kexec_load", "reboot", "clock_settime", "settimeofday", "chroot"),
@@ -61,259 +81,18 @@ REFUSED_SYSCALLS = (
 )
 
 
-def resolved(name: str) -> ResolvedProfile:
-    return ProfileRegistry().resolve(name)
-
-
-def gvisor(profile: str) -> bool:
-    return RUNTIME[profile] == "runsc"
-
-
-# -- probes ---------------------------------------------------------------------------------------------
-
-PRELUDE = r"""
-import ctypes, errno, json, os, socket, stat, sys
-V = {}
-EAI = {getattr(socket, n): n for n in dir(socket) if n.startswith("EAI_")}
-def errname(number):
-    return errno.errorcode.get(number, str(number))
-def attempt(name, fn):
-    try:
-        result = fn()
-        V[name] = "ok" if result is None else result
-    except socket.gaierror as e:
-        V[name] = EAI.get(e.errno, str(e.errno))
-    except OSError as e:
-        V[name] = errname(e.errno) if e.errno else repr(e)
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-def syscall(nr, *args):
-    ctypes.set_errno(0)
-    r = _libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
-    return "ok" if r != -1 else errname(ctypes.get_errno())
-def done():
-    print("VERDICT " + json.dumps(V, sort_keys=True), flush=True)
-"""
-
-
-def py(body: str, *args: object) -> str:
-    """A shell command running ``PRELUDE + body`` with python3 (the script on stdin, ``args`` in argv)."""
-    script = PRELUDE + body
-    assert "\nPROBE\n" not in script
-    argv = " ".join(str(a) for a in args)
-    return f"python3 - {argv} <<'PROBE'\n{script}\nPROBE\n"
-
-
-# -- the harness ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class Run:
-    result: ExecutionResult
-    out: dict[str, Any]  # ExecutionResult.to_json()
-    records: list[EvidenceRecord]
-    sandbox_id: str | None
-
-    @property
-    def execution_id(self) -> str:
-        return str(self.result.authorization.execution_id)
-
-    @property
-    def verdict(self) -> dict[str, Any]:
-        lines = [line for line in self.out["stdout"].splitlines() if line.startswith("VERDICT ")]
-        assert len(lines) == 1, f"no verdict: exit {self.out['exit_code']}, {self.out['stderr'][-2000:]!r}"
-        return json.loads(lines[0].removeprefix("VERDICT "))  # type: ignore[no-any-return]
-
-    def finished(self) -> EvidenceRecord:
-        (record,) = [r for r in self.records if r.event == "execution_finished"]
-        return record
-
-    def finished_data(self) -> dict[str, Any]:
-        data = self.finished().data
-        assert data is not None
-        return dict(data)
-
-    def events(self) -> list[str]:
-        return [r.event for r in self.records]
-
-
-def host_processes() -> dict[int, tuple[int, str, str]]:
-    """pid → (uid, cmdline, cgroup) of every host process (kernel threads included, with empty cmdline)."""
-    found: dict[int, tuple[int, str, str]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            with open(f"/proc/{entry.name}/cgroup") as f:
-                cgroup = f.read()
-            uid = os.stat(f"/proc/{entry.name}").st_uid
-        except OSError:  # exited meanwhile
-            continue
-        found[int(entry.name)] = (uid, cmdline, cgroup)
-    return found
-
-
-def processes_mentioning(token: str) -> dict[int, str]:
-    """Host processes whose command line or cgroup names ``token`` (a container id, a marker)."""
-    me = os.getpid()
-    return {
-        pid: cmdline
-        for pid, (_, cmdline, cgroup) in host_processes().items()
-        if pid != me and (token in cmdline or token in cgroup)
-    }
-
-
-class Harness:
-    """One orchestrator built from a config file, as the CLI builds it, with its own evidence file."""
-
-    def __init__(self, tmp_path: Path, sandboxes: Any, profiles: ProfileRegistry | None = None) -> None:
-        self.tmp_path = tmp_path
-        self.sandboxes = sandboxes
-        self.workspace = self.new_workspace("ws")
-        self.config = tmp_path / "config.yaml"
-        self.config.write_text(POLICY)
-        self.evidence_path = tmp_path / "evidence.jsonl"
-        self.backend = DockerBackend()
-        self.orch: Orchestrator = build_orchestrator(
-            self.config,
-            workspace=self.workspace,
-            evidence_path=self.evidence_path,
-            backend=self.backend,
-            profiles=profiles or ProfileRegistry(),
-        )
-
-    def new_workspace(self, name: str) -> Path:
-        ws = self.tmp_path / name
-        ws.mkdir()
-        os.chown(ws, SANDBOX_UID, SANDBOX_UID)  # the sandbox user owns its workspace
-        return ws
-
-    async def run(self, command: str, profile: str, *, workspace: Path | None = None, **request: Any) -> Run:
-        raw = {"tool": "shell_command", "command": command, "profile": profile, **request}
-        try:
-            result = await self.orch.execute(raw, workspace=workspace or self.workspace)
-        except OrchestratorError as err:
-            if "execution_id" in err.details:
-                self.sandboxes.add(str(err.details["execution_id"]))
-            raise
-        execution_id = str(result.authorization.execution_id)
-        self.sandboxes.add(execution_id)
-        records = list(iter_records(self.evidence_path, execution_id=execution_id))
-        created = [r for r in records if r.event == "container_created"]
-        sandbox_id = str(created[0].data["sandbox_id"]) if created and created[0].data else None
-        run = Run(result, result.to_json(), records, sandbox_id)
-        await self.assert_gone(run)
-        return run
-
-    async def assert_gone(self, run: Run) -> None:
-        """No container of the execution on the engine, no host process of it (runc: its processes,
-        its shim; runsc: the sandbox, the gofer, the shim)."""
-        managed = await self.backend.list_managed()
-        assert run.execution_id not in {m.execution_id for m in managed}
-        assert run.sandbox_id, "no container_created record"
-        deadline = time.monotonic() + 5  # a shim may take a moment to exit after the engine's destroy
-        while (left := processes_mentioning(run.sandbox_id)) and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        assert not left, f"host processes of {run.sandbox_id[:12]} after teardown: {left}"
-
-    async def close(self) -> None:
-        await self.orch.aclose()
-        report = verify(self.evidence_path)
-        assert report.ok, f"evidence chain: {report.location()}: {report.problem}"
-        assert report.head_checked
+@pytest.fixture(params=BACKENDS)
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
-async def harness(tmp_path: Path, run_sandboxes: Any) -> AsyncIterator[Harness]:
-    h = Harness(tmp_path, run_sandboxes)
+async def harness(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    h = open_harness(backend_kind, tmp_path, request)
     try:
         yield h
     finally:
         await h.close()
-
-
-def assert_evidence(
-    run: Run,
-    *,
-    status: str,
-    exit_code: int,
-    error_code: str | None = None,
-    extra: Iterable[str] = (),
-) -> EvidenceRecord:
-    """The execution's records: begin, lifecycle with engine timestamps in order, one end record.
-
-    Each LIFECYCLE event comes exactly once; an `extra` event comes at least once, as often as the engine
-    reported it (the engine emits one `oom` per kill in the container's cgroup: gVisor's sandbox can
-    have several processes killed), and always between start and destroy."""
-    events = run.events()
-    decided = next(r for r in run.records if r.event == "decision_made")
-    if decided.decision == "ask":
-        # what the gate could not see was asked, and the rule approver's answer recorded before the start
-        assert events[:5] == [
-            "request_received",
-            "decision_made",
-            "approval_requested",
-            "approval_decided",
-            "execution_started",
-        ], events
-        approved = next(r for r in run.records if r.event == "approval_decided")
-        assert (approved.decision, approved.approver) == ("approved", "rule:default")
-        assert "the gate cannot see what would run" in str(decided.reason)
-    else:
-        assert decided.decision == "allow"
-        assert events[:3] == ["request_received", "decision_made", "execution_started"], events
-    assert events[-1] == "execution_finished", events
-    finished = run.finished()
-    assert finished.status == status
-    assert finished.error_code == error_code
-    assert finished.data is not None
-    assert finished.data["exit_code"] == exit_code
-    assert finished.data["timed_out"] is (status == "timeout")
-    assert finished.data["oom_killed"] is (status == "oom")
-    assert finished.outputs_digest is not None
-    profile = str(run.result.authorization.request.profile)
-    assert finished.data["runtime"] == ("runsc" if profile.startswith("untrusted") else "runc")
-    lifecycle: dict[str, EvidenceRecord] = {}
-    repeated: list[EvidenceRecord] = []
-    for name in (*LIFECYCLE, *extra):
-        found = [r for r in run.records if r.event == name]
-        if name in LIFECYCLE:
-            assert len(found) == 1, f"{name}: {len(found)} records ({events})"
-            lifecycle[name] = found[0]
-        else:
-            assert found, f"{name}: no record ({events})"
-            repeated.extend(found)
-        for record in found:
-            assert record.engine_ts, f"{name} without engine_ts"
-            assert record.data is not None and record.data["sandbox_id"] == run.sandbox_id
-            assert record.profile_hash == finished.profile_hash
-    ordered = [lifecycle[name] for name in LIFECYCLE]
-    assert [r.seq for r in ordered] == sorted(r.seq for r in ordered)
-    stamps = [_engine_time(r) for r in ordered]
-    assert stamps == sorted(stamps)
-    started, destroyed = lifecycle["container_started"], lifecycle["container_destroyed"]
-    for record in repeated:
-        assert started.seq < record.seq < destroyed.seq, record.event
-        assert _engine_time(started) <= _engine_time(record) <= _engine_time(destroyed), record.event
-    died = lifecycle["container_died"]
-    assert died.data is not None and died.data["exit_code"] == exit_code
-    return finished
-
-
-def _engine_time(record: EvidenceRecord) -> float:
-    from datetime import datetime
-
-    assert record.engine_ts is not None
-    return datetime.fromisoformat(record.engine_ts.replace("Z", "+00:00")).timestamp()
-
-
-def assert_ok(run: Run) -> dict[str, Any]:
-    """A probe that ran to its end: exit 0, evidence of a success; returns its verdict."""
-    assert (run.out["exit_code"], run.out["error"]) == (0, None), run.out["stderr"][-2000:]
-    assert_evidence(run, status="succeeded", exit_code=0)
-    return run.verdict
 
 
 # -- network ----------------------------------------------------------------------------------------------
@@ -379,7 +158,9 @@ def _listeners() -> tuple[socket.socket, socket.socket | None, socket.socket]:
 @pytest.mark.parametrize("profile", PROFILES)
 async def test_network(harness: Harness, profile: str) -> None:
     """Host loopback services are unreachable (the sandbox's loopback is its own), only `lo` exists and
-    routes nowhere, DNS has no resolver, and raw/packet/vsock/alg/non-route netlink sockets are refused."""
+    routes nowhere, DNS has no resolver, and raw/packet/vsock/alg/non-route netlink sockets are refused.
+    A runc pod also has the CNI's eth0 in its own subnet, without a default route (README, "Kubernetes
+    backend"); what the pods of that subnet can reach of each other: test_other_sandboxes_are_invisible."""
     tcp, tcp6, udp = _listeners()
     try:
         ports = (tcp.getsockname()[1], tcp6.getsockname()[1] if tcp6 else 1, udp.getsockname()[1])
@@ -396,11 +177,30 @@ async def test_network(harness: Harness, profile: str) -> None:
         for s in (tcp, tcp6, udp):
             if s is not None:
                 s.close()
+    # runsc runs with --network=none on both backends: its own netstack with only `lo`, whatever the pod has
+    runc_pod = harness.k8s and not gvisor(profile)
+    ipv4_routes = [route.split() for route in verdict.pop("ipv4_routes")]
+    ipv6_routes = [route.split() for route in verdict.pop("ipv6_routes_off_lo")]
+    if runc_pod:
+        # one route: the pod's own /24 on eth0, no gateway (flags: up only)
+        subnet = struct.pack("<I", int(POD_SUBNET.network_address)).hex().upper()
+        mask = struct.pack("<I", int(POD_SUBNET.netmask)).hex().upper()
+        assert ipv4_routes == [["eth0", subnet, "00000000", "0001", "0", "0", "0", mask, "0", "0", "0"]]
+        # IPv6: eth0's link-local and multicast routes, no next hop anywhere, nothing beyond the link (plus the
+        # local /128 route of eth0's own link-local address once duplicate address detection let it be)
+        assert all(r[4] == "0" * 32 and r[9] == "eth0" for r in ipv6_routes), ipv6_routes
+        on_link = {(r[0], r[1]) for r in ipv6_routes if not int(r[8], 16) & RTF_LOCAL}
+        assert on_link == {("fe80" + "0" * 28, "40"), ("ff" + "0" * 30, "08")}, ipv6_routes
+        local = [r for r in ipv6_routes if int(r[8], 16) & RTF_LOCAL]
+        assert all(r[0].startswith("fe80" + "0" * 12) and r[1] == "80" for r in local), ipv6_routes
+    else:
+        assert (ipv4_routes, ipv6_routes) == ([], [])  # not even a default route: only loopback is reachable
     assert verdict == {
         # the sandbox's own loopback: nothing listens there
         "tcp_host_port": "ECONNREFUSED",
-        # runc: IPv6 is off in the sandbox's namespace (no ::1); gVisor's netstack has ::1, nothing listens
-        "tcp6_host_port": "ECONNREFUSED" if gvisor(profile) else "EADDRNOTAVAIL",
+        # runc: IPv6 is off in the container's namespace (no ::1), on in a pod's (::1, nothing listens);
+        # gVisor's netstack has ::1, nothing listens
+        "tcp6_host_port": "ECONNREFUSED" if gvisor(profile) or runc_pod else "EADDRNOTAVAIL",
         # a datagram to the sandbox's own loopback is sent into the void: the host's socket got nothing (above)
         "udp_sendto_host_port": "ok",
         "raw_inet": "EPERM",  # no CAP_NET_RAW
@@ -415,9 +215,7 @@ async def test_network(harness: Harness, profile: str) -> None:
         "netlink_kobject_uevent": "EPERM",
         "resolve_localhost_from_hosts": ["127.0.0.1"],  # /etc/hosts
         "resolve_localhost_dot_via_dns": "EAI_AGAIN",  # needs DNS: no resolver is reachable
-        "interfaces": ["lo"],
-        "ipv4_routes": [],  # not even a default route: no address outside loopback is reachable
-        "ipv6_routes_off_lo": [],
+        "interfaces": ["eth0", "lo"] if runc_pod else ["lo"],  # a pod always gets the CNI's eth0
     }
 
 
@@ -487,11 +285,12 @@ done()
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-async def test_filesystem(harness: Harness, tmp_path: Path, profile: str) -> None:
+async def test_filesystem(harness: Harness, profile: str) -> None:
     """Only the workspace and /tmp are writable; /proc/sys, /sys and cgroups are read-only; masked /proc
     entries are empty or absent; no block device; mounts refused; symlinks and hardlinks never reach
     the host's files; /tmp has the profile's flags and size."""
-    outside = tmp_path / "outside"
+    # beside the workspace (Kubernetes: another sub-path of the same claim, as another workspace would be)
+    outside = harness.workspace.parent / f"outside-{secrets.token_hex(4)}"
     outside.mkdir()
     secret = outside / "secret.txt"
     secret.write_text(f"host-only {secrets.token_hex(8)}\n")
@@ -500,7 +299,7 @@ async def test_filesystem(harness: Harness, tmp_path: Path, profile: str) -> Non
     (ws / "shadow-link").symlink_to("/etc/shadow")
     (ws / "passwd-link").symlink_to("/etc/passwd")
     (ws / "host-abs-link").symlink_to(secret)  # the host's absolute path: not in the sandbox
-    (ws / "dotdot-link").symlink_to("../outside/secret.txt")
+    (ws / "dotdot-link").symlink_to(f"../{outside.name}/secret.txt")
     host_files = {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in ("/etc/shadow", "/etc/passwd", secret)}
 
     run = await harness.run(py(FILESYSTEM_PROBE), profile)
@@ -526,6 +325,19 @@ async def test_filesystem(harness: Harness, tmp_path: Path, profile: str) -> Non
             {"options": ["rw", "nosuid", "nodev", "noexec", "relatime"], "super": ["rw", f"size={tmpfs_size // 1024}k"]}
         ]
     )
+    if harness.k8s:
+        # a pod's /tmp is an emptyDir (medium Memory): the kubelet's tmpfs of sizeLimit, without noexec, nosuid or
+        # nodev (no pod field sets mount options; what that allows: test_writable_places). gVisor serves that host
+        # tmpfs through its gofer (9p options, the fd numbers its own; the size cap is in force: test_fill)
+        for mount in verdict["tmp_mount"]:
+            mount["super"] = [re.sub(r"^([rw]fdno)=\d+$", r"\1=N", option) for option in mount["super"]]
+        gofer = ["trans=fd", "rfdno=N", "wfdno=N", "aname=/", "dfltuid=4294967294", "dfltgid=4294967294"]
+        gofer += ["dcache=1000", "cache=remote_revalidating", "disable_fifo_open", "directfs"]
+        expected_tmp = (
+            [{"options": ["rw"], "super": ["rw", *gofer]}]
+            if gv
+            else [{"options": ["rw", "relatime"], "super": ["rw", f"size={tmpfs_size // 1024}k", "noswap"]}]
+        )
     assert verdict == {
         "write_workspace": "ok",
         "write_tmp": "ok",
@@ -622,6 +434,63 @@ done()
         "char_workspace": "EPERM",
         "block_workspace": "EPERM",
         "fifo_tmp": "ok",
+    }
+
+
+WRITABLE_PROBE = r"""
+import shutil, subprocess
+writable, null_masks = [], []
+for point in sorted({line.split()[4] for line in open("/proc/self/mountinfo")}):
+    try:
+        if os.path.isdir(point):
+            name = os.path.join(point, ".probe-%d" % os.getpid())
+            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            os.unlink(name)
+        else:
+            st = os.stat(point)
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3):
+                null_masks.append(point)  # a masked /proc file: the sandbox's own /dev/null
+                continue
+            os.close(os.open(point, os.O_WRONLY | os.O_APPEND))
+        writable.append(point)
+    except OSError:
+        pass
+V["writable"] = writable
+V["null_masks"] = null_masks
+for place in ("/tmp", "/dev/shm", "/workspace"):
+    def run_copy(place=place):
+        target = os.path.join(place, "true-copy")
+        shutil.copy("/bin/true", target)
+        try:
+            return subprocess.run([target]).returncode
+        finally:
+            os.unlink(target)
+    attempt("exec:" + place, run_copy)
+done()
+"""
+
+
+@pytest.mark.parametrize("profile", [*PROFILES, "read-only"])
+async def test_writable_places(harness: Harness, profile: str) -> None:
+    """Every mount point the sandbox user can write to: the workspace (unless read-only) and memory-backed
+    mounts, nothing on the host's disks (a pod's kubelet-made files included); and where a program the
+    sandbox wrote can be run."""
+    run = await harness.run(py(WRITABLE_PROBE), profile)
+    verdict = assert_ok(run)
+    gv = resolved(profile).runtime == "runsc"
+    rw = resolved(profile).workspace.mode == "rw"
+    masked = [f"/proc/{name}" for name in MASKABLE_PROC if os.path.exists(f"/proc/{name}")]
+    assert verdict == {
+        # the profile's /tmp, /dev/shm, runc's /dev/mqueue (POSIX queues of the sandbox's own IPC namespace)
+        "writable": sorted([*([] if gv else ["/dev/mqueue"]), "/dev/shm", "/tmp", *(["/workspace"] if rw else [])]),
+        # runc: masked /proc files are the sandbox's /dev/null (containerd masks /proc/interrupts too, Docker
+        # does not); gVisor's /proc has none of them
+        "null_masks": [] if gv else sorted(masked + (["/proc/interrupts"] if harness.k8s else [])),
+        # a pod's /tmp is an emptyDir, which no pod field can make noexec (Docker: the profile's noexec tmpfs)
+        "exec:/tmp": 0 if harness.k8s else "EACCES",
+        # gVisor in a pod: /dev/shm is the pod's shared one, without noexec (runc's in a pod has it)
+        "exec:/dev/shm": 0 if harness.k8s and gv else "EACCES",
+        "exec:/workspace": 0 if rw else "EROFS",
     }
 
 
@@ -773,10 +642,28 @@ async def test_fork_bomb_is_contained(harness: Harness, profile: str) -> None:
     code as a note beside it.
     gVisor: its pids cgroup also counts the sandbox's own threads, and reaching it kills the whole
     sandbox (exit 2 from the runtime, not from the command; not an OOM; docs/setup-notes.md): a run
-    that did not finish, status pids_limit."""
+    that did not finish, status pids_limit.
+    A pod: the node's limit instead of the profile's (_fork_bomb_in_a_pod)."""
     marker = f"3{secrets.randbelow(10**6):06d}.5"  # `sleep <marker>`: findable on the host if it leaked
     before = _uid_processes(SANDBOX_UID)
     run = await harness.run(py(FORK_PROBE, marker), profile, timeout_ms=60_000)
+    if harness.k8s:
+        _fork_bomb_in_a_pod(run, profile, marker)
+    else:
+        _fork_bomb_in_a_container(run, profile, marker)
+    # the host is fine: no process of the bomb survived, no new process of the sandbox user
+    assert not processes_mentioning(f"sleep {marker}")
+    after = _uid_processes(SANDBOX_UID)
+    # (other runs may share the engine and the cluster: a new process in another sandbox's cgroup is not ours)
+    new = {
+        pid: info
+        for pid, info in after.items()
+        if pid not in before and not in_other_sandbox(info[1], str(run.sandbox_id))
+    }
+    assert not new, f"new host processes of uid {SANDBOX_UID}: {new}"
+
+
+def _fork_bomb_in_a_container(run: Run, profile: str, marker: str) -> None:
     pids_limit = resolved(profile).pids_limit
     out = run.out
     assert out["error"] is not None and out["error"]["code"] == "SANDBOX.PIDS_LIMIT"
@@ -798,16 +685,31 @@ async def test_fork_bomb_is_contained(harness: Harness, profile: str) -> None:
     assert data["pids_limit_killed"] is gvisor(profile)
     assert data["usage"]["pids_limit_hits"] >= 1
     assert data["usage"]["pids_peak"] == pids_limit  # the reading taken as it exited saw the peak
-    # the host is fine: no process of the bomb survived, no new process of the sandbox user
-    assert not processes_mentioning(f"sleep {marker}")
-    after = _uid_processes(SANDBOX_UID)
-    # (other runs may share the engine: a new process in another container's cgroup is not ours)
-    new = {
-        pid: info
-        for pid, info in after.items()
-        if pid not in before and (str(run.sandbox_id) in info[1] or not CONTAINER_ID.search(info[1]))
-    }
-    assert not new, f"new host processes of uid {SANDBOX_UID}: {new}"
+
+
+def _fork_bomb_in_a_pod(run: Run, profile: str, marker: str) -> None:
+    """A pod has no pids field: the node's podPidsLimit bounds the whole pod (pause included), whatever the
+    profile says, and the node's figures do not come back (no usage), so there is no SANDBOX.PIDS_LIMIT note.
+    runc: the fork past that limit fails with EAGAIN and the probe goes on: exit 0, no error.
+    gVisor: long before that many tasks, the sandboxed sleeps pass the profile's memory limit: the pod is
+    OOM-killed (runsc reports exit 128), the output so far kept."""
+    out = run.out
+    assert out["stdout"].startswith(f"START {marker}\n")  # kept
+    assert out["timed_out"] is False
+    if gvisor(profile):
+        assert (out["ok"], out["exit_code"], out["oom_killed"]) == (False, 128, True)
+        assert (out["stdout"], out["stderr"], out["error"]["code"]) == (f"START {marker}\n", "", "SANDBOX.OOM")
+        finished = assert_evidence(run, status="oom", exit_code=128, error_code="SANDBOX.OOM", extra=["container_oom"])
+    else:
+        assert (out["ok"], out["exit_code"], out["oom_killed"], out["error"]) == (True, 0, False, None)
+        verdict = run.verdict
+        assert verdict["errno"] == "EAGAIN"
+        # pause, bash and python already count; the limit is the whole pod's
+        assert NODE_POD_PIDS_LIMIT - 8 <= verdict["forked"] <= NODE_POD_PIDS_LIMIT - 3, verdict
+        finished = assert_evidence(run, status="succeeded", exit_code=0)
+    assert finished.data is not None
+    assert finished.data["pids_limit_killed"] is False
+    assert finished.data["usage"] == dict.fromkeys(NO_USAGE)
 
 
 MEMORY_BOMB = "b = []\nwhile True:\n    b.append(bytearray(8 * 1024 * 1024))\n"
@@ -838,17 +740,35 @@ async def test_memory_bomb_is_oom_killed_and_recorded(harness: Harness, profile:
 
 @pytest.mark.parametrize("profile", PROFILES)
 async def test_cpu_spin_past_the_deadline_is_killed_and_recorded(harness: Harness, profile: str) -> None:
+    """Killed at its deadline. Docker: SIGKILL, exit 137. A pod: the kubelet stops a container with SIGTERM and
+    at least 2 s of grace before SIGKILL, whatever terminationGracePeriodSeconds says: runc's PID 1 (a shell
+    without a handler) ignores SIGTERM and dies of the SIGKILL, 137; gVisor delivers the SIGTERM to its PID 1,
+    which dies of it, 143."""
     started = time.monotonic()
     run = await harness.run("while :; do :; done", profile, timeout_ms=2000)
     elapsed = time.monotonic() - started
     out = run.out
-    assert (out["timed_out"], out["oom_killed"], out["exit_code"]) == (True, False, 137)
+    exit_code = 143 if harness.k8s and gvisor(profile) else 137
+    assert (out["timed_out"], out["oom_killed"], out["exit_code"]) == (True, False, exit_code)
     assert out["error"]["code"] == "SANDBOX.TIMEOUT"
-    assert 2000 <= out["duration_ms"] < 8000
+    if harness.k8s:
+        # the deadline, the kubelet acting on the cut activeDeadlineSeconds (about 3 s here), then for runc the 2 s
+        # of grace before the SIGKILL (measured: runc 6.8-7.0 s, gVisor 4.9-5.0 s)
+        assert (2000 if gvisor(profile) else 4000) <= out["duration_ms"] < 10_000
+    else:
+        assert 2000 <= out["duration_ms"] < 8000
     assert elapsed < 15
-    assert_evidence(run, status="timeout", exit_code=137, error_code="SANDBOX.TIMEOUT", extra=["container_killed"])
+    assert_evidence(
+        run, status="timeout", exit_code=exit_code, error_code="SANDBOX.TIMEOUT", extra=["container_killed"]
+    )
     (killed,) = [r for r in run.records if r.event == "container_killed"]
-    assert killed.data is not None and killed.data["signal"] == "9"
+    assert killed.data is not None
+    if harness.k8s:
+        # the API server's DeadlineExceeded (the backend cuts activeDeadlineSeconds to stop a pod); the signal is
+        # the backend's fixed label, not read from the node (where the SIGTERM above comes first)
+        assert killed.data == {"sandbox_id": run.sandbox_id, "signal": "SIGKILL", "reason": "DeadlineExceeded"}
+    else:
+        assert killed.data["signal"] == "9"
     events = run.events()
     assert events.index("container_started") < events.index("container_killed") < events.index("container_died")
 
@@ -893,12 +813,40 @@ async def test_tmpfs_and_workspace_fill_stop_at_their_caps(harness: Harness, pro
     assert (created["path"], created["kind"], created["size"]) == ("big.bin", "file", p.fsize_bytes)
 
 
+HUGE_OUTPUTS = {  # output far past every profile's cap: the shape -> (command, what it writes to stdout)
+    "20MiB-lines": ("yes | head -c 20M", b"y\n" * (10 * 1024 * 1024)),
+    # under the kubelet's 10 MiB log rotation: what a pod's log API stream loses past it, see the report in
+    # HUGE_LINES_IN_A_POD
+    "8MiB-one-line": ("head -c 8M /dev/zero | tr '\\0' y", b"y" * (8 * 1024 * 1024)),
+}
+# why 20 MiB in 2-byte lines is not run to its end in a pod (the node writes a pod's output to its CRI log
+# first, a timestamp and stream tag per line: ~420 MB of log, past the pod's ephemeral storage, = fsize)
+HUGE_LINES_IN_A_POD = (
+    "a pod: ~420 MB of CRI log on the node; the kubelet evicts the pod (ephemeral storage), or reading the log"
+    " through the API outlasts the executor's 10 s after the exit (INTERNAL), or (seen once) the output came back"
+    " short and untruncated: past the kubelet's 10 MiB log rotation the followed log stream loses what was rotated"
+    " (20 MiB in one line under gVisor: 5,607,424 bytes counted)"
+)
+HUGE_LINES_IN_A_GVISOR_POD = (
+    "not run on the shared test cluster: after that eviction gVisor's containerd shim (containerd-shim-runsc-v1)"
+    " wedges: the container is never reported terminated, the pod stays Running past every deadline and its"
+    " runsc processes stay on the node until the shim is killed by hand (seen twice, 2026-11-24)"
+)
+
+
+@pytest.mark.parametrize("shape", sorted(HUGE_OUTPUTS))
 @pytest.mark.parametrize("profile", PROFILES)
-async def test_huge_output_is_truncated_flagged_and_hashed(harness: Harness, profile: str) -> None:
-    size = 20 * 1024 * 1024
+async def test_huge_output_is_truncated_flagged_and_hashed(
+    harness: Harness, profile: str, shape: str, request: pytest.FixtureRequest
+) -> None:
+    if harness.k8s and shape == "20MiB-lines":
+        if gvisor(profile):
+            pytest.skip(HUGE_LINES_IN_A_GVISOR_POD)
+        request.applymarker(pytest.mark.xfail(reason=HUGE_LINES_IN_A_POD, strict=True))
+    command, full = HUGE_OUTPUTS[shape]
+    size = len(full)
     cap = resolved(profile).stdout_max_bytes
-    run = await harness.run("yes | head -c 20M", profile)
-    full = b"y\n" * (size // 2)
+    run = await harness.run(command, profile)
     out = run.out
     assert (out["exit_code"], out["truncated"]) == (0, True)
     assert out["error"]["code"] == "SANDBOX.OUTPUT_LIMIT"
@@ -987,7 +935,8 @@ async def test_no_host_env_engine_socket_or_token(
     run = await harness.run(py(LEAKS_PROBE), profile, env=request_env)
     verdict = assert_ok(run)
     p = resolved(profile)
-    expected_env = {**p.env, **request_env, "HOSTNAME": "sandbox"}  # the engine always adds HOSTNAME
+    # the engine always adds HOSTNAME (Docker; containerd for a pod)
+    expected_env = {**p.env, **request_env, "HOSTNAME": "sandbox"}
     expected_digests = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in expected_env.items()}
     assert verdict.pop("pid1_environ") == expected_digests  # exactly what the engine was given
     assert verdict.pop("own_environ") == expected_digests  # what a process sees (bash's own PWD, SHLVL, _ aside)
@@ -1000,12 +949,12 @@ async def test_no_host_env_engine_socket_or_token(
             else [f"/sys/fs/cgroup/{c}" for c in ("blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer")]
             + [f"/sys/fs/cgroup/{c}" for c in ("memory", "pids", "systemd")]
             + ["/dev/mqueue", "/proc/acpi", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/sys/firmware"]
-            + [
-                f"/proc/{m}"
-                for m in ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "timer_stats")
-                if os.path.exists(f"/proc/{m}")
-            ]
+            + [f"/proc/{m}" for m in MASKABLE_PROC if os.path.exists(f"/proc/{m}")]
         )
+        # a pod: the kubelet's termination-message file, out of the sandbox user's reach (test_writable_places);
+        # runc: containerd masks /proc/interrupts too
+        + (["/root/.termination-log"] if harness.k8s else [])
+        + (["/proc/interrupts"] if harness.k8s and not gvisor(profile) else [])
     )
     assert verdict == {
         **{
@@ -1061,23 +1010,33 @@ def _host_nameservers() -> list[str]:
 async def test_hostname_hosts_and_resolver_are_the_sandboxs_own(harness: Harness, profile: str) -> None:
     """The engine bind-mounts copies of the host's network configuration even with --network none (the
     host's nameservers in resolv.conf); a sandbox gets its own instead, read-only: a fixed host name,
-    loopback-only hosts, a resolver without a nameserver."""
+    loopback-only hosts, a resolver without a nameserver. A pod gets the kubelet's: the same host name, a
+    hosts file naming the pod's address, the pod's dnsConfig (a nameserver on its own loopback)."""
     host_name = socket.gethostname()
     nameservers = _host_nameservers()
     run = await harness.run(py(ETC_PROBE, host_name, ",".join(nameservers) or "-"), profile)
     verdict = assert_ok(run)
+    etc, own_address = dict(SANDBOX_ETC), "127.0.0.1"
+    if harness.k8s:
+        # the kubelet's hosts file maps the name to the pod's address (under gVisor one the sandbox has no
+        # interface for); resolv.conf is the pod's dnsConfig: nameserver 127.0.0.1, where nothing listens
+        (own_address,) = verdict["resolve_own_name"]
+        assert ipaddress.ip_address(own_address) in POD_SUBNET
+        etc["/etc/hosts"] = KUBELET_HOSTS + f"{own_address}\tsandbox\n"
+        etc["/etc/resolv.conf"] = "nameserver 127.0.0.1\n"
     assert verdict == {
-        **{f"read:{target}": content for target, content in SANDBOX_ETC.items()},
-        # not the sandbox's to change (mode 0444 on a read-only mount) nor to remove (runc: the read-only
-        # root; gVisor checks the directory's permissions first)
-        **{f"append:{target}": "EACCES" for target in SANDBOX_ETC},
-        **{f"unlink:{target}": "EACCES" if gvisor(profile) else "EROFS" for target in SANDBOX_ETC},
+        **{f"read:{target}": content for target, content in etc.items()},
+        # not the sandbox's to change (mode 0444 on a read-only mount; a pod's hosts file: the kubelet's, root's
+        # 0644 on a read-write mount) nor to remove (runc: the read-only root; gVisor checks the directory's
+        # permissions first)
+        **{f"append:{target}": "EACCES" for target in etc},
+        **{f"unlink:{target}": "EACCES" if gvisor(profile) else "EROFS" for target in etc},
         "gethostname": "sandbox",
         "uname_nodename": "sandbox",
         "proc_hostname": "sandbox\n",
-        "resolve_own_name": ["127.0.0.1"],
-        "resolve_host_name": "EAI_AGAIN" if host_name != "sandbox" else ["127.0.0.1"],  # DNS only: no resolver
-        "etc_mounts": [[target, "ro"] for target in sorted(SANDBOX_ETC)],
+        "resolve_own_name": [own_address],
+        "resolve_host_name": "EAI_AGAIN" if host_name != "sandbox" else [own_address],  # DNS only: no resolver
+        "etc_mounts": [[target, "rw" if harness.k8s and target == "/etc/hosts" else "ro"] for target in sorted(etc)],
         "host_name_seen": host_name == "sandbox",
         "host_nameservers_seen": [],
     }
@@ -1085,6 +1044,7 @@ async def test_hostname_hosts_and_resolver_are_the_sandboxs_own(harness: Harness
 
 OTHER_SANDBOX_PROBE = r"""
 marker, other_workspace = sys.argv[1][::-1], sys.argv[2]  # reversed: this probe's argv must not match
+other_address, other_port = sys.argv[3], int(sys.argv[4])
 procs = {}
 for pid in os.listdir("/proc"):
     if pid.isdigit():
@@ -1099,20 +1059,48 @@ V["other_workspace_path"] = os.path.exists(other_workspace)
 mounts = [line.split() for line in open("/proc/self/mountinfo")]
 V["other_workspace_mounted"] = any(m[3] == other_workspace or m[4] == other_workspace for m in mounts)
 V["workspace_mount_root"] = [m[3] for m in mounts if m[4] == "/workspace"]
+def reach():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect((other_address, other_port))
+    finally:
+        s.close()
+attempt("reach_other_sandbox", reach)
 done()
+"""
+# the first sandbox's listener on every address it has, and the address its own name resolves to (a pod's:
+# the kubelet's hosts file names its pod address; a container's: loopback); noted once a connection came
+LISTENER = r"""
+import os, socket, sys
+server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+server.bind(("0.0.0.0", int(sys.argv[1])))
+server.listen(4)
+with open("/workspace/a-address.tmp", "w") as f:
+    f.write(socket.gethostbyname(socket.gethostname()))
+os.rename("/workspace/a-address.tmp", "/workspace/a-address")
+server.settimeout(60)
+try:
+    server.accept()[0].close()
+    open("/workspace/a-accepted", "w").close()
+except OSError:
+    pass
 """
 
 
 @pytest.mark.parametrize("profile", PROFILES)
 async def test_other_sandboxes_are_invisible(harness: Harness, profile: str) -> None:
-    """Two sandboxes at once: the second sees neither the first's processes nor its workspace."""
+    """Two sandboxes at once: the second sees neither the first's processes nor its workspace, nor reaches
+    a listener of the first at the address the first's own name has."""
     marker = f"2{secrets.randbelow(10**6):06d}.75"
+    port = 20000 + secrets.randbelow(20000)
     ws_a = harness.workspace
     ws_b = harness.new_workspace("ws-b")
     (ws_b / "b-only.txt").write_text("b\n")
     busy = (
-        f"sleep {marker} & touch /workspace/a-ready; "
-        "for i in $(seq 300); do [ -e /workspace/stop ] && break; sleep 0.1; done; kill %1; wait"
+        f"python3 -c {shlex.quote(LISTENER)} {port} & sleep {marker} & "
+        "for i in $(seq 300); do [ -e /workspace/a-address ] && break; sleep 0.1; done; touch /workspace/a-ready; "
+        "for i in $(seq 300); do [ -e /workspace/stop ] && break; sleep 0.1; done; kill %1 %2 2>/dev/null; wait"
     )
     first = asyncio.create_task(harness.run(busy, profile))
     try:
@@ -1121,13 +1109,35 @@ async def test_other_sandboxes_are_invisible(harness: Harness, profile: str) -> 
             assert time.monotonic() < deadline, "the first sandbox never started"
             assert not first.done(), first.result().out
             await asyncio.sleep(0.05)
-        second = await harness.run(py(OTHER_SANDBOX_PROBE, marker[::-1], ws_a), profile, workspace=ws_b)
+        address = (ws_a / "a-address").read_text()
+        await _assert_host_processes_seen(harness, profile, marker)
+        probe = py(OTHER_SANDBOX_PROBE, marker[::-1], ws_a, address, port)
+        second = await harness.run(probe, profile, workspace=ws_b)
     finally:
         (ws_a / "stop").touch()
         first_run = await first
     assert first_run.out["exit_code"] == 0, first_run.out
     assert_evidence(first_run, status="succeeded", exit_code=0)
     verdict = assert_ok(second)
+    runc_pods = harness.k8s and not gvisor(profile)
+    if harness.k8s:
+        assert ipaddress.ip_address(address) in POD_SUBNET
+    else:
+        assert address == "127.0.0.1"
+    # whether the first sandbox's listener got the second's connection
+    assert (ws_a / "a-accepted").exists() is runc_pods
+    assert verdict.pop("reach_other_sandbox") == (
+        # runc pods: the test cluster's bridge CNI enforces no NetworkPolicy, so the namespace's default-deny
+        # policy does not stop one pod reaching another (README, "Kubernetes backend"; a real containment gap
+        # on such a cluster, which Docker's --network none does not have)
+        "ok"
+        if runc_pods
+        # gVisor (--network=none): only its own `lo`, so no route to a pod address
+        else "EHOSTUNREACH"
+        if harness.k8s
+        # a container's name resolves to loopback: its own, where nothing listens
+        else "ECONNREFUSED"
+    )
     assert verdict == {
         "sees_marker": False,
         "programs": ["bash", "python3"],  # its own PID 1 shell and the probe, nothing else
@@ -1138,6 +1148,23 @@ async def test_other_sandboxes_are_invisible(harness: Harness, profile: str) -> 
         "workspace_mount_root": ["/"] if gvisor(profile) else [str(ws_b)],
     }
     assert first_run.sandbox_id != second.sandbox_id
+
+
+async def _assert_host_processes_seen(harness: Harness, profile: str, marker: str) -> None:
+    """While a sandbox runs, the harness's matcher finds its host processes: the check that none is left
+    after teardown (Harness.assert_gone) looks where they really are."""
+    owner, done = owner_label(), harness.execution_ids
+    # (a pod's phase may still say Pending: the kubelet reports the running container a moment later)
+    (running,) = [m for m in await harness.backend.list_managed() if m.owner == owner and m.execution_id not in done]
+    seen = list(harness.host_processes_of(running.sandbox_id).values())
+    programs = {os.path.basename(cmdline.split()[0]) for cmdline in seen if cmdline}
+    if gvisor(profile):  # its processes run in the sentry: on the host, runsc's sandbox and gofer
+        assert {"runsc-sandbox", "runsc-gofer"} <= programs, seen
+    else:
+        assert f"sleep {marker}" in seen, seen
+    # its containerd shim: Docker's names the container; a pod's name neither its uid nor its cgroup (found by
+    # their bundle's spec)
+    assert programs & {"containerd-shim-runc-v2", "containerd-shim-runsc-v1"}, seen
 
 
 def _token_profiles(tmp_path: Path) -> ProfileRegistry:
@@ -1154,9 +1181,11 @@ def _token_profiles(tmp_path: Path) -> ProfileRegistry:
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-async def test_request_secret_is_redacted_and_never_recorded(tmp_path: Path, run_sandboxes: Any, profile: str) -> None:
+async def test_request_secret_is_redacted_and_never_recorded(
+    backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest, profile: str
+) -> None:
     token = f"tok-{secrets.token_hex(16)}"
-    harness = Harness(tmp_path, run_sandboxes, profiles=_token_profiles(tmp_path))
+    harness = open_harness(backend_kind, tmp_path, request, profiles=_token_profiles(tmp_path))
     try:
         # a name the profile does not allow is refused before anything runs, never silently dropped
         with pytest.raises(OrchestratorError) as refused:

@@ -7,6 +7,7 @@ import pytest
 from orchestrator.backends.base import LABEL_EXECUTION_ID, LABEL_MANAGED_BY, LABEL_OWNER, LaunchSpec, Workspace
 from orchestrator.backends.kubernetes.manifest import (
     ANNOTATION_OWNER,
+    API_SERVICE_ENV,
     PROFILE_MAPPING,
     label_value,
     pod_manifest,
@@ -70,13 +71,22 @@ def test_every_builtin_profile_is_hardened_in_its_pod(name: str) -> None:
     assert resources["limits"]["memory"] == str(profile.memory_bytes)
     assert resources["limits"]["cpu"] == f"{round(profile.cpus * 1000)}m"
     assert resources["limits"]["ephemeral-storage"] == str(profile.fsize_bytes)
-    assert container["command"][:4] == [
+    # the kubelet's API server variables removed first (env, never meeting the argv), then the rlimits
+    unset = [arg for name in API_SERVICE_ENV for arg in ("-u", name)]
+    assert container["command"] == [
+        "/usr/bin/env",
+        *unset,
         "/usr/bin/prlimit",
         f"--nofile={profile.nofile}:{profile.nofile}",
         f"--fsize={profile.fsize_bytes}:{profile.fsize_bytes}",
         "--",
+        "sh",
+        "-c",
+        "echo hi",
     ]
-    assert container["command"][4:] == ["sh", "-c", "echo hi"]
+    assert len(unset) == 16 and all(name.startswith("KUBERNETES_") for name in unset[1::2])
+    # the kubelet's world-writable termination-message file, below a directory the sandbox user cannot enter
+    assert container["terminationMessagePath"] == "/root/.termination-log"
     assert container["imagePullPolicy"] == "IfNotPresent" and container["image"] == profile.image
     assert (container["stdin"], container["tty"]) == (False, False)
     if profile.runtime == "runsc":
@@ -94,6 +104,13 @@ def test_every_builtin_profile_is_hardened_in_its_pod(name: str) -> None:
         assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": str(tmpfs.size_bytes)}
     if profile.read_only_root:
         assert "/tmp" in mounts  # never the runtime's own writable /tmp
+
+
+def test_a_variable_the_spec_sets_is_never_unset() -> None:
+    profile = ProfileRegistry().resolve("workspace-write")
+    env = {"LANG": "C.UTF-8", "KUBERNETES_SERVICE_HOST": "set-by-the-profile"}
+    command = pod_manifest(spec_for(profile, env=env), settings())["spec"]["containers"][0]["command"]
+    assert "KUBERNETES_SERVICE_HOST" not in command and "KUBERNETES_SERVICE_PORT" in command
 
 
 def test_labels_are_label_safe_and_the_owner_is_kept_whole_in_an_annotation() -> None:

@@ -8,6 +8,12 @@ server). Decisions beyond a one-to-one mapping of the resolved profile (the tabl
   itself; the kubelet's deadline is the backstop if the controller is gone.
 * rlimits (nofile, fsize) have no pod field: the command runs through ``prlimit`` (util-linux, in every
   image of ours), which sets both hard and soft limits and ``exec``s it, so the command is still PID 1.
+* the kubelet adds the API server's Service variables (``KUBERNETES_SERVICE_HOST``, ``KUBERNETES_PORT_443_TCP``,
+  ...) to every container, ``enableServiceLinks`` or not: ``env -u`` removes them before ``prlimit`` (``env``
+  first: its ``NAME=VALUE`` operands never meet the command's argv), so the command gets exactly the spec's env.
+* the kubelet bind-mounts a file of its own, world-writable, on the node's disk, at ``terminationMessagePath``
+  (no pod field turns it off; outside ephemeral-storage accounting): it goes below ``/root``, which the
+  sandbox user cannot enter in our images (0700 root), so the sandbox cannot write there.
 * pids: no per-pod field either; the node's ``podPidsLimit`` applies (``sandboxctl doctor`` reports it).
 * ``dnsPolicy: None`` with a nameserver on the pod's own loopback (nothing listens): names never resolve
   through the cluster's DNS, and ``enableServiceLinks: false`` keeps the cluster's services out of env.
@@ -47,6 +53,21 @@ TMP = "/tmp"  # noqa: S108 - a path inside the sandbox
 EMPTY_TMP_SIZE = "4Ki"
 DEADLINE_GRACE_S = 5
 PRLIMIT = "/usr/bin/prlimit"
+ENV = "/usr/bin/env"
+#: what the kubelet adds to every container for the API server's Service (``kubernetes`` in ``default``, port
+#: 443 named https), whatever ``enableServiceLinks`` says
+API_SERVICE_ENV = (
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT",
+    "KUBERNETES_SERVICE_PORT_HTTPS",
+    "KUBERNETES_PORT",
+    "KUBERNETES_PORT_443_TCP",
+    "KUBERNETES_PORT_443_TCP_PROTO",
+    "KUBERNETES_PORT_443_TCP_PORT",
+    "KUBERNETES_PORT_443_TCP_ADDR",
+)
+#: the kubelet's termination-message file: below a directory the sandbox user cannot enter (0700 root)
+TERMINATION_MESSAGE_PATH = "/root/.termination-log"
 #: where a node keeps our seccomp profiles, relative to the kubelet's seccomp root
 LOCALHOST_PROFILE_DIR = "sandbox-orchestrator"
 ANNOTATION_OWNER = "org.sandbox-orchestrator/owner"
@@ -83,7 +104,7 @@ PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
     ("cap_add", "HostConfig.CapAdd: none", "capabilities.add: none"),
     ("cap_drop", "HostConfig.CapDrop: ALL", "capabilities.drop: [ALL]"),
     ("no_new_privileges", "SecurityOpt no-new-privileges", "allowPrivilegeEscalation: false"),
-    ("env", "Env", "containers[].env"),
+    ("env", "Env", "containers[].env; the kubelet's API server variables removed (env -u)"),
     ("env_allowlist", "(checked before launch)", "(checked before launch)"),
 )
 
@@ -213,7 +234,10 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
         "memory": _quantity_bytes(profile.memory_bytes),
         "ephemeral-storage": _quantity_bytes(profile.fsize_bytes),
     }
+    unset = [arg for name in API_SERVICE_ENV if name not in spec.env for arg in ("-u", name)]
     command = [
+        ENV,
+        *unset,
         PRLIMIT,
         f"--nofile={profile.nofile}:{profile.nofile}",
         f"--fsize={profile.fsize_bytes}:{profile.fsize_bytes}",
@@ -243,6 +267,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
         },
         "stdin": False,
         "tty": False,
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "File",
     }
     spec_body: dict[str, Any] = {
