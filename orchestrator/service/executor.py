@@ -33,6 +33,7 @@ from orchestrator.domain.errors import (
     SandboxOOM,
     SandboxPidsLimit,
     SandboxTimeout,
+    SandboxUnavailable,
     SandboxWorkspaceLimit,
     SideEffectsIncomplete,
 )
@@ -55,6 +56,8 @@ LIFECYCLE_EVENTS: dict[str, EventType] = {
 }
 # what of an engine event's attributes the evidence keeps (Docker's hold every label; these are facts)
 RECORDED_ATTRIBUTES = ("reason", "node")
+# how long the output may go on arriving after the sandbox exited (a cluster's log API lags behind)
+OUTPUT_END_WAIT_S = 10.0
 # how long teardown waits for the engine to report the destroy event before moving on
 DESTROY_EVENT_WAIT_S = 5.0
 
@@ -241,8 +244,15 @@ async def run_in_sandbox(
                 await backend.kill(handle)
                 exit_code = await backend.wait(handle)
             # output streams close when the container exits; bound the wait anyway
-            async with asyncio.timeout(10):
-                captures = await capture_task
+            try:
+                async with asyncio.timeout(OUTPUT_END_WAIT_S):
+                    captures = await capture_task
+            except TimeoutError:
+                raise SandboxUnavailable(
+                    f"the sandbox's output did not end within {OUTPUT_END_WAIT_S:g}s of its exit"
+                    " (the engine is still delivering it)",
+                    details={"sandbox": handle.name},
+                ) from None
             if live is not None:
                 live.finish(captures)
         finally:

@@ -83,8 +83,11 @@ SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 #: how long the network-policy check holds (a policy deleted meanwhile is seen within this)
 POLICY_CHECK_TTL_S = 30.0
 SYNC_TIMEOUT_S = 30.0
-#: how long wait() gives the kubelet to report the end of a pod stopped by kill()
+#: how long wait() gives the kubelet to report the end of a pod stopped by kill() (it sends SIGTERM and
+#: waits at least 2 s: ~7 s measured), after which the pod is deleted outright
 KILL_REPORT_S = 30.0
+#: how often a wait looks whether its pod was stopped meanwhile (then its bound applies)
+WAIT_RECHECK_S = 2.0
 
 
 @dataclass(eq=False)
@@ -96,6 +99,7 @@ class _Pod:
     start_error: OrchestratorError | None = None
     capturing: bool = False
     killed: bool = False  # stopped by kill(): its workspace is not copied back (copy mode)
+    killed_at: float | None = None  # monotonic time of the first kill(): wait() is bounded from then
     copy_error: str | None = None
 
 
@@ -552,10 +556,7 @@ class KubernetesBackend:
             if pod.start_error is not None:
                 raise SandboxStartFailed(f"pod {handle.name} never started", details={"sandbox": handle.name})
         watch = await self._pod_watch()
-        try:
-            await watch.until(handle.name, lambda last, gone: gone or (last is not None and _ended(last)), None)
-        except KubeError as exc:
-            raise self._error(exc, f"lost pod {handle.name} while waiting for it", sandbox=handle.name) from exc
+        await self._until_ended(handle, pod, watch)
         last = watch.last(handle.name)
         state = None if last is None else pods.exit_state(last)
         if state is None or state.exit_code is None:
@@ -571,6 +572,30 @@ class KubernetesBackend:
                 await self._copy_out(pod)
         return state.exit_code
 
+    async def _until_ended(self, handle: SandboxHandle, pod: _Pod | None, watch: PodWatch) -> None:
+        """Until the kubelet reports the end; once the pod was stopped, at most ``KILL_REPORT_S`` more: a
+        pod that does not stop then (a wedged runtime) is deleted outright and the run ends unavailable."""
+
+        def ended(last: JsonObject | None, gone: bool) -> bool:
+            return gone or (last is not None and _ended(last))
+
+        while True:
+            try:
+                await watch.until(handle.name, ended, WAIT_RECHECK_S)
+                return
+            except TimeoutError:
+                if pod is None or pod.killed_at is None or time.monotonic() < pod.killed_at + KILL_REPORT_S:
+                    continue
+            except KubeError as exc:
+                raise self._error(exc, f"lost pod {handle.name} while waiting for it", sandbox=handle.name) from exc
+            kube = await self._client()
+            with contextlib.suppress(KubeError):
+                await self._call(kube.delete_pod, self._namespace, handle.name, grace_seconds=0, uid=handle.sandbox_id)
+            raise SandboxUnavailable(
+                f"pod {handle.name} did not stop within {KILL_REPORT_S:g}s of being stopped; it was deleted",
+                details={"sandbox": handle.name},
+            )
+
     async def kill(self, handle: SandboxHandle, signal: str = "SIGKILL") -> None:
         """Stop the pod now, keeping it for inspection: its ``activeDeadlineSeconds`` is cut to 1, so the
         kubelet kills it (grace 0) and reports the end. A pod that already ended or is gone is no error."""
@@ -578,6 +603,8 @@ class KubernetesBackend:
         pod = self._pods.get(handle.name)
         if pod is not None:
             pod.killed = True
+            if pod.killed_at is None:
+                pod.killed_at = time.monotonic()
         kube = await self._client()
         try:
             await self._call(kube.patch_pod, self._namespace, handle.name, {"spec": {"activeDeadlineSeconds": 1}})
