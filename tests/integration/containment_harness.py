@@ -245,7 +245,7 @@ class Harness:
             workspace=self.workspace,
             evidence_path=self.evidence_path,
             backend=self.backend,
-            profiles=self.profiles or ProfileRegistry(),
+            profiles=self.profiles if self.profiles is not None else ProfileRegistry(),
         )
 
     @property
@@ -270,7 +270,8 @@ class Harness:
 
     async def run(self, command: str, profile: str, *, workspace: Path | None = None, **request: Any) -> Run:
         raw = {"tool": "shell_command", "command": command, "profile": profile, **request}
-        wall_s = request.get("timeout_ms", 0) / 1000 or resolved(profile.removesuffix("-token")).wall_timeout_s
+        registry = self.profiles if self.profiles is not None else ProfileRegistry()
+        wall_s = request.get("timeout_ms", 0) / 1000 or registry.resolve(profile).wall_timeout_s
         try:
             # an execution that never ends is a failure here, not a hung suite (the sandbox's own timeout, then
             # a generous margin for the kill and the teardown)

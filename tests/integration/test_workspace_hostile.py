@@ -58,7 +58,7 @@ def _profiles(tmp_path: Path) -> ProfileRegistry:
 
 @pytest.fixture
 async def harness(tmp_path: Path, run_sandboxes: Any) -> AsyncIterator[Harness]:
-    h = Harness(tmp_path, run_sandboxes, profiles=_profiles(tmp_path))
+    h = Harness("docker", tmp_path, sandboxes=run_sandboxes, profiles=_profiles(tmp_path))
     try:
         yield h
     finally:
