@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -194,6 +195,8 @@ async def main() -> int:
         await orch.aclose()
         cl.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s", check=False)
         cl.kubectl("delete", "pv", f"{namespace}-workspaces", "--wait=false", check=False)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     return 1 if leaked else 0
 
 
