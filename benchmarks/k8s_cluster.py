@@ -20,11 +20,15 @@ import os
 import secrets
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "k8s"))
+from k8s_helpers import hardened_pod
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS = ("etcd", "kube-apiserver", "containerd", "kubelet", "kube-controller-manager", "kube-scheduler")
@@ -40,40 +44,10 @@ def env_of_script() -> dict[str, str]:
     return dict(line.removeprefix("export ").split("=", 1) for line in out.stdout.splitlines())
 
 
-def pod(name: str, runtime_class: str | None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 1000,
-            "runAsGroup": 1000,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [
-            {
-                "name": "main",
-                "image": "sandbox-orchestrator/minimal:latest",
-                "imagePullPolicy": "Never",
-                "command": ["true"],
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "readOnlyRootFilesystem": True,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-            }
-        ],
-    }
-    if runtime_class:
-        spec["runtimeClassName"] = runtime_class
-    return {"metadata": {"name": name}, "spec": spec}
-
-
 def run_once(core: Any, namespace: str, runtime_class: str | None) -> tuple[float, float]:
     name = f"bench-{secrets.token_hex(4)}"
     t0 = time.perf_counter()
-    core.create_namespaced_pod(namespace, pod(name, runtime_class))
+    core.create_namespaced_pod(namespace, hardened_pod(name, ["true"], runtime_class=runtime_class))
     while True:
         phase = core.read_namespaced_pod_status(name, namespace).status.phase
         if phase == "Succeeded":

@@ -61,7 +61,7 @@ from orchestrator.backends.kubernetes.manifest import (
     pod_manifest,
 )
 from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive
-from orchestrator.backends.kubernetes.preflight import cluster_checks
+from orchestrator.backends.kubernetes.preflight import cluster_checks, denies_all
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.backends.kubernetes.watch import PodWatch
 from orchestrator.domain.errors import (
@@ -98,8 +98,8 @@ class _Pod:
     container_path: str
     start_error: OrchestratorError | None = None
     capturing: bool = False
-    killed: bool = False  # stopped by kill(): its workspace is not copied back (copy mode)
-    killed_at: float | None = None  # monotonic time of the first kill(): wait() is bounded from then
+    # monotonic time of the first kill(): wait() is bounded from then; its workspace is not copied back
+    killed_at: float | None = None
     copy_error: str | None = None
 
 
@@ -566,7 +566,7 @@ class KubernetesBackend:
                 details={"sandbox": handle.name},
             )
         if self.settings.workspace.mode == "copy" and pod is not None:
-            if pod.killed or (last is not None and pods.deadline_exceeded(last)):
+            if pod.killed_at is not None or (last is not None and pods.deadline_exceeded(last)):
                 pod.copy_error = "the sandbox was stopped: its workspace changes were not copied back"
             elif pod.copy_error is None:
                 await self._copy_out(pod)
@@ -601,10 +601,8 @@ class KubernetesBackend:
         kubelet kills it (grace 0) and reports the end. A pod that already ended or is gone is no error."""
         del signal  # the kubelet decides the signal: SIGKILL, as the pod has no grace period
         pod = self._pods.get(handle.name)
-        if pod is not None:
-            pod.killed = True
-            if pod.killed_at is None:
-                pod.killed_at = time.monotonic()
+        if pod is not None and pod.killed_at is None:
+            pod.killed_at = time.monotonic()
         kube = await self._client()
         try:
             await self._call(kube.patch_pod, self._namespace, handle.name, {"spec": {"activeDeadlineSeconds": 1}})
@@ -649,9 +647,6 @@ class KubernetesBackend:
         except KubeError as exc:
             if exc.kind not in ("not_found", "conflict"):  # conflict: the uid differs, that pod is gone
                 raise self._error(exc, f"could not delete pod {handle.name}", sandbox=handle.name) from exc
-        finally:
-            if self._watch is not None:
-                self._watch.forget(handle.name)
 
     # -- observation ------------------------------------------------------------------------------------
 
@@ -717,17 +712,6 @@ def _ended(pod: JsonObject) -> bool:
     if pods.terminated(pod) is not None:
         return True
     return pods.phase(pod) in ("Failed", "Succeeded") and pods.running(pod) is None
-
-
-def denies_all(policy: JsonObject) -> bool:
-    spec = policy.get("spec") or {}
-    types = set(spec.get("policyTypes") or [])
-    return (
-        spec.get("podSelector") in ({}, {"matchLabels": {}}, None)
-        and {"Ingress", "Egress"} <= types
-        and not spec.get("ingress")
-        and not spec.get("egress")
-    )
 
 
 def _managed(pod: JsonObject, alive: dict[str, bool]) -> ManagedSandbox:

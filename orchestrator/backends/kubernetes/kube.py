@@ -369,9 +369,6 @@ class KubeClient:
         )
         return [item for item in listed.get("items") or [] if isinstance(item, dict)]
 
-    def get_namespace(self, namespace: str) -> JsonObject:
-        return self._json("GET", f"/api/v1/namespaces/{namespace}", "get namespace")
-
     def get_runtime_class(self, name: str) -> JsonObject:
         return self._json("GET", f"/apis/node.k8s.io/v1/runtimeclasses/{quote(name, safe='')}", "get runtime class")
 

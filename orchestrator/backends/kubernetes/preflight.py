@@ -74,6 +74,18 @@ def _weaken(pod: JsonObject) -> None:
     container["securityContext"] = {"allowPrivilegeEscalation": True, "capabilities": {"add": ["SYS_ADMIN"]}}
 
 
+def denies_all(policy: JsonObject) -> bool:
+    """A NetworkPolicy for every pod, both directions, allowing nothing."""
+    spec = policy.get("spec") or {}
+    types = set(spec.get("policyTypes") or [])
+    return (
+        spec.get("podSelector") in ({}, {"matchLabels": {}}, None)
+        and {"Ingress", "Egress"} <= types
+        and not spec.get("ingress")
+        and not spec.get("egress")
+    )
+
+
 def cluster_checks(kube: KubeClient, settings: KubernetesSettings) -> list[PreflightCheck]:
     namespace = settings.namespace
     checks: list[PreflightCheck] = []
@@ -115,8 +127,6 @@ def _pod_security(kube: KubeClient, namespace: str) -> PreflightCheck:
 
 
 def _network_policy(kube: KubeClient, namespace: str, settings: KubernetesSettings) -> PreflightCheck:
-    from orchestrator.backends.kubernetes.backend import denies_all  # noqa: PLC0415 - one definition
-
     name = "default-deny NetworkPolicy"
     try:
         policies = kube.list_network_policies(namespace)

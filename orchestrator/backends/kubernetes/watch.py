@@ -13,6 +13,7 @@ the last deletion time the server gave (or, if it never gave one, the time it wa
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import threading
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT_S = 240
 RETRY_DELAY_S = 0.5
-#: lifecycle state kept for pods already destroyed (late subscribers / inspect after destroy)
+#: lifecycle state kept for pods already deleted (late readers), the oldest dropped past this many
 KEPT_GONE = 512
 
 
@@ -56,7 +57,7 @@ class PodWatch:
         self._namespace = namespace
         self._selector = selector
         self._pods: dict[str, _Tracked] = {}
-        self._gone: list[str] = []
+        self._gone: collections.deque[str] = collections.deque()
         self._subscribers: dict[str | None, set[asyncio.Queue[LifecycleEvent | BaseException]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
@@ -112,12 +113,6 @@ class PodWatch:
                 tracked.changed.clear()
                 await tracked.changed.wait()
 
-    def forget(self, name: str) -> None:
-        """The execution is over: keep its end for a while (late readers), then drop it."""
-        self._gone.append(name)
-        while len(self._gone) > KEPT_GONE:
-            self._pods.pop(self._gone.pop(0), None)
-
     def _apply(self, item: _Snapshot | _Relisted | KubeError) -> None:
         if isinstance(item, KubeError):
             self._failure = item
@@ -141,6 +136,10 @@ class PodWatch:
         for event in tracked.lifecycle.update(pod, deleted=deleted):
             self._broadcast(execution_of(pod), event)
         tracked.changed.set()
+        if deleted:  # every pod of ours in the namespace passes here (other controllers' too): bounded
+            self._gone.append(name)
+            while len(self._gone) > KEPT_GONE:
+                self._pods.pop(self._gone.popleft(), None)
 
     def _broadcast(self, execution_id: str | None, item: LifecycleEvent | BaseException) -> None:
         targets = set(self._subscribers.get(None, ()))
