@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from backend_runs import Ran, drive, resolved
 
 from orchestrator.backends.base import (
     LABEL_DEADLINE,
@@ -18,31 +18,13 @@ from orchestrator.backends.base import (
     LABEL_PROFILE_HASH,
     MANAGED_BY,
     LaunchSpec,
-    LifecycleEvent,
     SandboxBackend,
-    SandboxHandle,
-    StreamCapture,
     Workspace,
 )
 from orchestrator.domain.ids import new_execution_id
-from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile, resolve
+from orchestrator.profiles import ResolvedProfile
 
 SANDBOX_UID = 1000
-
-
-def resolved(name: str = "workspace-write", **caps: Any) -> ResolvedProfile:
-    registry = ProfileRegistry()
-    return resolve(registry.get(name), caps=ProfileCaps(**caps) if caps else None, registry=registry)
-
-
-@dataclass(frozen=True)
-class Ran:
-    handle: SandboxHandle
-    exit_code: int
-    stdout: StreamCapture
-    stderr: StreamCapture
-    oom_killed: bool
-    events: list[LifecycleEvent] = field(default_factory=list)
 
 
 class Harness:
@@ -76,38 +58,8 @@ class Harness:
         return LaunchSpec(**fields)
 
     async def run(self, spec: LaunchSpec, *, limits: tuple[int, int] | None = None, timeout: float = 120) -> Ran:
-        """create → capture ‖ start → wait → inspect → destroy, with the lifecycle events, as the service."""
-        events: list[LifecycleEvent] = []
-        follower = asyncio.create_task(collect(self.backend, spec.execution_id, events))
-        await asyncio.sleep(0)
-        out_limit, err_limit = limits or (spec.profile.stdout_max_bytes, spec.profile.stderr_max_bytes)
-        handle = await self.backend.create(spec)
-        try:
-            async with asyncio.timeout(timeout):
-                capture = asyncio.create_task(self.backend.capture(handle, out_limit, err_limit))
-                await self.backend.start(handle)
-                exit_code = await self.backend.wait(handle)
-                stdout, stderr = await capture
-                state = await self.backend.inspect(handle)
-        finally:
-            await self.backend.destroy(handle)
-        try:
-            async with asyncio.timeout(30):
-                await follower
-        finally:
-            follower.cancel()
-        return Ran(handle, exit_code, stdout, stderr, state.oom_killed, events)
+        """One sandbox driven as the service does, with its lifecycle events."""
+        return await drive(self.backend, spec, limits=limits, timeout=timeout, with_events=True)
 
     async def left(self) -> list[str]:
         return [s.name for s in await self.backend.list_managed() if s.owner == self.owner]
-
-
-async def collect(backend: SandboxBackend, execution_id: str, into: list[LifecycleEvent]) -> None:
-    stream = backend.events(execution_id)
-    try:
-        async for event in stream:
-            into.append(event)
-            if event.kind == "destroy":
-                return
-    finally:
-        await stream.aclose()

@@ -19,12 +19,12 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from backend_runs import Ran, collect_events, drive, resolved
 
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
@@ -37,8 +37,6 @@ from orchestrator.backends.base import (
     LaunchSpec,
     LifecycleEvent,
     SandboxBackend,
-    SandboxHandle,
-    StreamCapture,
     Workspace,
 )
 from orchestrator.backends.docker import DockerBackend, discover_endpoint
@@ -49,7 +47,7 @@ from orchestrator.backends.docker.events import exit_state, lifecycle_event, par
 from orchestrator.backends.docker.sandbox_etc import FILES, etc_directory
 from orchestrator.domain.errors import InputInvalid, SandboxStartFailed, SandboxUnavailable
 from orchestrator.domain.ids import new_execution_id
-from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile, resolve
+from orchestrator.profiles import ResolvedProfile
 
 integration = pytest.mark.integration
 SANDBOX_UID = 1000
@@ -72,21 +70,6 @@ def docker_api(engine_url: str) -> Iterator[Any]:
         pytest.skip(f"no container engine at {engine_url} ({exc}); run `make setup`")
     yield api
     api.close()
-
-
-def resolved(name: str = "workspace-write", **caps: Any) -> ResolvedProfile:
-    registry = ProfileRegistry()
-    return resolve(registry.get(name), caps=ProfileCaps(**caps) if caps else None, registry=registry)
-
-
-@dataclass(frozen=True)
-class RunResult:
-    handle: SandboxHandle
-    exit_code: int
-    stdout: StreamCapture
-    stderr: StreamCapture
-    oom_killed: bool
-    events: list[LifecycleEvent] = field(default_factory=list)
 
 
 class Sandboxes:
@@ -129,42 +112,8 @@ class Sandboxes:
             tty=tty,
         )
 
-    async def run(self, spec: LaunchSpec, *, timeout: float = 60, with_events: bool = False) -> RunResult:
-        """create → capture ‖ start → wait → inspect → destroy, as the service drives it."""
-        events: list[LifecycleEvent] = []
-        follower: asyncio.Task[None] | None = None
-        if with_events:
-            follower = asyncio.create_task(collect_events(self.backend, spec.execution_id, events))
-            await asyncio.sleep(0)  # the iterator exists before create, as the service does it
-        handle = await self.backend.create(spec)
-        try:
-            async with asyncio.timeout(timeout):
-                capture = asyncio.create_task(
-                    self.backend.capture(handle, spec.profile.stdout_max_bytes, spec.profile.stderr_max_bytes)
-                )
-                await self.backend.start(handle)
-                exit_code = await self.backend.wait(handle)
-                stdout, stderr = await capture
-                state = await self.backend.inspect(handle)
-        finally:
-            await self.backend.destroy(handle)
-        if follower is not None:
-            async with asyncio.timeout(10):
-                await follower
-        return RunResult(handle, exit_code, stdout, stderr, state.oom_killed, events)
-
-
-async def collect_events(
-    backend: DockerBackend, execution_id: str, into: list[LifecycleEvent], until: str = "destroy"
-) -> None:
-    stream = backend.events(execution_id)
-    try:
-        async for event in stream:
-            into.append(event)
-            if event.kind == until:
-                return
-    finally:
-        await stream.aclose()
+    async def run(self, spec: LaunchSpec, *, timeout: float = 60, with_events: bool = False) -> Ran:
+        return await drive(self.backend, spec, timeout=timeout, with_events=with_events)
 
 
 @pytest.fixture

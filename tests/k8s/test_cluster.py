@@ -92,15 +92,20 @@ def test_the_projects_seccomp_profile_is_installed_on_the_node_and_applies(
     assert log.splitlines()[-1] == "io_uring_setup -1 Bad address"
 
 
+def refusal(k8s_api: Any, namespace: str, pod: dict[str, Any]) -> tuple[int, str]:
+    """The API server's refusal of ``pod``: its HTTP status and message (a pod it admits fails the test)."""
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(k8s_api).create_namespaced_pod(namespace, pod)
+    return refused.value.status, json.loads(refused.value.body)["message"]
+
+
 def test_a_weakened_pod_is_refused_by_pod_security(k8s_api: Any, sandbox_namespace: str) -> None:
     """No securityContext at all: 403 from the PodSecurity admission, naming what "restricted" requires."""
     pod = hardened_pod(unique("weak"), ["true"])
     pod["spec"].pop("securityContext")
     pod["spec"]["containers"][0].pop("securityContext")
-    with pytest.raises(ApiException) as refused:
-        client.CoreV1Api(k8s_api).create_namespaced_pod(sandbox_namespace, pod)
-    assert refused.value.status == 403
-    message = json.loads(refused.value.body)["message"]
+    status, message = refusal(k8s_api, sandbox_namespace, pod)
+    assert status == 403
     assert 'violates PodSecurity "restricted:latest"' in message
     for requirement in (
         "allowPrivilegeEscalation != false",
@@ -116,10 +121,8 @@ def test_a_privileged_pod_is_refused(k8s_api: Any, sandbox_namespace: str) -> No
     --allow-privileged=false, and that validation answers before admission (422)."""
     pod = hardened_pod(unique("privileged"), ["true"])
     pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
-    with pytest.raises(ApiException) as refused:
-        client.CoreV1Api(k8s_api).create_namespaced_pod(sandbox_namespace, pod)
-    assert refused.value.status == 422
-    message = json.loads(refused.value.body)["message"]
+    status, message = refusal(k8s_api, sandbox_namespace, pod)
+    assert status == 422
     assert "spec.containers[0].securityContext.privileged: Forbidden: disallowed by cluster policy" in message
 
 
@@ -128,10 +131,8 @@ def test_host_namespaces_are_refused_by_pod_security(k8s_api: Any, sandbox_names
     pod = hardened_pod(unique("hostns"), ["true"])
     pod["spec"]["hostPID"] = True
     pod["spec"]["hostNetwork"] = True
-    with pytest.raises(ApiException) as refused:
-        client.CoreV1Api(k8s_api).create_namespaced_pod(sandbox_namespace, pod)
-    assert refused.value.status == 403
-    message = json.loads(refused.value.body)["message"]
+    status, message = refusal(k8s_api, sandbox_namespace, pod)
+    assert status == 403
     assert 'violates PodSecurity "restricted:latest": host namespaces (hostNetwork=true, hostPID=true)' in message
 
 
