@@ -4,11 +4,13 @@ Phases, on the project's test cluster (``scripts/k8s-cluster.sh up``; a namespac
 made like the chart's, removed at the end):
 
 * **pod vs pod** — (A) ``Orchestrator.execute({"tool": "shell_exec", "argv": ["true"]})`` with the
-  Kubernetes backend (gate, evidence, the pod watch, the log stream, teardown) against (B) the *same* pod
-  manifest created with the official client's ``CoreV1Api``, awaited with its ``Watch`` until the
-  container terminated, then deleted and awaited until gone. Pairs are interleaved (A B, then B A, ...);
-  prints p50/p95 of each and the median of the pairwise ratios A/B. Target (issue 9): ≤ 1.15. Also B's
-  phases as the API server reported them: create → running → succeeded → deleted.
+  Kubernetes backend (gate, evidence, the pod watch, the stdio relays, teardown) against (B) the *same*
+  pod manifest created with the official client's ``CoreV1Api``, its output pipes read by exec in its
+  sidecar (the client's ``stream``: the pod's command starts only once they are), awaited with its
+  ``Watch`` until the container terminated, then deleted and awaited until gone. Pairs are interleaved
+  (A B, then B A, ...); prints p50/p95 of each and the median of the pairwise ratios A/B. Target
+  (issue 9): ≤ 1.15. Also B's phases as the API server reported them: create → running → succeeded →
+  deleted.
 * **concurrency** — N executions, C at a time, over one orchestrator: throughput, p50/p95, and the pods
   left with our labels afterwards (must be 0).
 
@@ -25,6 +27,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -36,11 +39,13 @@ sys.path.insert(0, str(REPO / "tests"))
 from kube_fixtures import CLAIM, Cluster, SandboxSpace, cluster_script, env_value, space_manifests  # noqa: E402
 from kubernetes import client as k8s_client  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
+from kubernetes import stream as k8s_stream  # noqa: E402
 from kubernetes import watch as k8s_watch  # noqa: E402
 
 from orchestrator.backends.base import LaunchSpec, Workspace  # noqa: E402
 from orchestrator.backends.kubernetes.backend import KubernetesBackend  # noqa: E402
-from orchestrator.backends.kubernetes.manifest import pod_manifest  # noqa: E402
+from orchestrator.backends.kubernetes.manifest import CONTAINER, pod_manifest  # noqa: E402
+from orchestrator.backends.kubernetes.start_barrier import PIPES, SIDECAR, reader_command  # noqa: E402
 from orchestrator.domain.ids import new_execution_id  # noqa: E402
 from orchestrator.profiles import ProfileRegistry  # noqa: E402
 from orchestrator.service.factory import build_orchestrator  # noqa: E402
@@ -72,6 +77,7 @@ class Direct:
     """The same pod through the official client, as a user of the client would run it."""
 
     def __init__(self, kubeconfig: Path, namespace: str) -> None:
+        self.kubeconfig = kubeconfig
         self.api = k8s_client.CoreV1Api(k8s_config.new_client_from_config(config_file=str(kubeconfig)))
         self.namespace = namespace
         self.phases: dict[str, list[float]] = {"running": [], "succeeded": [], "deleted": []}
@@ -81,16 +87,24 @@ class Direct:
         start = time.monotonic()
         self.api.create_namespaced_pod(self.namespace, manifest)
         running = None
+        relays: list[threading.Thread] = []
         stream = k8s_watch.Watch()
         for event in stream.stream(
             self.api.list_namespaced_pod, self.namespace, field_selector=f"metadata.name={name}", timeout_seconds=120
         ):
-            statuses = event["object"].status.container_statuses or []
-            state = statuses[0].state if statuses else None
+            statuses = {s.name: s.state for s in event["object"].status.container_statuses or []}
+            state, sidecar = statuses.get(CONTAINER), statuses.get(SIDECAR)
             if state is not None and state.running is not None and running is None:
                 running = time.monotonic()
+            if not relays and sidecar is not None and sidecar.running is not None:
+                # the same pod's own protocol: its command starts once its stdio pipes have readers
+                relays = [threading.Thread(target=self.relay, args=(name, stream_)) for stream_ in PIPES]
+                for relay in relays:
+                    relay.start()
             if state is not None and state.terminated is not None:
                 stream.stop()
+        for relay in relays:
+            relay.join(timeout=60)
         succeeded = time.monotonic()
         self.api.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
         for _ in range(600):  # grace 0: normally gone at once; else a moment later
@@ -106,6 +120,24 @@ class Direct:
         self.phases["succeeded"].append(succeeded - start)
         self.phases["deleted"].append(deleted - start)
         return deleted - start
+
+    def relay(self, name: str, stream_name: str) -> None:
+        """One output pipe read to its end by exec in the sidecar, with the client's own stream()."""
+        api = k8s_client.CoreV1Api(k8s_config.new_client_from_config(config_file=str(self.kubeconfig)))
+        ws = k8s_stream.stream(
+            api.connect_get_namespaced_pod_exec,
+            name,
+            self.namespace,
+            container=SIDECAR,
+            command=reader_command(stream_name),
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+        )
+        ws.run_forever(timeout=60)
+        ws.close()
 
 
 async def main() -> int:

@@ -25,8 +25,11 @@ HELM_VERSION="${SANDBOX_HELM_VERSION:-v3.19.0}"
 # 0.0~20240729.0). Newer shims are built on containerd 2 and answer containerd's start call in a JSON form
 # that Debian bookworm's containerd 1.6 cannot read ("dial unix {"version":2,...}: invalid argument").
 GVISOR_SHIM_VERSION="${SANDBOX_GVISOR_SHIM_VERSION:-v0.0.0-20240731183317-ba03cb2cbb61}"
-# Names the patch build_shim applies; part of the stamp, so a changed patch rebuilds the shim.
-GVISOR_SHIM_PATCH="oom-score-best-effort"
+# The test cluster's kubelet keeps its pods here (scripts/k8s-cluster.sh: $CLUSTER_DIR/kubelet/pods).
+KUBELET_PODS_DIR="$SO_STATE_DIR/k8s/cluster/kubelet/pods"
+# Names the patches build_shim applies (and where they point); part of the stamp, so a changed patch
+# rebuilds the shim.
+GVISOR_SHIM_PATCH="oom-score-best-effort,kubelet-pods-dir=$KUBELET_PODS_DIR"
 K8S_DIR="$SO_STATE_DIR/k8s/$K8S_VERSION-helm$HELM_VERSION"
 BIN_DIR="$K8S_DIR/bin"
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd helm)
@@ -143,10 +146,15 @@ build_kubernetes() {
 # gives up when the kernel refuses: lowering oom_score_adj needs CAP_SYS_RESOURCE, which root lacks on these
 # hosts ("failed to set OOM Score on shim: write /proc/<pid>/oom_score_adj: permission denied"). The patch
 # lets it go on at containerd's score when the write is refused for want of permission; any other error
-# still stops it. The module is copied out of the module cache (read-only there) and built in place.
+# still stops it. And the shim finds a pod's volumes below the kubelet's root, which it takes to be
+# /var/lib/kubelet (every packaged node's): the second patch points it at the test cluster's, so that an
+# in-memory emptyDir its pod annotates (dev.gvisor.spec.mount.NAME.*) becomes one tmpfs inside the gVisor
+# sandbox, shared by the pod's containers (the Kubernetes backend's stdio pipes need that). The module is
+# copied out of the module cache (read-only there) and built in place.
 build_shim() {
-    local t0=$SECONDS mod src="$K8S_DIR/gvisor-src" file=pkg/shim/service.go
+    local t0=$SECONDS mod src="$K8S_DIR/gvisor-src" file=pkg/shim/service.go volumes=pkg/shim/utils/volumes.go
     local call='if err := shim.SetScore(cmd.Process.Pid); err != nil'
+    local pods_dir='var kubeletPodsDir = "/var/lib/kubelet/pods"'
     mod="$(go mod download -json "gvisor.dev/gvisor@$GVISOR_SHIM_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')"
     [ -d "$mod" ] || so_die "could not download gvisor.dev/gvisor@$GVISOR_SHIM_VERSION"
     rm -rf "$src" "$SHIM" "$SHIM.version"
@@ -154,6 +162,8 @@ build_shim() {
     chmod -R u+w "$src"
     grep -qF "$call {" "$src/$file" || so_die "gVisor $GVISOR_SHIM_VERSION: $file no longer has the call to patch"
     sed -i "s|$call {|$call \&\& !os.IsPermission(err) {|" "$src/$file"
+    grep -qF "$pods_dir" "$src/$volumes" || so_die "gVisor $GVISOR_SHIM_VERSION: $volumes no longer has $pods_dir"
+    sed -i "s|$pods_dir|var kubeletPodsDir = \"$KUBELET_PODS_DIR\"|" "$src/$volumes"
     (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$SHIM.tmp" ./shim)
     mv "$SHIM.tmp" "$SHIM"
     rm -rf "$src"

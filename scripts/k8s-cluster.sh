@@ -345,8 +345,7 @@ ensure_apiserver() {
         --endpoint-reconciler-type=none \
         --kubelet-preferred-address-types=Hostname --kubelet-certificate-authority="$PKI/ca.crt" \
         --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
-        --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
-        --feature-gates=PodLogsQuerySplitStreams=true
+        --kubelet-client-key="$PKI/apiserver-kubelet-client.key"
     wait_until 60 api_ready || die_with_log kube-apiserver "kube-apiserver did not become ready"
 }
 
@@ -426,6 +425,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 # RuntimeClass gvisor (handler runsc): gVisor's own shim, which finds runsc through this config
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
   runtime_type = "io.containerd.runsc.v1"
+  # gVisor's mount hints: a pod's annotations may share an in-memory emptyDir across its containers
+  pod_annotations = ["dev.gvisor.spec.mount.*"]
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
   TypeUrl = "io.containerd.runsc.v1.options"
   ConfigPath = "$RUNSC_CONFIG"
@@ -487,10 +488,6 @@ cgroupDriver: cgroupfs
 cgroupRoot: $CGROUP_ROOT
 failSwapOn: false
 podPidsLimit: 1024
-# the log API returns stdout and stderr apart (?stream=Stdout|Stderr; alpha in 1.34, off by default):
-# the backend then keeps them apart as Docker does
-featureGates:
-  PodLogsQuerySplitStreams: true
 # no cluster DNS: pods get an empty resolv.conf (they have no route to any server anyway)
 resolvConf: ""
 clusterDomain: cluster.local

@@ -32,6 +32,29 @@ async def test_output_past_the_limit_is_counted_not_kept(contract: Harness) -> N
     assert (len(ran.stderr.data), ran.stderr.total_bytes, ran.stderr.truncated) == (100, 5000, True)
 
 
+async def test_a_flood_past_the_nodes_log_rotation_is_counted_exactly(contract: Harness) -> None:
+    """24 MiB in one line and 4 MiB on stderr at once: past the kubelet's 10 MiB log rotation (a pod's
+    output is read from the runtime, not from the node's log files), every byte counted."""
+    size = 24 * 1024 * 1024
+    spec = contract.spec(["sh", "-c", f"head -c {size} /dev/zero | tr '\\0' y & head -c 4194304 /dev/zero >&2; wait"])
+    ran = await contract.run(spec, limits=(1000, 100))
+    assert ran.exit_code == 0
+    assert (ran.stdout.data, ran.stdout.total_bytes, ran.stdout.truncated) == (b"y" * 1000, size, True)
+    assert (ran.stderr.data, ran.stderr.total_bytes) == (b"\0" * 100, 4194304)
+
+
+async def test_stdin_is_delivered_whole_then_ends(contract: Harness) -> None:
+    data = bytes(range(256)) * 4096 + b"\nlast line without a newline"  # 1 MiB and some, any byte
+    ran = await contract.run(contract.spec(["sh", "-c", "wc -c; echo done"], stdin=data))
+    assert ran.exit_code == 0, ran.stderr.data
+    assert ran.stdout.data.decode().split() == [str(len(data)), "done"]
+
+
+async def test_without_stdin_a_reader_sees_its_end_at_once(contract: Harness) -> None:
+    ran = await contract.run(contract.spec(["sh", "-c", "cat; echo read-nothing"]), timeout=60)
+    assert (ran.exit_code, ran.stdout.data) == (0, b"read-nothing\n")
+
+
 async def test_user_env_workdir_and_the_workspace(contract: Harness) -> None:
     (contract.workspace / "sub").mkdir()
     os.chown(contract.workspace / "sub", 1000, 1000)

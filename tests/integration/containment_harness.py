@@ -424,6 +424,10 @@ def engine_time(record: EvidenceRecord) -> float:
 
 def assert_ok(run: Run) -> dict[str, Any]:
     """A probe that ran to its end: exit 0, evidence of a success; returns its verdict."""
-    assert (run.out["exit_code"], run.out["error"]) == (0, None), run.out["stderr"][-2000:]
+    assert (run.out["exit_code"], run.out["error"]) == (0, None), (
+        run.out["exit_code"],
+        run.out["error"],
+        run.out["stderr"][-2000:],
+    )
     assert_evidence(run, status="succeeded", exit_code=0)
     return run.verdict

@@ -29,16 +29,16 @@ NAMESPACE = "so-system"
 SANDBOX_NAMESPACE = "sandboxes"
 FULLNAME = "so-sandbox-orchestrator"
 
-# The Role the Kubernetes backend gets in the sandbox namespace, rule by rule (pvc mode); copy mode adds
-# COPY_RULE. Nothing else, nowhere else. At least orchestrator.backends.kubernetes.preflight's NEEDED (and
-# COPY_NEEDED): role_grants() checks that, so the chart and the backend cannot drift apart.
+# The Role the Kubernetes backend gets in the sandbox namespace, rule by rule, in either workspace mode.
+# Nothing else, nowhere else. At least orchestrator.backends.kubernetes.preflight's NEEDED: role_grants()
+# checks that, so the chart and the backend cannot drift apart.
 BASE_RULES: list[dict[str, list[str]]] = [
     {
         "apiGroups": [""],
         "resources": ["pods"],
         "verbs": ["create", "get", "list", "watch", "patch", "delete", "deletecollection"],
     },
-    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "list"]},
     {
@@ -47,11 +47,6 @@ BASE_RULES: list[dict[str, list[str]]] = [
         "verbs": ["get", "list", "watch", "create", "update", "delete"],
     },
 ]
-COPY_RULE: dict[str, list[str]] = {
-    "apiGroups": [""],
-    "resources": ["pods/exec", "pods/attach"],
-    "verbs": ["create", "get"],
-}
 
 # The config's backend section, key by key (the contract with the Kubernetes backend).
 BACKEND_KEYS = {"kind", "kubernetes"}
@@ -237,6 +232,6 @@ def role_grants(rules: Iterable[Mapping[str, Any]], verb: str, resource: str, su
 
 def can_i_resource(resource: str, subresource: str, group: str) -> str:
     """A (resource, subresource, group) as ``kubectl auth can-i`` names it: ``leases.coordination.k8s.io``,
-    ``pods/log``."""
+    ``pods/exec``."""
     name = f"{resource}.{group}" if group else resource
     return f"{name}/{subresource}" if subresource else name

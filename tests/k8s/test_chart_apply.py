@@ -18,7 +18,6 @@ import yaml
 from chart_helpers import (
     BASE_RULES,
     CHART,
-    COPY_RULE,
     can_i_resource,
     helm,
     normalized_rules,
@@ -27,7 +26,7 @@ from chart_helpers import (
     render,
 )
 
-from orchestrator.backends.kubernetes.preflight import COPY_NEEDED, NEEDED
+from orchestrator.backends.kubernetes.preflight import NEEDED
 
 if TYPE_CHECKING:  # the fixture's type lives in the plugin tests/conftest.py loads
     from kube_fixtures import Cluster
@@ -167,7 +166,8 @@ def test_service_account_may_do_exactly_the_role(
     sandboxes, own = names["sandboxes"], names["namespace"]
     allowed = [
         *[(verb, "pods") for verb in ("create", "get", "list", "watch", "patch", "delete", "deletecollection")],
-        ("get", "pods/log"),
+        ("create", "pods/exec"),  # in the sidecar: the command's stdio, copy mode's tar streams
+        ("get", "pods/exec"),
         *[(verb, "events") for verb in ("get", "list", "watch")],
         *[(verb, "networkpolicies.networking.k8s.io") for verb in ("get", "list")],
         *[(verb, "leases.coordination.k8s.io") for verb in ("get", "list", "watch", "create", "update", "delete")],
@@ -177,9 +177,8 @@ def test_service_account_may_do_exactly_the_role(
     for verb, resource in allowed:
         assert kubectl.can_i(verb, resource, sandboxes, account), f"{verb} {resource} in {sandboxes}"
     denied_in_sandboxes = [
-        ("create", "pods/exec"),  # pvc mode: no exec
-        ("get", "pods/exec"),
-        ("create", "pods/attach"),
+        ("create", "pods/attach"),  # no attach: output comes through the sidecar's relays
+        ("get", "pods/log"),  # nor from the node's log files
         ("update", "pods"),  # pods are patched (activeDeadlineSeconds), never replaced
         ("patch", "pods/ephemeralcontainers"),
         ("patch", "pods/status"),
@@ -292,9 +291,9 @@ def test_helm_install_and_uninstall(
         assert status["info"]["status"] == "deployed"
         role = json.loads(kubectl.ok("get", "role", "--namespace", names["sandboxes"], "-o", "json"))["items"]
         assert len(role) == 1
-        assert normalized_rules(role[0]["rules"]) == normalized_rules([*BASE_RULES, COPY_RULE])
+        assert normalized_rules(role[0]["rules"]) == normalized_rules(BASE_RULES)
         account = f"system:serviceaccount:{names['namespace']}:{RELEASE}-sandbox-orchestrator"
-        for verb, resource, sub, group in NEEDED + COPY_NEEDED:
+        for verb, resource, sub, group in NEEDED:
             assert kubectl.can_i(verb, can_i_resource(resource, sub, group), names["sandboxes"], account)
         assert kubectl.can_i("create", "pods/exec", names["sandboxes"], account)
         assert not kubectl.can_i("create", "pods/exec", names["namespace"], account)

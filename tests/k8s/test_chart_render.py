@@ -18,7 +18,6 @@ from chart_helpers import (
     BACKEND_WORKSPACE_KEYS,
     BASE_RULES,
     CHART,
-    COPY_RULE,
     FULLNAME,
     NAMESPACE,
     REPO,
@@ -39,7 +38,7 @@ from chart_helpers import (
     secret_data,
 )
 
-from orchestrator.backends.kubernetes.preflight import COPY_NEEDED, NEEDED
+from orchestrator.backends.kubernetes.preflight import NEEDED
 from orchestrator.evidence.paths import default_evidence_path
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.config import (
@@ -203,13 +202,11 @@ def test_nothing_cluster_wide(variant: tuple[str, dict[str, Any], list[dict[str,
 
 
 def test_role_allows_exactly_what_the_backend_needs(variant: tuple[str, dict[str, Any], list[dict[str, Any]]]) -> None:
-    name, values, docs = variant
+    _name, values, docs = variant
     role = one(docs, "Role")
-    expected = [*BASE_RULES, COPY_RULE] if name == "copy" else BASE_RULES
-    assert normalized_rules(role["rules"]) == normalized_rules(expected)
+    assert normalized_rules(role["rules"]) == normalized_rules(BASE_RULES)  # in either workspace mode
     # at least what the backend uses (what `sandboxctl doctor` asks the API server about)
-    needed = NEEDED + (COPY_NEEDED if name == "copy" else ())
-    missing = [n for n in needed if not role_grants(role["rules"], *n)]
+    missing = [n for n in NEEDED if not role_grants(role["rules"], *n)]
     assert not missing, f"the Role lacks what the backend needs: {missing}"
     # no wildcard, no escalation verb; pods are only patched (their activeDeadlineSeconds), never updated
     # (update is for leases only)

@@ -44,7 +44,13 @@ def test_every_builtin_profile_is_hardened_in_its_pod(name: str) -> None:
     profile = ProfileRegistry().resolve(name)
     pod = pod_manifest(spec_for(profile), settings(seccomp="localhost"))
     spec = pod["spec"]
-    (container,) = spec["containers"]
+    container, sidecar = spec["containers"]
+    assert (container["name"], sidecar["name"]) == ("sandbox", "sandbox-io")
+    # the sidecar (the stdio relays) runs as hardened as the command, with the pipes' volume only
+    assert sidecar["securityContext"] == {**container["securityContext"], "readOnlyRootFilesystem": True}
+    assert sidecar["volumeMounts"] == [{"name": "sandbox-io", "mountPath": "/run/sandbox-io"}]
+    assert sidecar["command"][2].startswith("/usr/bin/mkfifo -m 0600 /run/sandbox-io/stdout /run/sandbox-io/stderr &&")
+    assert sidecar["resources"]["requests"] == sidecar["resources"]["limits"]
     security = container["securityContext"]
     assert security == {
         "runAsNonRoot": True,
@@ -71,11 +77,20 @@ def test_every_builtin_profile_is_hardened_in_its_pod(name: str) -> None:
     assert resources["limits"]["memory"] == str(profile.memory_bytes)
     assert resources["limits"]["cpu"] == f"{round(profile.cpus * 1000)}m"
     assert resources["limits"]["ephemeral-storage"] == str(profile.fsize_bytes)
-    # the kubelet's API server variables removed first (env, never meeting the argv), then the rlimits
+    # the start barrier (until the controller is attached; stdin /dev/null without any), then the kubelet's
+    # API server variables removed (env, never meeting the argv) with the barrier's PWD, then the rlimits
     unset = [arg for name in API_SERVICE_ENV for arg in ("-u", name)]
     assert container["command"] == [
+        "/bin/sh",
+        "-c",
+        'd=/run/sandbox-io; n=0; for p in "$d/stdout" "$d/stderr"; do until [ -p "$p" ];'
+        " do n=$((n+1)); [ $n -le 6000 ] || exit 125; sleep 0.01; done; done;"
+        ' exec "$@" </dev/null >"$d/stdout" 2>"$d/stderr"',
+        "sandbox-start",
         "/usr/bin/env",
         *unset,
+        "-u",
+        "PWD",
         "/usr/bin/prlimit",
         f"--nofile={profile.nofile}:{profile.nofile}",
         f"--fsize={profile.fsize_bytes}:{profile.fsize_bytes}",
@@ -94,6 +109,7 @@ def test_every_builtin_profile_is_hardened_in_its_pod(name: str) -> None:
     else:
         assert "runtimeClassName" not in spec
     volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["sandbox-io"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Ki"}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     workspace = mounts[profile.workspace.container_path]
     assert workspace["subPath"] == "tenant-a/default"
@@ -104,6 +120,32 @@ def test_every_builtin_profile_is_hardened_in_its_pod(name: str) -> None:
         assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": str(tmpfs.size_bytes)}
     if profile.read_only_root:
         assert "/tmp" in mounts  # never the runtime's own writable /tmp
+    # the pipes only: no writable place, but under gVisor (it refuses to open a pipe on a read-only mount),
+    # where the pipes' tmpfs is shared across the pod's containers by the shim's mount hints
+    gvisor = profile.runtime == "runsc"
+    assert mounts["/run/sandbox-io"]["readOnly"] is not gvisor
+    hints = {k: v for k, v in pod["metadata"]["annotations"].items() if k.startswith("dev.gvisor.")}
+    assert hints == (
+        {
+            f"dev.gvisor.spec.mount.sandbox-io.{k}": v
+            for k, v in {"share": "pod", "type": "tmpfs", "options": "rw"}.items()
+        }
+        if gvisor
+        else {}
+    )
+
+
+def test_with_stdin_the_barrier_hands_the_rest_of_it_to_the_command() -> None:
+    profile = ProfileRegistry().resolve("workspace-write")
+    command = pod_manifest(spec_for(profile, stdin=b"data"), settings())["spec"]["containers"][0]["command"]
+    assert command[2].endswith('exec "$@" <"$d/stdin" >"$d/stdout" 2>"$d/stderr"')
+    assert 'for p in "$d/stdout" "$d/stderr" "$d/stdin"' in command[2]  # waited for with the others
+
+
+def test_a_pwd_the_spec_sets_is_kept_over_the_barrier_shells() -> None:
+    profile = ProfileRegistry().resolve("workspace-write")
+    command = pod_manifest(spec_for(profile, env={"PWD": "/x"}), settings())["spec"]["containers"][0]["command"]
+    assert "PWD=/x" in command and "PWD" not in command
 
 
 def test_a_variable_the_spec_sets_is_never_unset() -> None:
@@ -157,7 +199,6 @@ def test_a_runtime_without_a_runtime_class_is_unavailable_never_downgraded() -> 
         ({"env": {"A=B": "x"}}, InputInvalid),
         ({"env": {"A": "x\x00y"}}, InputInvalid),
         ({"tty": True}, SandboxUnavailable),
-        ({"stdin": b"data"}, SandboxUnavailable),
     ],
 )
 def test_bad_specs_are_refused(changes: dict[str, object], error: type[Exception]) -> None:

@@ -72,7 +72,7 @@ def empty_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @example(command="printf a=~ ")
 @example(command="printf 7-0gz, == ==\\} .. \\<\tif ")
 @example(command="printf ''-m3gw@ \\${-rf,x}")
-@example(command="printf \"bxwrf\"\t== ov_zs:; '}bjj?h'\t\"}bjj?h\"\tg65 ")
+@example(command='printf "bxwrf"\t== ov_zs:; \'}bjj?h\'\t"}bjj?h"\tg65 ')
 @example(command="printf '' 'y$'tw38\"\"$x\\( \\) ")
 def test_a_simple_verdict_is_what_bash_runs(command: str, empty_dir: Path) -> None:
     analysis = analyze_shell(command)

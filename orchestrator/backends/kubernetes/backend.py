@@ -1,11 +1,12 @@
 """``KubernetesBackend``: the SandboxBackend protocol as one pod per execution, through the API server.
 
 One execution: ``create`` (the pod, admitted by the API server: PodSecurity, RuntimeClass) → ``start``
-(until the kubelet runs the container, or says it never will) → ``capture`` (the log API, followed, one
-stream per output where the server splits them) ‖ ``wait`` (the watch) → ``inspect`` → ``destroy`` (the
+(until the kubelet runs the container, or says it never will; the command waits behind a barrier until
+the sidecar's relays hold its stdio: ``start_barrier``) → ``capture`` (the relayed stdout and stderr)
+‖ ``wait`` (the watch) → ``inspect`` → ``destroy`` (the
 pod deleted, only that pod: its uid is a precondition). Lifecycle events come from one shared pod watch
 (``watch.py``) with the API server's timestamps. Blocking client calls run on a small thread pool; the
-watch, the lease renewal and each log stream on daemon threads of their own.
+watch, the lease renewal and each pod's stdio on daemon threads of their own.
 
 Errors: ``SandboxUnavailable`` when the cluster cannot give what the profile needs (unreachable, the
 namespace without its default-deny NetworkPolicy, a RuntimeClass or an image missing, our seccomp profile
@@ -31,7 +32,6 @@ from typing import ParamSpec, TypeVar
 from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
-from orchestrator.backends._support.threads import in_daemon_thread
 from orchestrator.backends.base import (
     LABEL_DEADLINE,
     LABEL_EXECUTION_ID,
@@ -51,18 +51,20 @@ from orchestrator.backends.base import (
 )
 from orchestrator.backends.kubernetes import lifecycle as pods
 from orchestrator.backends.kubernetes import workspace_copy
+from orchestrator.backends.kubernetes.channels import ChannelError
 from orchestrator.backends.kubernetes.kube import JsonObject, KubeClient, KubeError
 from orchestrator.backends.kubernetes.manifest import (
     ANNOTATION_DEADLINE,
     ANNOTATION_OWNER,
-    CONTAINER,
     COPY_IN_CONTAINER,
     COPY_OUT_CONTAINER,
     pod_manifest,
 )
 from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive
+from orchestrator.backends.kubernetes.pod_stdio import PodStdio
 from orchestrator.backends.kubernetes.preflight import cluster_checks, denies_all
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
+from orchestrator.backends.kubernetes.start_barrier import SIDECAR
 from orchestrator.backends.kubernetes.watch import PodWatch
 from orchestrator.domain.errors import (
     OrchestratorError,
@@ -96,7 +98,9 @@ class _Pod:
     started: asyncio.Event
     workspace: str  # the controller's copy (copy mode: where the pod's workspace comes back to)
     container_path: str
+    stdin: bytes | None = None
     start_error: OrchestratorError | None = None
+    stdio: PodStdio | None = None  # attached once the container runs (None: it ended before that)
     capturing: bool = False
     # monotonic time of the first kill(): wait() is bounded from then; its workspace is not copied back
     killed_at: float | None = None
@@ -118,7 +122,6 @@ class KubernetesBackend:
         self._pods: dict[str, _Pod] = {}
         self._leases: dict[str, OwnerLease] = {}
         self._policy_checked_at = 0.0
-        self._split_streams: bool | None = None
         self._closed = False
 
     @property
@@ -270,6 +273,7 @@ class KubernetesBackend:
             started=asyncio.Event(),
             workspace=spec.workspace.local_path,
             container_path=spec.profile.workspace.container_path,
+            stdin=spec.stdin,
         )
         log.debug("created pod %s (%s)", name, handle.sandbox_id)
         return handle
@@ -348,7 +352,39 @@ class KubernetesBackend:
             self._fail_start(pod, problem)
             raise problem
         if pod is not None:
+            if last is not None and pods.running(last) is not None:
+                try:
+                    await self._open_stdio(pod, watch)
+                except OrchestratorError as failed:
+                    self._fail_start(pod, failed)
+                    raise
             pod.started.set()
+
+    async def _open_stdio(self, pod: _Pod, watch: PodWatch) -> None:
+        """Connect the sidecar's stdio relays (``start_barrier``): from then on the command runs, and every
+        byte it writes reaches ``capture()``."""
+        name = pod.handle.name
+
+        def sidecar_up(last: JsonObject | None, gone: bool) -> bool:
+            return gone or last is None or _ended(last) or pods.container_running(last, SIDECAR)
+
+        try:
+            await watch.until(name, sidecar_up, self.settings.start_timeout_s)
+        except TimeoutError as exc:
+            raise SandboxUnavailable(
+                f"the sidecar of pod {name} did not start within {self.settings.start_timeout_s:g}s"
+                f" ({await self._why_pending(pod.handle)})",
+                details={"sandbox": name},
+            ) from exc
+        last = watch.last(name)
+        if last is None or not pods.container_running(last, SIDECAR):
+            return  # the pod ended (stopped, evicted) before its command could start: wait() says how
+        stdio = PodStdio(await self._client(), self._namespace, name)
+        try:
+            await stdio.open(pod.stdin)
+        except KubeError as exc:
+            raise self._error(exc, f"cannot relay the stdio of pod {name}", sandbox=name) from exc
+        pod.stdio = stdio
 
     async def _copy_in(self, pod: _Pod, watch: PodWatch) -> None:
         """Copy mode: once the init container runs, the workspace goes in (see ``workspace_copy``)."""
@@ -475,8 +511,8 @@ class KubernetesBackend:
         stderr_limit: int,
         on_output: OutputCallback | None = None,
     ) -> tuple[StreamCapture, StreamCapture]:
-        """The container's output through the log API, followed until the container ends: stdout and
-        stderr apart where the API server splits them (else both on stdout, said in the log)."""
+        """The command's output as the runtime hands it over (attach), stdout and stderr apart, until the
+        container ends; every byte counted, the first ``*_limit`` kept."""
         pod = self._pods.get(handle.name)
         if pod is None or pod.capturing:
             raise SandboxUnavailable(
@@ -485,69 +521,31 @@ class KubernetesBackend:
             )
         pod.capturing = True
         await pod.started.wait()
-        if pod.start_error is not None:
+        stdio = pod.stdio
+        if pod.start_error is not None or stdio is None:
             return StreamSink(0).result(), StreamSink(0).result()
-        kube = await self._client()
         relay = None
         if on_output is not None:
             relay = OutputRelay(asyncio.get_running_loop(), on_output, max_chunk=READ_SIZE, pace=OUTPUT_PACE_S)
         stdout = StreamSink(stdout_limit, None if relay is None else functools.partial(relay.post, "stdout"))
         stderr = StreamSink(stderr_limit, None if relay is None else functools.partial(relay.post, "stderr"))
-        opened: list[Callable[[], None]] = []
-
-        def follow(stream: str | None, sink: StreamSink) -> None:
-            body = kube.pod_log(self._namespace, handle.name, CONTAINER, stream)
-            opened.append(body.close)
-            try:
-                for chunk in body:
-                    sink.write(chunk)
-            finally:
-                body.close()
-
+        stdio.deliver_to(stdout.write, stderr.write)
         try:
-            split = await self._splits_streams(kube, handle)
-            if split:
-                await asyncio.gather(
-                    in_daemon_thread(functools.partial(follow, "Stdout", stdout), f"stdout-{handle.name}"),
-                    in_daemon_thread(functools.partial(follow, "Stderr", stderr), f"stderr-{handle.name}"),
-                )
-            else:
-                await in_daemon_thread(functools.partial(follow, None, stdout), f"output-{handle.name}")
+            await asyncio.shield(stdio.until_done())
             if relay is not None:
                 relay.drain()
         except asyncio.CancelledError:
-            for close in opened:
-                close()
+            stdio.close()
             raise
-        except KubeError as exc:
-            for close in opened:
-                close()
-            raise self._error(exc, f"lost the output of {handle.name}", sandbox=handle.name) from exc
+        except ChannelError as exc:
+            stdio.close()
+            raise SandboxUnavailable(
+                f"lost the output of {handle.name}: {exc}", details={"sandbox": handle.name}
+            ) from exc
         finally:
             if relay is not None:
                 relay.close()
         return stdout.result(), stderr.result()
-
-    async def _splits_streams(self, kube: KubeClient, handle: SandboxHandle) -> bool:
-        """Whether the API server returns stdout and stderr apart (``stream=``, the
-        PodLogsQuerySplitStreams feature); asked once, with a real log request."""
-        if self._split_streams is not None:
-            return self._split_streams
-
-        def probe() -> bool:
-            try:
-                body = kube.pod_log(self._namespace, handle.name, CONTAINER, "Stderr")
-            except KubeError as exc:
-                if exc.kind in ("bad_request", "invalid") and "stream" in exc.message.lower():
-                    return False
-                raise
-            body.close()
-            return True
-
-        self._split_streams = await self._call(probe)
-        if not self._split_streams:
-            log.warning("the API server does not split stdout and stderr (PodLogsQuerySplitStreams): both on stdout")
-        return self._split_streams
 
     async def wait(self, handle: SandboxHandle) -> int:
         pod = self._pods.get(handle.name)
@@ -638,7 +636,9 @@ class KubernetesBackend:
 
     async def destroy(self, handle: SandboxHandle) -> None:
         """Delete the pod (that pod: its uid is a precondition), at once. Idempotent."""
-        self._pods.pop(handle.name, None)
+        pod = self._pods.pop(handle.name, None)
+        if pod is not None and pod.stdio is not None:
+            pod.stdio.close()
         kube = await self._client()
         try:
             await self._call(

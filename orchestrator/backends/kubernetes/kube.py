@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal
@@ -22,7 +21,8 @@ from urllib.parse import quote
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes import stream as k8s_stream
+
+from orchestrator.backends.kubernetes.channels import ChannelError, Channels, open_channels
 
 JsonObject = dict[str, Any]
 ErrorKind = Literal[
@@ -133,22 +133,6 @@ class WatchStream(_Stream):
         if not isinstance(kind, str) or not isinstance(obj, dict):
             raise KubeError("server", self._operation, "a watch event without a type or an object")
         return WatchItem(kind, obj)
-
-
-class ByteStream(_Stream):
-    """A streamed body (a log), as it arrives."""
-
-    def __init__(self, response: urllib3.BaseHTTPResponse, operation: str) -> None:
-        super().__init__(response)
-        self._operation = operation
-
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            yield from self._response.stream(64 * 1024, decode_content=True)
-        except Exception as exc:
-            if self._closed:
-                return
-            raise KubeError("unreachable", self._operation, f"the stream broke off: {exc}") from exc
 
 
 class KubeClient:
@@ -271,22 +255,26 @@ class KubeClient:
                 response.release_conn()
         return WatchStream(response, operation)
 
-    def pod_log(self, namespace: str, name: str, container: str, stream: str | None) -> ByteStream:
-        """The container's output from its start, following it until it ends; ``stream`` Stdout / Stderr
-        where the API server splits them (else the two merged)."""
-        operation = "pod log"
-        query: dict[str, str | int | bool] = {"container": container, "follow": True}
-        if stream is not None:
-            query["stream"] = stream
-        response = self._send(
-            "GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", operation, query=query, timeout=(5.0, None)
-        )
-        if response.status >= 300:
-            try:
-                raise _status_error(operation, response)
-            finally:
-                response.release_conn()
-        return ByteStream(response, operation)
+    def open_exec(
+        self, namespace: str, pod: str, container: str, command: list[str], *, stdin: bool = False
+    ) -> Channels:
+        """Start ``command`` in a running container (the exec subresource, a websocket through the API
+        server) and hand over its stdio; the stream ends once the command ended and its output was sent."""
+        try:
+            return open_channels(
+                self._api.configuration,
+                "exec",
+                namespace,
+                pod,
+                container=container,
+                command=command,
+                stdin=stdin,
+                stdout=True,
+                stderr=True,
+                tty=False,
+            )
+        except ChannelError as exc:
+            raise _channel_error("exec", exc) from exc
 
     def exec_in(
         self,
@@ -303,56 +291,34 @@ class KubeClient:
         server): ``stdin`` sent whole, stdout to ``on_stdout`` as it comes (it may raise to stop), the
         first 64 KiB of stderr kept. Returns (exit code, stderr); the code is None if none was reported."""
         operation = "exec"
-        # a client of its own: the library's stream() swaps its client's request method while it connects,
-        # which would turn other threads' calls on a shared client into websockets
-        api = k8s_client.ApiClient(self._api.configuration)
-        try:
-            ws = k8s_stream.stream(
-                k8s_client.CoreV1Api(api).connect_get_namespaced_pod_exec,
-                pod,
-                namespace,
-                container=container,
-                command=command,
-                stdin=stdin is not None,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                _preload_content=False,
-                binary=True,
-            )
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                api.close()  # type: ignore[no-untyped-call]
-            raise KubeError(_exec_kind(exc), operation, f"{type(exc).__name__}: {exc}") from exc
+        channels = self.open_exec(namespace, pod, container, command, stdin=stdin is not None)
         stderr = bytearray()
+
+        def keep_stderr(data: bytes) -> None:
+            stderr.extend(data[: max(0, 65536 - len(stderr))])
+
+        timed_out = threading.Event()
+
+        def stop() -> None:
+            timed_out.set()
+            channels.close()
+
+        timer = threading.Timer(timeout_s, stop)
+        timer.daemon = True
+        timer.start()
         try:
             if stdin is not None:
                 while chunk := stdin.read(64 * 1024):
-                    ws.write_stdin(chunk)
-            deadline = time.monotonic() + timeout_s
-            while ws.is_open():
-                if time.monotonic() > deadline:
-                    raise KubeError("server", operation, f"the command did not end within {timeout_s:g}s")
-                ws.update(timeout=1)
-                if ws.peek_stdout():
-                    data = ws.read_stdout(timeout=0)
-                    if on_stdout is not None:
-                        on_stdout(data)
-                if ws.peek_stderr():
-                    stderr += ws.read_stderr(timeout=0)[: max(0, 65536 - len(stderr))]
-            code = ws.returncode
-        except KubeError:
-            raise
-        except Exception as exc:
-            if type(exc).__module__.startswith("orchestrator"):
-                raise  # the caller's own stop (on_stdout raised)
-            raise KubeError("unreachable", operation, f"{type(exc).__name__}: {exc}") from exc
+                    channels.write_stdin(chunk)
+            channels.pump(on_stdout or (lambda _data: None), keep_stderr)
+        except ChannelError as exc:
+            raise _channel_error(operation, exc) from exc
         finally:
-            with contextlib.suppress(Exception):
-                ws.close()
-            with contextlib.suppress(Exception):
-                api.close()  # type: ignore[no-untyped-call]
-        return (code if isinstance(code, int) else None), bytes(stderr)
+            timer.cancel()
+            channels.close()
+        if timed_out.is_set():
+            raise KubeError("server", operation, f"the command did not end within {timeout_s:g}s")
+        return exit_code(channels.status), bytes(stderr)
 
     # -- around pods ----------------------------------------------------------------------------------
 
@@ -422,15 +388,22 @@ class KubeClient:
         return [item for item in listed.get("items") or [] if isinstance(item, dict)]
 
 
-def _exec_kind(exc: Exception) -> ErrorKind:
-    status = getattr(exc, "status", None)
-    if isinstance(status, int) and status in _KINDS:
-        return _KINDS[status]
-    text = str(exc)
-    for code, kind in _KINDS.items():
-        if f"Handshake status {code}" in text:
-            return kind
-    return "unreachable"
+def _channel_error(operation: str, exc: ChannelError) -> KubeError:
+    kind = _KINDS.get(exc.status, "server") if exc.status is not None else "unreachable"
+    return KubeError(kind, operation, str(exc), exc.status)
+
+
+def exit_code(status: JsonObject | None) -> int | None:
+    """The exit code an exec's final Status reports (Success: 0; NonZeroExitCode: its ExitCode cause)."""
+    if status is None:
+        return None
+    if status.get("status") == "Success":
+        return 0
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if isinstance(cause, dict) and cause.get("reason") == "ExitCode":
+            with contextlib.suppress(TypeError, ValueError):
+                return int(str(cause.get("message")))
+    return None
 
 
 def _in_cluster() -> bool:

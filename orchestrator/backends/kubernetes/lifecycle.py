@@ -58,6 +58,14 @@ def container_status(pod: JsonObject) -> JsonObject:
     return {}
 
 
+def container_running(pod: JsonObject, name: str) -> bool:
+    """Whether container ``name`` (a sidecar) runs now."""
+    for status in _obj(pod.get("status")).get("containerStatuses") or []:
+        if isinstance(status, dict) and status.get("name") == name:
+            return isinstance(_obj(status.get("state")).get("running"), dict)
+    return False
+
+
 def init_state(pod: JsonObject, name: str) -> JsonObject:
     """The state of init container ``name`` ({} until the kubelet reports it)."""
     for status in _obj(pod.get("status")).get("initContainerStatuses") or []:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import posixpath
-from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.backends._support.spec_checks import check_spec
@@ -42,6 +41,13 @@ from orchestrator.backends.base import (
     LaunchSpec,
 )
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
+from orchestrator.backends.kubernetes.start_barrier import (
+    SIDECAR,
+    STDIO_DIR,
+    STDIO_VOLUME,
+    barrier_command,
+    sidecar_command,
+)
 from orchestrator.backends.kubernetes.workspace_copy import wait_for_copy_command
 from orchestrator.domain.canonical import sha256_hex
 from orchestrator.domain.errors import SandboxUnavailable
@@ -74,9 +80,16 @@ ANNOTATION_OWNER = "org.sandbox-orchestrator/owner"
 ANNOTATION_DEADLINE = "org.sandbox-orchestrator/deadline"
 WORKSPACE_VOLUME = "workspace"
 COPY_IN_CONTAINER = "workspace-in"
-COPY_OUT_CONTAINER = "workspace-out"
-#: what the copy containers may use (tar and a shell): small, and requests = limits like the command's
-COPY_RESOURCES = {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "16Mi"}
+#: the sidecar relays the command's stdio and, in copy mode, takes its workspace back out
+COPY_OUT_CONTAINER = SIDECAR
+#: what the helper containers may use (cat, tar and a shell): small, and requests = limits like the command's
+HELPER_RESOURCES = {"cpu": "50m", "memory": "32Mi", "ephemeral-storage": "16Mi"}
+#: the pipes' volume holds three named pipes, nothing else
+STDIO_VOLUME_SIZE = "64Ki"
+#: gVisor's mount hints (pod annotations its containerd shim reads): without them each container of a gVisor
+#: pod sees the emptyDir through its own gofer, and a pipe one makes never appears to the other
+GVISOR_MOUNT_HINT = "dev.gvisor.spec.mount.sandbox-io"
+GVISOR_SHARED_TMPFS = {"share": "pod", "type": "tmpfs", "options": "rw"}
 
 # Every resolved-profile field and where each backend puts it: the documentation's table and the test
 # that both backends apply every built-in profile's hardening read the same rows.
@@ -94,8 +107,8 @@ PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
     ("memory_swap_bytes", "HostConfig.MemorySwap (= Memory)", "no swap (the kubelet's default)"),
     ("pids_limit", "HostConfig.PidsLimit", "the node's podPidsLimit (no per-pod field)"),
     ("wall_timeout_s", "killed by the controller", "killed by the controller; activeDeadlineSeconds backstop"),
-    ("stdout_max_bytes", "attach stream, capped", "log API stream=Stdout, capped"),
-    ("stderr_max_bytes", "attach stream, capped", "log API stream=Stderr, capped"),
+    ("stdout_max_bytes", "attach stream, capped", "a named pipe, relayed by exec from the sidecar, capped"),
+    ("stderr_max_bytes", "attach stream, capped", "a named pipe, relayed by exec from the sidecar, capped"),
     ("nofile", "HostConfig.Ulimits nofile", "prlimit --nofile"),
     ("fsize_bytes", "HostConfig.Ulimits fsize", "prlimit --fsize; requests/limits.ephemeral-storage"),
     ("workspace_write_bytes", "workspace meter", "workspace meter (pvc) / copy-out bound (copy)"),
@@ -162,12 +175,16 @@ def _cpu(cpus: float) -> str:
     return f"{max(1, round(cpus * 1000))}m"
 
 
-def _add_copy_containers(pod_spec: dict[str, Any], command: dict[str, Any], profile: ResolvedProfile) -> None:
-    """Copy mode: ``workspace-in`` (an init container: the command starts only once the workspace is in)
-    and ``workspace-out`` (beside the command, idle, for the copy back), with the command's hardening."""
+def _add_helpers(
+    pod_spec: dict[str, Any], command: dict[str, Any], profile: ResolvedProfile, *, copy: bool, with_stdin: bool
+) -> None:
+    """The sidecar (beside the command, idle: the stdio relays and the workspace's copy back are exec'd
+    in it) and, in copy mode, ``workspace-in`` (an init container: the command starts only once the
+    workspace is in); both with the command's hardening."""
     path = profile.workspace.container_path
+    stdio: dict[str, Any] = {"name": STDIO_VOLUME, "mountPath": STDIO_DIR}
 
-    def helper(name: str, argv: list[str], *, read_only: bool) -> dict[str, Any]:
+    def helper(name: str, argv: list[str], mounts: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "name": name,
             "image": profile.image,
@@ -176,16 +193,20 @@ def _add_copy_containers(pod_spec: dict[str, Any], command: dict[str, Any], prof
             "args": [],
             "workingDir": "/",
             "env": [],
-            "resources": {"requests": dict(COPY_RESOURCES), "limits": dict(COPY_RESOURCES)},
-            "volumeMounts": [{"name": WORKSPACE_VOLUME, "mountPath": path, "readOnly": read_only}],
+            "resources": {"requests": dict(HELPER_RESOURCES), "limits": dict(HELPER_RESOURCES)},
+            "volumeMounts": mounts,
             "securityContext": {**command["securityContext"], "readOnlyRootFilesystem": True},
             "stdin": False,
             "tty": False,
         }
 
-    pod_spec["initContainers"] = [helper(COPY_IN_CONTAINER, wait_for_copy_command(path), read_only=False)]
-    idle = str(pod_spec["activeDeadlineSeconds"] + 60)  # the deadline stops it; this is only a bound
-    pod_spec["containers"].append(helper(COPY_OUT_CONTAINER, ["sleep", idle], read_only=True))
+    workspace: dict[str, Any] = {"name": WORKSPACE_VOLUME, "mountPath": path}
+    idle = pod_spec["activeDeadlineSeconds"] + 60  # the deadline stops it; this is only a bound
+    sidecar_mounts = [stdio, {**workspace, "readOnly": True}] if copy else [stdio]
+    pod_spec["containers"].append(helper(SIDECAR, sidecar_command(idle, with_stdin=with_stdin), sidecar_mounts))
+    if copy:
+        init = helper(COPY_IN_CONTAINER, wait_for_copy_command(path), [{**workspace, "readOnly": False}])
+        pod_spec["initContainers"] = [init]
 
 
 def pod_labels(spec: LaunchSpec) -> dict[str, str]:
@@ -206,10 +227,9 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
     """The pod for ``spec`` (validated: argv, workdir, env)."""
     profile = spec.profile
     check_spec(spec)
-    if spec.tty or spec.stdin is not None:
+    if spec.tty:
         raise SandboxUnavailable(
-            "the Kubernetes backend runs one-shot commands without stdin or a terminal in this release",
-            details={"field": "tty" if spec.tty else "stdin"},
+            "the Kubernetes backend runs one-shot commands without a terminal", details={"field": "tty"}
         )
     volume, sub_path = workspace_volume(spec, settings)
     volumes: list[dict[str, Any]] = [volume]
@@ -221,6 +241,11 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
             **({"subPath": sub_path} if sub_path else {}),
         }
     ]
+    volumes.append({"name": STDIO_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": STDIO_VOLUME_SIZE}})
+    # its pipes only: read-only, but under gVisor, which refuses to open a pipe for writing on a read-only
+    # mount (Linux does not): there the command can write up to STDIO_VOLUME_SIZE beside its pipes
+    gvisor = profile.runtime == "runsc"
+    mounts.append({"name": STDIO_VOLUME, "mountPath": STDIO_DIR, "readOnly": not gvisor})
     tmpfs = {t.path: t for t in profile.tmpfs}
     for index, path in enumerate(sorted(tmpfs)):
         name = f"tmpfs-{index}"
@@ -235,9 +260,12 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
         "ephemeral-storage": _quantity_bytes(profile.fsize_bytes),
     }
     unset = [arg for name in API_SERVICE_ENV if name not in spec.env for arg in ("-u", name)]
+    # the barrier's shell exports PWD (its own view of the working directory): gone, or the caller's
+    pwd = [f"PWD={spec.env['PWD']}"] if "PWD" in spec.env else ["-u", "PWD"]
     command = [
         ENV,
         *unset,
+        *pwd,
         PRLIMIT,
         f"--nofile={profile.nofile}:{profile.nofile}",
         f"--fsize={profile.fsize_bytes}:{profile.fsize_bytes}",
@@ -248,7 +276,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
         "name": CONTAINER,
         "image": profile.image,
         "imagePullPolicy": settings.image_pull_policy,
-        "command": command,
+        "command": barrier_command(command, with_stdin=spec.stdin is not None),
         "args": [],
         "workingDir": spec.workdir,
         "env": [{"name": key, "value": value} for key, value in spec.env.items()],
@@ -265,7 +293,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
             "seccompProfile": seccomp_profile(profile, settings),
             "procMount": "Default",
         },
-        "stdin": False,
+        "stdin": False,  # the command's stdio are the sidecar's pipes (start_barrier)
         "tty": False,
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "File",
@@ -294,15 +322,18 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
         "containers": [container],
         "volumes": volumes,
     }
-    if settings.workspace.mode == "copy":
-        _add_copy_containers(spec_body, container, profile)
+    _add_helpers(
+        spec_body, container, profile, copy=settings.workspace.mode == "copy", with_stdin=spec.stdin is not None
+    )
     klass = runtime_class(profile, settings)
     if klass is not None:
         spec_body["runtimeClassName"] = klass
-    annotations: Mapping[str, str] = {
+    annotations: dict[str, str] = {
         ANNOTATION_OWNER: spec.labels.get(LABEL_OWNER, ""),
         ANNOTATION_DEADLINE: f"{spec.deadline_unix:.0f}",
     }
+    if gvisor:  # the pipes' volume as one tmpfs inside the gVisor sandbox, shared by its containers
+        annotations.update({f"{GVISOR_MOUNT_HINT}.{key}": value for key, value in GVISOR_SHARED_TMPFS.items()})
     return {
         "apiVersion": "v1",
         "kind": "Pod",

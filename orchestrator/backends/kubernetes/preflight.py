@@ -24,7 +24,10 @@ NEEDED: tuple[tuple[str, str, str, str], ...] = (
     ("watch", "pods", "", ""),
     ("patch", "pods", "", ""),
     ("delete", "pods", "", ""),
-    ("get", "pods", "log", ""),
+    # the command's stdio, relayed from the sidecar, and copy mode's tar streams (a websocket: a GET
+    # upgrade, and create where the API server asks for it)
+    ("create", "pods", "exec", ""),
+    ("get", "pods", "exec", ""),
     ("list", "events", "", ""),
     ("list", "networkpolicies", "", "networking.k8s.io"),
     ("get", "leases", "", "coordination.k8s.io"),
@@ -33,7 +36,6 @@ NEEDED: tuple[tuple[str, str, str, str], ...] = (
     ("list", "leases", "", "coordination.k8s.io"),
     ("delete", "leases", "", "coordination.k8s.io"),
 )
-COPY_NEEDED: tuple[tuple[str, str, str, str], ...] = (("create", "pods", "exec", ""),)
 RBAC_FIX = "install the chart's Role/RoleBinding for the controller's ServiceAccount (charts/sandbox-orchestrator)"
 
 _PROBE_POD: JsonObject = {
@@ -159,7 +161,7 @@ def _runtime_class(kube: KubeClient, namespace: str, runtime: str, klass: str) -
 
 
 def _permissions(kube: KubeClient, namespace: str, settings: KubernetesSettings) -> PreflightCheck:
-    needed = NEEDED + (COPY_NEEDED if settings.workspace.mode == "copy" else ())
+    needed = NEEDED
     missing = []
     try:
         for verb, resource, sub, group in needed:

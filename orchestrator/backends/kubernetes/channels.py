@@ -1,0 +1,133 @@
+"""A container's stdio over the API server: the exec subresource's websocket, channel by channel.
+
+The official client opens the connection (auth, TLS, proxies, the channel protocol); its ``WSClient``
+then buffers every frame already waiting, without a bound, so the frames are read here instead, one at a
+time, straight into the caller's callbacks: output a workload floods is never held whole in memory, and
+the reader's pace is the command's back-pressure. Blocking: run off the event loop; ``close()`` from any
+thread ends a blocked ``pump()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client as k8s_client
+from kubernetes import stream as k8s_stream
+from websocket import ABNF, WebSocketException
+
+STDIN, STDOUT, STDERR, ERROR = 0, 1, 2, 3
+WRITE_CHUNK = 64 * 1024
+#: what is kept of the error channel (a Status object: how the stream ended)
+STATUS_MAX = 64 * 1024
+
+
+class ChannelError(Exception):
+    """The websocket could not be opened or broke; ``status`` is the handshake's HTTP status if known."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Channels:
+    """One open exec/attach websocket."""
+
+    def __init__(self, ws: Any, api: k8s_client.ApiClient) -> None:
+        self._ws = ws  # kubernetes.stream.ws_client.WSClient, used for its socket and protocol only
+        self._api = api
+        self._write_lock = threading.Lock()
+        self._closed = threading.Event()
+        self.status: dict[str, Any] | None = None
+
+    def write_stdin(self, data: bytes) -> None:
+        for start in range(0, len(data), WRITE_CHUNK):
+            self._send(bytes([STDIN]) + data[start : start + WRITE_CHUNK])
+
+    def _send(self, payload: bytes) -> None:
+        try:
+            with self._write_lock:
+                self._ws.sock.send(payload, opcode=ABNF.OPCODE_BINARY)
+        except (OSError, WebSocketException) as exc:
+            raise ChannelError(f"{type(exc).__name__}: {exc}") from exc
+
+    def pump(self, on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> None:
+        """Deliver output frame by frame until the stream ends (the container's stdio closed, or
+        ``close()``); the error channel's Status is kept in ``status``. A callback may raise to stop."""
+        status = bytearray()
+        try:
+            while not self._closed.is_set():
+                opcode, frame = self._ws.sock.recv_data_frame(True)
+                if opcode == ABNF.OPCODE_CLOSE:
+                    break
+                if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
+                    continue
+                data: bytes = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
+                channel, payload = data[0], data[1:]
+                if channel == STDOUT and payload:
+                    on_stdout(payload)
+                elif channel == STDERR and payload:
+                    on_stderr(payload)
+                elif channel == ERROR:
+                    status += payload[: max(0, STATUS_MAX - len(status))]
+        except (OSError, WebSocketException) as exc:
+            if not self._closed.is_set() and not _ended(exc):
+                raise ChannelError(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            if status:
+                with contextlib.suppress(ValueError):
+                    decoded = json.loads(bytes(status))
+                    self.status = decoded if isinstance(decoded, dict) else None
+
+    def close(self) -> None:
+        """End the stream (a blocked ``pump()`` returns); idempotent, from any thread."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        sock = getattr(self._ws.sock, "sock", None)
+        with contextlib.suppress(OSError):
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread
+        with contextlib.suppress(Exception):
+            self._ws.close()
+        with contextlib.suppress(Exception):
+            self._api.close()  # type: ignore[no-untyped-call]
+
+
+def _ended(exc: BaseException) -> bool:
+    return type(exc).__name__ == "WebSocketConnectionClosedException"
+
+
+def open_channels(
+    configuration: k8s_client.Configuration, subresource: str, namespace: str, pod: str, **query: Any
+) -> Channels:
+    """Open ``pods/<subresource>`` (``exec`` or ``attach``) of ``pod``; ``query``: the subresource's
+    parameters (container, command, stdin, stdout, stderr, tty)."""
+    # a client of its own: the library's stream() swaps its client's request method while it connects,
+    # which would turn other threads' calls on a shared client into websockets
+    api = k8s_client.ApiClient(configuration)
+    core = k8s_client.CoreV1Api(api)
+    connect = core.connect_get_namespaced_pod_exec if subresource == "exec" else core.connect_get_namespaced_pod_attach
+    try:
+        ws = k8s_stream.stream(connect, pod, namespace, _preload_content=False, binary=True, **query)
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            api.close()  # type: ignore[no-untyped-call]
+        raise ChannelError(f"{type(exc).__name__}: {exc}", _handshake_status(exc)) from exc
+    return Channels(ws, api)
+
+
+def _handshake_status(exc: Exception) -> int | None:
+    status = getattr(exc, "status", None) or getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return status
+    text = str(exc)
+    marker = "Handshake status "
+    if marker in text:
+        with contextlib.suppress(ValueError):
+            return int(text.split(marker, 1)[1][:3])
+    return None

@@ -1,0 +1,122 @@
+"""One pod's stdio, relayed by exec from its sidecar (see ``start_barrier``): the command's stdout and
+stderr into the sinks ``capture()`` brings, its stdin from the spec.
+
+Each output stream has a daemon thread that reads its exec websocket frame by frame. Output waits for the
+sinks (the thread, and so the command's writes, stall meanwhile: back-pressure, never an unbounded
+buffer); every byte the command writes is counted, however much.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import io
+import logging
+import threading
+from collections.abc import Callable
+
+from orchestrator.backends._support.threads import in_daemon_thread
+from orchestrator.backends.kubernetes.channels import ChannelError, Channels
+from orchestrator.backends.kubernetes.kube import KubeClient, KubeError, exit_code
+from orchestrator.backends.kubernetes.start_barrier import PIPES, SIDECAR, reader_command, writer_command
+
+log = logging.getLogger(__name__)
+
+Deliver = Callable[[bytes], None]
+#: what is kept of a relay's own stderr (its diagnostics, never the command's output)
+RELAY_STDERR_MAX = 4096
+
+
+class _Closed(Exception):
+    """The stdio was closed while output waited for its sinks."""
+
+
+class PodStdio:
+    """Open with :meth:`open` (the relays connected: from then on the command can start)."""
+
+    def __init__(self, kube: KubeClient, namespace: str, name: str) -> None:
+        self._kube = kube
+        self._namespace = namespace
+        self._name = name
+        self._ready = threading.Condition()
+        self._sinks: dict[str, Deliver] | None = None
+        self._closed = False
+        self._channels: dict[str, Channels] = {}
+        self.readers: list[asyncio.Future[None]] = []
+
+    async def open(self, stdin: bytes | None) -> None:
+        """Connect the relays (raises ``KubeError`` if one cannot be); each output's reader starts at
+        once, stdin is fed on a thread of its own (the command reads it only as fast as it is read)."""
+        opened = await asyncio.gather(
+            *(asyncio.to_thread(self._open_reader, stream) for stream in PIPES), return_exceptions=True
+        )
+        for stream, result in zip(PIPES, opened, strict=True):
+            if isinstance(result, BaseException):
+                self.close()
+                raise result
+            self._channels[stream] = result
+        for stream, channels in self._channels.items():
+            read = functools.partial(self._read, stream, channels)
+            self.readers.append(asyncio.ensure_future(in_daemon_thread(read, f"{stream}-{self._name}")))
+        if stdin is not None:
+            threading.Thread(target=self._feed, args=(stdin,), name=f"stdin-{self._name}", daemon=True).start()
+
+    def _open_reader(self, stream: str) -> Channels:
+        return self._kube.open_exec(self._namespace, self._name, SIDECAR, reader_command(stream))
+
+    def _feed(self, data: bytes) -> None:
+        try:
+            code, stderr = self._kube.exec_in(
+                self._namespace, self._name, SIDECAR, writer_command(len(data)), stdin=io.BytesIO(data)
+            )
+        except KubeError as exc:  # the pod ended or was stopped meanwhile
+            log.debug("stdin of %s: %s", self._name, exc)
+            return
+        if code != 0:
+            log.debug("stdin of %s: the relay exited %s: %s", self._name, code, stderr[-500:])
+
+    def deliver_to(self, stdout: Deliver, stderr: Deliver) -> None:
+        with self._ready:
+            self._sinks = {"stdout": stdout, "stderr": stderr}
+            self._ready.notify_all()
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+        for channels in self._channels.values():
+            channels.close()
+
+    def _read(self, stream: str, channels: Channels) -> None:
+        diagnostics = bytearray()
+
+        def keep(data: bytes) -> None:
+            diagnostics.extend(data[: max(0, RELAY_STDERR_MAX - len(diagnostics))])
+
+        try:
+            channels.pump(lambda data: self._deliver(stream, data), keep)
+        except _Closed:
+            return
+        finally:
+            channels.close()
+        code = exit_code(channels.status)
+        if code not in (0, None) or diagnostics:
+            # a relay that failed (its pipe never appeared, the pod was stopped): logged, never output
+            text = diagnostics.decode("utf-8", "replace").strip()
+            log.info("the %s relay of %s ended with exit %s: %s", stream, self._name, code, text)
+
+    def _deliver(self, stream: str, data: bytes) -> None:
+        with self._ready:
+            while self._sinks is None and not self._closed:
+                self._ready.wait()
+            if self._closed or self._sinks is None:
+                raise _Closed
+            sink = self._sinks[stream]
+        sink(data)
+
+    async def until_done(self) -> None:
+        """Until both outputs ended; a broken relay raises ``ChannelError``."""
+        await asyncio.gather(*self.readers)
+
+
+__all__ = ["ChannelError", "PodStdio"]

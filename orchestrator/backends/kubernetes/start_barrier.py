@@ -1,0 +1,68 @@
+"""A pod's stdio: named pipes the sidecar's ``cat`` relays through exec, exact whatever the volume.
+
+Why not the container's own stdout: the node copies it to log files that rotate (a follower of the log
+API loses what was rotated before it read it), and to attached readers through a queue the runtime drops
+when the container exits (measured with the test cluster's containerd: the last 75 KiB to 2.6 MiB of a
+20 MiB output lost). So the command's stdin, stdout and stderr are named pipes in a small in-memory volume
+it shares with the pod's sidecar, and a ``cat`` of each, run by exec in the sidecar (which outlives the
+command), streams them: an exec stream ends only once its ``cat`` read its pipe to the end, i.e. once
+every writer (the command, and whatever it left behind until the runtime stopped it) closed it.
+
+The barrier: the sidecar makes the pipes as it starts; the command's shell waits for them (its mount of
+their volume is read-only: the command gets no writable place from it) and opens them before it execs the
+command, and opening a pipe waits for its other end, so the command starts only once the controller's
+readers (and, with stdin, its writer) hold them: nothing the command writes can precede them. Without
+stdin the command reads /dev/null, as in a Docker sandbox.
+"""
+
+from __future__ import annotations
+
+SHELL = "/bin/sh"
+#: the sidecar: stdio relay, and in copy mode the workspace's way back
+SIDECAR = "sandbox-io"
+#: the in-memory volume of the pipes, in the command's container and the sidecar
+STDIO_DIR = "/run/sandbox-io"
+STDIO_VOLUME = "sandbox-io"
+#: the barrier's $0 (how the shell names itself in its messages)
+NAME = "sandbox-start"
+PIPES = ("stdout", "stderr")
+#: how long the barrier and a relay wait for the pipes to appear (the sidecar makes them as it starts)
+PIPE_WAIT_S = 60
+
+
+def _names(with_stdin: bool) -> list[str]:
+    return [*PIPES, "stdin"] if with_stdin else list(PIPES)
+
+
+def _wait_for(paths: str) -> str:
+    """Shell: wait until every one of ``paths`` (shell words) is a named pipe, at most PIPE_WAIT_S."""
+    return (
+        f'n=0; for p in {paths}; do until [ -p "$p" ]; do n=$((n+1)); [ $n -le {PIPE_WAIT_S * 100} ] || exit 125;'
+        " sleep 0.01; done; done;"
+    )
+
+
+def sidecar_command(idle_s: int, *, with_stdin: bool) -> list[str]:
+    """The sidecar: make the pipes, then idle (the relays and the copy back are exec'd in it)."""
+    pipes = " ".join(f"{STDIO_DIR}/{name}" for name in _names(with_stdin))
+    return [SHELL, "-c", f'/usr/bin/mkfifo -m 0600 {pipes} && exec sleep "$1"', SIDECAR, str(idle_s)]
+
+
+def barrier_command(command: list[str], *, with_stdin: bool) -> list[str]:
+    """``command`` behind the barrier: run once its pipes have their other ends."""
+    stdin = '<"$d/stdin"' if with_stdin else "</dev/null"
+    paths = " ".join(f'"$d/{name}"' for name in _names(with_stdin))
+    script = f'd={STDIO_DIR}; {_wait_for(paths)} exec "$@" {stdin} >"$d/stdout" 2>"$d/stderr"'
+    return [SHELL, "-c", script, NAME, *command]
+
+
+def reader_command(stream: str) -> list[str]:
+    """Run by exec in the sidecar: ``stream``'s pipe to the exec's stdout, to its end."""
+    return [SHELL, "-c", _wait_for('"$1"') + ' exec cat "$1"', "relay-" + stream, f"{STDIO_DIR}/{stream}"]
+
+
+def writer_command(size: int) -> list[str]:
+    """Run by exec in the sidecar: exactly ``size`` bytes of the exec's stdin into the command's stdin pipe,
+    then its end (the command reads EOF)."""
+    # not exec'd: a head that is the exec's own process saw its stdin end after 32 KiB (measured)
+    return [SHELL, "-c", _wait_for('"$1"') + f' head -c {size} >"$1"', "relay-stdin", f"{STDIO_DIR}/stdin"]

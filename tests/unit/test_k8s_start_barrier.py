@@ -1,0 +1,74 @@
+"""The start barrier and its relays, run by a real /bin/sh with their pipes in a scratch directory: the
+command starts only once its pipes have their other ends, its output comes through them whole, its stdin
+ends after exactly what was sent, and without stdin it reads /dev/null."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from orchestrator.backends.kubernetes import start_barrier
+from orchestrator.backends.kubernetes.start_barrier import (
+    barrier_command,
+    reader_command,
+    sidecar_command,
+    writer_command,
+)
+
+
+def local(argv: list[str], directory: Path) -> list[str]:
+    """A command of the module with its pipes' directory moved to ``directory``."""
+    return [part.replace(start_barrier.STDIO_DIR, str(directory)) for part in argv]
+
+
+def run_relays(directory: Path, stdin: bytes | None) -> tuple[dict[str, bytes], list[threading.Thread]]:
+    """The sidecar's start (the pipes made; idle 0 s), then its relays on threads; ``got`` fills as they end."""
+    subprocess.run(local(sidecar_command(0, with_stdin=stdin is not None), directory), check=True, timeout=10)
+    got: dict[str, bytes] = {}
+
+    def relay(stream: str) -> None:
+        got[stream] = subprocess.run(local(reader_command(stream), directory), capture_output=True, check=True).stdout
+
+    threads = [threading.Thread(target=relay, args=(stream,)) for stream in start_barrier.PIPES]
+    if stdin is not None:
+        feed = local(writer_command(len(stdin)), directory)
+        threads.append(threading.Thread(target=subprocess.run, args=(feed,), kwargs={"input": stdin, "check": True}))
+    for thread in threads:
+        thread.start()
+    return got, threads
+
+
+@pytest.mark.parametrize("stdin", [b"any \x00 byte\nand no newline at the end", None])
+def test_the_command_runs_behind_its_pipes(tmp_path: Path, stdin: bytes | None) -> None:
+    script = 'wc -c; echo "[${d-unset}]"; echo err >&2; head -c 300000 /dev/zero'
+    command = local(barrier_command(["/bin/sh", "-c", script], with_stdin=stdin is not None), tmp_path)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    got, threads = run_relays(tmp_path, stdin)
+    assert proc.wait(timeout=20) == 0
+    for thread in threads:
+        thread.join(timeout=20)
+    # the barrier's variable stays its own; nothing of the command reaches the container's own stdio
+    assert got["stdout"] == f"{len(stdin or b'')}\n[unset]\n".encode() + b"\0" * 300000
+    assert got["stderr"] == b"err\n"
+    assert proc.communicate() == (b"", b"")
+
+
+def test_the_command_waits_for_its_readers(tmp_path: Path) -> None:
+    command = local(barrier_command(["/bin/sh", "-c", "echo started"], with_stdin=False), tmp_path)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE)
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.5)  # no reader yet: blocked opening its stdout
+    got, threads = run_relays(tmp_path, None)
+    assert proc.wait(timeout=20) == 0
+    for thread in threads:
+        thread.join(timeout=20)
+    assert got["stdout"] == b"started\n"
+
+
+def test_the_sidecar_refuses_a_pipe_it_cannot_make(tmp_path: Path) -> None:
+    (tmp_path / "stdout").write_text("a file already there")
+    command = local(sidecar_command(0, with_stdin=False), tmp_path)
+    assert subprocess.run(command, capture_output=True, check=False, timeout=10).returncode != 0
