@@ -10,7 +10,9 @@ made like the chart's, removed at the end):
   ``Watch`` until the container terminated, then deleted and awaited until gone. Pairs are interleaved
   (A B, then B A, ...); prints p50/p95 of each and the median of the pairwise ratios A/B. Target
   (issue 9): ≤ 1.15. Also B's phases as the API server reported them: create → running → succeeded →
-  deleted.
+  deleted. And (C) what the exact stdio costs: the same pod without its sidecar and pipes (the command
+  alone, its output left to the kubelet's log), through the same client; the ratio A/C is printed for
+  information.
 * **concurrency** — N executions, C at a time, over one orchestrator: throughput, p50/p95, and the pods
   left with our labels afterwards (must be 0).
 
@@ -45,7 +47,12 @@ from kubernetes import watch as k8s_watch  # noqa: E402
 from orchestrator.backends.base import LaunchSpec, Workspace  # noqa: E402
 from orchestrator.backends.kubernetes.backend import KubernetesBackend  # noqa: E402
 from orchestrator.backends.kubernetes.manifest import CONTAINER, pod_manifest  # noqa: E402
-from orchestrator.backends.kubernetes.start_barrier import PIPES, SIDECAR, reader_command  # noqa: E402
+from orchestrator.backends.kubernetes.start_barrier import (  # noqa: E402
+    PIPES,
+    SIDECAR,
+    STDIO_VOLUME,
+    reader_command,
+)
 from orchestrator.domain.ids import new_execution_id  # noqa: E402
 from orchestrator.profiles import ProfileRegistry  # noqa: E402
 from orchestrator.service.factory import build_orchestrator  # noqa: E402
@@ -140,6 +147,17 @@ class Direct:
         ws.close()
 
 
+def without_stdio(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The pod with its command alone: no sidecar, no pipes, the argv run as is."""
+    spec = manifest["spec"]
+    command = next(c for c in spec["containers"] if c["name"] == CONTAINER)
+    command["command"] = command["command"][command["command"].index("sandbox-start") + 1 :]
+    command["volumeMounts"] = [m for m in command["volumeMounts"] if m["name"] != STDIO_VOLUME]
+    spec["containers"] = [command]
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] != STDIO_VOLUME]
+    return manifest
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
@@ -180,7 +198,7 @@ async def main() -> int:
             assert result.ok, result.to_json()
             governed.append(time.monotonic() - t)
 
-        async def side_b() -> None:
+        def manifest() -> dict[str, Any]:
             spec = LaunchSpec(
                 execution_id=new_execution_id(),
                 argv=("true",),
@@ -191,19 +209,29 @@ async def main() -> int:
                 labels={},
                 deadline_unix=time.time() + 600,
             )
-            manifest = pod_manifest(spec, space.settings())
-            bare.append(await asyncio.to_thread(direct.run, manifest))
+            return pod_manifest(spec, space.settings())
 
+        async def side_b() -> None:
+            bare.append(await asyncio.to_thread(direct.run, manifest()))
+
+        async def side_c() -> None:
+            plain.append(await asyncio.to_thread(direct.run, without_stdio(manifest())))
+
+        plain: list[float] = []
+        orders = [(side_a, side_b, side_c), (side_b, side_c, side_a), (side_c, side_a, side_b)]
         for i in range(args.runs):
-            for side in (side_a, side_b) if i % 2 == 0 else (side_b, side_a):
+            for side in orders[i % 3]:
                 await side()
-        ratios = [a / b for a, b in zip(governed, bare, strict=True)]
-        print(f"pod vs pod ({args.runs} interleaved pairs, profile workspace-write, runc)")
+        print(f"pod vs pod ({args.runs} interleaved rounds, profile workspace-write, runc)")
         print(line("A execute() as a pod", governed))
         print(line("B the same pod via CoreV1Api", bare))
+        print(line("C B without its stdio sidecar", plain))
+        ratios = [a / b for a, b in zip(governed, bare, strict=True)]
         print(f"{'median ratio A/B':<34} {statistics.median(ratios):.2f}   (target <= 1.15)")
+        plain_ratios = [a / c for a, c in zip(governed, plain, strict=True)]
+        print(f"{'median ratio A/C':<34} {statistics.median(plain_ratios):.2f}   (what exact stdio costs)")
         for phase, values in direct.phases.items():
-            print(line(f"  B create -> {phase}", values))
+            print(line(f"  B,C create -> {phase}", values))
 
         latencies: list[float] = []
         semaphore = asyncio.Semaphore(args.concurrency)

@@ -11,6 +11,7 @@ from orchestrator.backends.kubernetes.manifest import (
     PROFILE_MAPPING,
     label_value,
     pod_manifest,
+    split_cpu,
 )
 from orchestrator.backends.kubernetes.settings import KubernetesSettings, WorkspaceDelivery
 from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
@@ -75,7 +76,10 @@ def test_every_builtin_profile_is_hardened_in_its_pod(name: str) -> None:
     resources = container["resources"]
     assert resources["requests"] == resources["limits"]
     assert resources["limits"]["memory"] == str(profile.memory_bytes)
-    assert resources["limits"]["cpu"] == f"{round(profile.cpus * 1000)}m"
+    # the pod asks for exactly the profile's cpu: the sidecar's share comes out of the command's
+    pod_cpu = sum(int(c["resources"]["limits"]["cpu"].removesuffix("m")) for c in spec["containers"])
+    assert pod_cpu == round(profile.cpus * 1000)
+    assert sidecar["resources"]["limits"]["cpu"] == "50m"
     assert resources["limits"]["ephemeral-storage"] == str(profile.fsize_bytes)
     # the start barrier (until the controller is attached; stdin /dev/null without any), then the kubelet's
     # API server variables removed (env, never meeting the argv) with the barrier's PWD, then the rlimits
@@ -223,3 +227,13 @@ def test_the_services_workspaces_must_be_on_the_claim() -> None:
         OrchestratorConfig.model_validate({"backend": backend, "service": {"workspaces": "/var/lib/other"}})
     copy = {"kind": "kubernetes", "kubernetes": {"workspace": {"mode": "copy"}}}
     OrchestratorConfig.model_validate({"backend": copy, "service": {"workspaces": "/var/lib/other"}})
+
+
+@pytest.mark.parametrize(
+    ("cpus", "expected"),
+    [(1.0, (950, 50)), (0.5, (450, 50)), (2.25, (2200, 50)), (0.1, (90, 10)), (0.02, (18, 2)), (0.001, (1, 1))],
+)
+def test_the_sidecar_cpu_comes_out_of_the_profile(cpus: float, expected: tuple[int, int]) -> None:
+    command, sidecar = split_cpu(cpus)
+    assert (command, sidecar) == expected
+    assert command + sidecar == max(2, round(cpus * 1000))

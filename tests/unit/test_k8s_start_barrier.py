@@ -30,7 +30,10 @@ def run_relays(directory: Path, stdin: bytes | None) -> tuple[dict[str, bytes], 
     got: dict[str, bytes] = {}
 
     def relay(stream: str) -> None:
-        got[stream] = subprocess.run(local(reader_command(stream), directory), capture_output=True, check=True).stdout
+        done = subprocess.run(local(reader_command(stream), directory), capture_output=True, check=True)
+        # the controller knows the relay runs (and holds its pipe) by this line on the relay's own stderr
+        assert done.stderr == start_barrier.READY_MARKER
+        got[stream] = done.stdout
 
     threads = [threading.Thread(target=relay, args=(stream,)) for stream in start_barrier.PIPES]
     if stdin is not None:

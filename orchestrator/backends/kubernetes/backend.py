@@ -64,7 +64,6 @@ from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive
 from orchestrator.backends.kubernetes.pod_stdio import PodStdio
 from orchestrator.backends.kubernetes.preflight import cluster_checks, denies_all
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
-from orchestrator.backends.kubernetes.start_barrier import SIDECAR
 from orchestrator.backends.kubernetes.watch import PodWatch
 from orchestrator.domain.errors import (
     OrchestratorError,
@@ -90,6 +89,8 @@ SYNC_TIMEOUT_S = 30.0
 KILL_REPORT_S = 30.0
 #: how often a wait looks whether its pod was stopped meanwhile (then its bound applies)
 WAIT_RECHECK_S = 2.0
+#: how soon the stdio relays are tried again while the pod cannot run them yet (each try is a round trip)
+STDIO_RETRY_S = 0.05
 
 
 @dataclass(eq=False)
@@ -327,11 +328,16 @@ class KubernetesBackend:
                 return False
             if pods.running(last) is not None or pods.terminated(last) is not None:
                 return True
-            blocked = pods.stuck(last)
-            if blocked is not None and blocked.get("reason") in pods.FATAL_WAITING:
-                return True
-            return pods.phase(last) in ("Failed", "Succeeded")
+            return _fatal(last) or pods.phase(last) in ("Failed", "Succeeded")
 
+        if pod is not None:
+            # the relays first: the command starts as soon as they hold its pipes, without waiting for the
+            # kubelet to report the pod running (its status lags up to a second: PLEG's relist period)
+            try:
+                await self._open_stdio(pod, watch)
+            except OrchestratorError as failed:
+                self._fail_start(pod, failed)
+                raise
         try:
             await watch.until(handle.name, decided, self.settings.start_timeout_s)
         except TimeoutError as exc:
@@ -352,39 +358,41 @@ class KubernetesBackend:
             self._fail_start(pod, problem)
             raise problem
         if pod is not None:
-            if last is not None and pods.running(last) is not None:
-                try:
-                    await self._open_stdio(pod, watch)
-                except OrchestratorError as failed:
-                    self._fail_start(pod, failed)
-                    raise
             pod.started.set()
 
     async def _open_stdio(self, pod: _Pod, watch: PodWatch) -> None:
         """Connect the sidecar's stdio relays (``start_barrier``): from then on the command runs, and every
-        byte it writes reaches ``capture()``."""
+        byte it writes reaches ``capture()``. Tried from the moment the pod exists, again every
+        STDIO_RETRY_S while it cannot run yet (not scheduled, the sidecar not started); given up when the
+        pod ends or is stuck (start() then says why) or after the start timeout."""
         name = pod.handle.name
-
-        def sidecar_up(last: JsonObject | None, gone: bool) -> bool:
-            return gone or last is None or _ended(last) or pods.container_running(last, SIDECAR)
-
-        try:
-            await watch.until(name, sidecar_up, self.settings.start_timeout_s)
-        except TimeoutError as exc:
-            raise SandboxUnavailable(
-                f"the sidecar of pod {name} did not start within {self.settings.start_timeout_s:g}s"
-                f" ({await self._why_pending(pod.handle)})",
-                details={"sandbox": name},
-            ) from exc
-        last = watch.last(name)
-        if last is None or not pods.container_running(last, SIDECAR):
-            return  # the pod ended (stopped, evicted) before its command could start: wait() says how
+        deadline = time.monotonic() + self.settings.start_timeout_s
         stdio = PodStdio(await self._client(), self._namespace, name)
         try:
-            await stdio.open(pod.stdin)
-        except KubeError as exc:
-            raise self._error(exc, f"cannot relay the stdio of pod {name}", sandbox=name) from exc
-        pod.stdio = stdio
+            while True:
+                last, gone = watch.last(name), watch.gone(name)
+                if gone or (last is not None and (_ended(last) or _fatal(last))):
+                    stdio.close()
+                    return  # never to run: start() reports why
+                try:
+                    await stdio.open(pod.stdin)
+                except KubeError as exc:
+                    if exc.kind in ("forbidden", "unauthorized"):
+                        raise self._error(exc, f"cannot relay the stdio of pod {name}", sandbox=name) from exc
+                    if time.monotonic() >= deadline:
+                        raise SandboxUnavailable(
+                            f"the stdio of pod {name} could not be relayed within"
+                            f" {self.settings.start_timeout_s:g}s ({await self._why_pending(pod.handle)}):"
+                            f" {exc.message[:300]}",
+                            details={"sandbox": name},
+                        ) from exc
+                    await asyncio.sleep(STDIO_RETRY_S)
+                    continue
+                pod.stdio = stdio
+                return
+        except BaseException:
+            stdio.close()
+            raise
 
     async def _copy_in(self, pod: _Pod, watch: PodWatch) -> None:
         """Copy mode: once the init container runs, the workspace goes in (see ``workspace_copy``)."""
@@ -704,6 +712,12 @@ class KubernetesBackend:
         if kube is not None:
             kube.close()
         self._calls.shutdown()
+
+
+def _fatal(pod: JsonObject) -> bool:
+    """A container waits for a reason after which it never runs (the image missing, a bad config)."""
+    blocked = pods.stuck(pod)
+    return blocked is not None and blocked.get("reason") in pods.FATAL_WAITING
 
 
 def _ended(pod: JsonObject) -> bool:

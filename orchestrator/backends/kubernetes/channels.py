@@ -43,6 +43,33 @@ class Channels:
         self._write_lock = threading.Lock()
         self._closed = threading.Event()
         self.status: dict[str, Any] | None = None
+        self._early_stderr = b""  # what came with await_marker's marker
+
+    def await_marker(self, marker: bytes) -> None:
+        """Until the exec'd command wrote ``marker`` to its stderr: then it runs. The API server accepts the
+        websocket before the kubelet found the container, so a command that could not start (the pod not
+        scheduled yet, the container not started) only shows as a Status on the error channel."""
+        status = bytearray()
+        try:
+            while not self._closed.is_set():
+                opcode, frame = self._ws.sock.recv_data_frame(True)
+                if opcode == ABNF.OPCODE_CLOSE:
+                    break
+                if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
+                    continue
+                data: bytes = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
+                channel, payload = data[0], data[1:]
+                if channel == STDERR and payload.startswith(marker):
+                    self._early_stderr = payload[len(marker) :]
+                    return
+                if channel == ERROR:
+                    status += payload[: max(0, STATUS_MAX - len(status))]
+        except (OSError, WebSocketException) as exc:
+            raise ChannelError(f"{type(exc).__name__}: {exc}") from exc
+        text = bytes(status).decode("utf-8", "replace")
+        with contextlib.suppress(ValueError, AttributeError):
+            text = str(json.loads(text).get("message") or text)
+        raise ChannelError(f"the command did not start: {text[:500] or 'the stream ended'}")
 
     def write_stdin(self, data: bytes) -> None:
         for start in range(0, len(data), WRITE_CHUNK):
@@ -59,6 +86,8 @@ class Channels:
         """Deliver output frame by frame until the stream ends (the container's stdio closed, or
         ``close()``); the error channel's Status is kept in ``status``. A callback may raise to stop."""
         status = bytearray()
+        if self._early_stderr:
+            on_stderr(self._early_stderr)
         try:
             while not self._closed.is_set():
                 opcode, frame = self._ws.sock.recv_data_frame(True)

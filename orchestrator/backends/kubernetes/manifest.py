@@ -82,8 +82,11 @@ WORKSPACE_VOLUME = "workspace"
 COPY_IN_CONTAINER = "workspace-in"
 #: the sidecar relays the command's stdio and, in copy mode, takes its workspace back out
 COPY_OUT_CONTAINER = SIDECAR
-#: what the helper containers may use (cat, tar and a shell): small, and requests = limits like the command's
-HELPER_RESOURCES = {"cpu": "50m", "memory": "32Mi", "ephemeral-storage": "16Mi"}
+#: what the helper containers may use (cat, tar and a shell) besides cpu: small, requests = limits like the command's
+HELPER_RESOURCES = {"memory": "32Mi", "ephemeral-storage": "16Mi"}
+#: the sidecar's cpu comes out of the profile's (at most this many millicores, a tenth of a small profile):
+#: a pod asks the node for exactly the profile's cpu, so as many sandboxes fit as on Docker
+SIDECAR_CPU_MILLI = 50
 #: the pipes' volume holds three named pipes, nothing else
 STDIO_VOLUME_SIZE = "64Ki"
 #: gVisor's mount hints (pod annotations its containerd shim reads): without them each container of a gVisor
@@ -102,7 +105,7 @@ PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
     ("network", "HostConfig.NetworkMode: none", "default-deny NetworkPolicy required; dnsPolicy: None"),
     ("workspace", "HostConfig.Mounts (bind)", "volume: the claim's sub-path (pvc) or an emptyDir (copy)"),
     ("tmpfs", "HostConfig.Tmpfs", "emptyDir medium: Memory, sizeLimit"),
-    ("cpus", "HostConfig.NanoCpus", "resources.requests/limits.cpu"),
+    ("cpus", "HostConfig.NanoCpus", "resources.requests/limits.cpu, the pod's total (the stdio sidecar's share in it)"),
     ("memory_bytes", "HostConfig.Memory", "resources.requests/limits.memory"),
     ("memory_swap_bytes", "HostConfig.MemorySwap (= Memory)", "no swap (the kubelet's default)"),
     ("pids_limit", "HostConfig.PidsLimit", "the node's podPidsLimit (no per-pod field)"),
@@ -171,8 +174,11 @@ def _quantity_bytes(value: int) -> str:
     return str(value)
 
 
-def _cpu(cpus: float) -> str:
-    return f"{max(1, round(cpus * 1000))}m"
+def split_cpu(cpus: float) -> tuple[int, int]:
+    """The profile's cpu as (command, sidecar) millicores: the pod's total is the profile's."""
+    total = max(2, round(cpus * 1000))
+    sidecar = max(1, min(SIDECAR_CPU_MILLI, total // 10))
+    return total - sidecar, sidecar
 
 
 def _add_helpers(
@@ -184,7 +190,8 @@ def _add_helpers(
     path = profile.workspace.container_path
     stdio: dict[str, Any] = {"name": STDIO_VOLUME, "mountPath": STDIO_DIR}
 
-    def helper(name: str, argv: list[str], mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    def helper(name: str, argv: list[str], mounts: list[dict[str, Any]], cpu_milli: int) -> dict[str, Any]:
+        resources = {**HELPER_RESOURCES, "cpu": f"{cpu_milli}m"}
         return {
             "name": name,
             "image": profile.image,
@@ -193,7 +200,7 @@ def _add_helpers(
             "args": [],
             "workingDir": "/",
             "env": [],
-            "resources": {"requests": dict(HELPER_RESOURCES), "limits": dict(HELPER_RESOURCES)},
+            "resources": {"requests": dict(resources), "limits": dict(resources)},
             "volumeMounts": mounts,
             "securityContext": {**command["securityContext"], "readOnlyRootFilesystem": True},
             "stdin": False,
@@ -203,9 +210,12 @@ def _add_helpers(
     workspace: dict[str, Any] = {"name": WORKSPACE_VOLUME, "mountPath": path}
     idle = pod_spec["activeDeadlineSeconds"] + 60  # the deadline stops it; this is only a bound
     sidecar_mounts = [stdio, {**workspace, "readOnly": True}] if copy else [stdio]
-    pod_spec["containers"].append(helper(SIDECAR, sidecar_command(idle, with_stdin=with_stdin), sidecar_mounts))
+    cpu = split_cpu(profile.cpus)
+    sidecar = helper(SIDECAR, sidecar_command(idle, with_stdin=with_stdin), sidecar_mounts, cpu[1])
+    pod_spec["containers"].append(sidecar)
     if copy:
-        init = helper(COPY_IN_CONTAINER, wait_for_copy_command(path), [{**workspace, "readOnly": False}])
+        # it runs before the others, alone: the pod's whole cpu (an init container's request is not added)
+        init = helper(COPY_IN_CONTAINER, wait_for_copy_command(path), [{**workspace, "readOnly": False}], sum(cpu))
         pod_spec["initContainers"] = [init]
 
 
@@ -255,7 +265,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
         volumes.append({"name": "tmp-empty", "emptyDir": {"medium": "Memory", "sizeLimit": EMPTY_TMP_SIZE}})
         mounts.append({"name": "tmp-empty", "mountPath": TMP, "readOnly": True})
     resources = {
-        "cpu": _cpu(profile.cpus),
+        "cpu": f"{split_cpu(profile.cpus)[0]}m",
         "memory": _quantity_bytes(profile.memory_bytes),
         "ephemeral-storage": _quantity_bytes(profile.fsize_bytes),
     }

@@ -18,7 +18,13 @@ from collections.abc import Callable
 from orchestrator.backends._support.threads import in_daemon_thread
 from orchestrator.backends.kubernetes.channels import ChannelError, Channels
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError, exit_code
-from orchestrator.backends.kubernetes.start_barrier import PIPES, SIDECAR, reader_command, writer_command
+from orchestrator.backends.kubernetes.start_barrier import (
+    PIPES,
+    READY_MARKER,
+    SIDECAR,
+    reader_command,
+    writer_command,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +51,20 @@ class PodStdio:
         self.readers: list[asyncio.Future[None]] = []
 
     async def open(self, stdin: bytes | None) -> None:
-        """Connect the relays (raises ``KubeError`` if one cannot be); each output's reader starts at
-        once, stdin is fed on a thread of its own (the command reads it only as fast as it is read)."""
+        """Connect the relays not connected yet (raises the first ``KubeError`` after keeping those that
+        did connect: a relay that runs holds its pipe, and a second one on the same pipe would split the
+        output; call again to retry the others). Once all are, each output's reader starts, and stdin is
+        fed on a thread of its own (the command reads it only as fast as it is read)."""
+        missing = [stream for stream in PIPES if stream not in self._channels]
         opened = await asyncio.gather(
-            *(asyncio.to_thread(self._open_reader, stream) for stream in PIPES), return_exceptions=True
+            *(asyncio.to_thread(self._open_reader, stream) for stream in missing), return_exceptions=True
         )
-        for stream, result in zip(PIPES, opened, strict=True):
+        for stream, result in zip(missing, opened, strict=True):
+            if not isinstance(result, BaseException):
+                self._channels[stream] = result
+        for result in opened:
             if isinstance(result, BaseException):
-                self.close()
                 raise result
-            self._channels[stream] = result
         for stream, channels in self._channels.items():
             read = functools.partial(self._read, stream, channels)
             self.readers.append(asyncio.ensure_future(in_daemon_thread(read, f"{stream}-{self._name}")))
@@ -62,7 +72,13 @@ class PodStdio:
             threading.Thread(target=self._feed, args=(stdin,), name=f"stdin-{self._name}", daemon=True).start()
 
     def _open_reader(self, stream: str) -> Channels:
-        return self._kube.open_exec(self._namespace, self._name, SIDECAR, reader_command(stream))
+        channels = self._kube.open_exec(self._namespace, self._name, SIDECAR, reader_command(stream))
+        try:
+            channels.await_marker(READY_MARKER)  # the exec's command runs: its pipe is held
+        except ChannelError as exc:
+            channels.close()
+            raise KubeError("unreachable" if exc.status is None else "server", "exec", str(exc)) from exc
+        return channels
 
     def _feed(self, data: bytes) -> None:
         try:

@@ -56,9 +56,15 @@ def barrier_command(command: list[str], *, with_stdin: bool) -> list[str]:
     return [SHELL, "-c", script, NAME, *command]
 
 
+#: what a reader writes to its own stderr once it runs and its pipe exists (the exec then surely started)
+READY_MARKER = b"sandbox-io-ready\n"
+
+
 def reader_command(stream: str) -> list[str]:
-    """Run by exec in the sidecar: ``stream``'s pipe to the exec's stdout, to its end."""
-    return [SHELL, "-c", _wait_for('"$1"') + ' exec cat "$1"', "relay-" + stream, f"{STDIO_DIR}/{stream}"]
+    """Run by exec in the sidecar: READY_MARKER to the exec's stderr, then ``stream``'s pipe to its stdout,
+    to its end."""
+    ready = "printf 'sandbox-io-ready\\n' >&2;"
+    return [SHELL, "-c", _wait_for('"$1"') + f' {ready} exec cat "$1"', "relay-" + stream, f"{STDIO_DIR}/{stream}"]
 
 
 def writer_command(size: int) -> list[str]:
