@@ -50,6 +50,9 @@ class LaunchSpec:
     deadline_unix: float
     stdin: bytes | None = None
     tty: bool = False
+    # a session: stdin stays open for what send_input() brings while the command runs (with ``tty``, the
+    # command's terminal); never together with ``stdin`` bytes
+    interactive: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,3 +207,27 @@ class SandboxBackend(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class InteractiveBackend(Protocol):
+    """What a backend adds for sessions: input to a sandbox created with ``LaunchSpec.interactive``,
+    while it runs. Its output comes through ``capture(on_output=...)`` like any other."""
+
+    async def send_input(self, handle: SandboxHandle, data: bytes) -> None:
+        """Queue ``data`` for the command's stdin, in order; returns at once (a command that does not
+        read is not the caller's wait). Raises SandboxUnavailable once the input is closed or too much
+        waits unread (INPUT_BACKLOG_BYTES)."""
+        ...
+
+    async def end_input(self, handle: SandboxHandle) -> None:
+        """Close the command's stdin after what is queued (EOF); idempotent."""
+        ...
+
+    async def resize(self, handle: SandboxHandle, rows: int, cols: int) -> None:
+        """Set the terminal's window size (a sandbox with ``tty``): the command gets SIGWINCH."""
+        ...
+
+
+#: input a session may have queued and not yet read by its command: past it, send_input refuses
+INPUT_BACKLOG_BYTES = 4 * 1024 * 1024

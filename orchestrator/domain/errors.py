@@ -164,8 +164,20 @@ class EvidenceUnavailable(OrchestratorError):
 
 
 class SessionNotFound(OrchestratorError):
+    """No such session (ended, or another tenant's or subject's: never told apart)."""
+
     code = "SESSION.NOT_FOUND"
+    exit_code = 1
     http_status = 404
+
+
+class SessionLimit(OrchestratorError):
+    """The tenant already has as many open sessions as it may (close one, or wait for one to end)."""
+
+    code = "SESSION.LIMIT"
+    retryable = True
+    exit_code = 1
+    http_status = 429
 
 
 class Unauthorized(OrchestratorError):

@@ -228,9 +228,25 @@ class ShellCommandRequest(_RequestBase):
         return self
 
 
+#: how long a session call waits for output at most, and how much one answer carries at most
+MAX_YIELD_MS = 300_000
+MAX_SESSION_OUTPUT_BYTES = 1024 * 1024
+DEFAULT_YIELD_MS = 1_000
+DEFAULT_SESSION_OUTPUT_BYTES = 64 * 1024
+
+
 class ExecCommandRequest(_RequestBase):
     tool: Literal["exec_command"] = Field(description="Start an interactive shell session.")
     cmd: ShellText = Field(description="Shell command string (at most 128 KiB in UTF-8).")
+    yield_time_ms: int = Field(
+        default=DEFAULT_YIELD_MS, ge=0, le=MAX_YIELD_MS, description="How long to collect output before answering."
+    )
+    max_output_bytes: int = Field(
+        default=DEFAULT_SESSION_OUTPUT_BYTES,
+        ge=1,
+        le=MAX_SESSION_OUTPUT_BYTES,
+        description="At most this much output in the answer (the rest waits for the next call).",
+    )
     _v = field_validator("cmd")(lambda v: _shell_string(v, "cmd"))
 
     @model_validator(mode="after")
@@ -242,7 +258,16 @@ class ExecCommandRequest(_RequestBase):
 class WriteStdinRequest(_RequestBase):
     tool: Literal["write_stdin"] = Field(description="Write to a running exec session.")
     session_id: Name = Field(description="The exec session.")
-    chars: StdinText = Field(default="", description="Characters to write (secret).")
+    chars: StdinText = Field(default="", description="Characters to write (secret); empty: only poll.")
+    yield_time_ms: int = Field(
+        default=DEFAULT_YIELD_MS, ge=0, le=MAX_YIELD_MS, description="How long to collect output before answering."
+    )
+    max_output_bytes: int = Field(
+        default=DEFAULT_SESSION_OUTPUT_BYTES,
+        ge=1,
+        le=MAX_SESSION_OUTPUT_BYTES,
+        description="At most this much output in the answer (the rest waits for the next call).",
+    )
 
 
 class FileWriteRequest(_RequestBase):

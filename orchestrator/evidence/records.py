@@ -50,6 +50,12 @@ class EventType(StrEnum):
     CONTAINER_OOM = "container_oom"
     CONTAINER_KILLED = "container_killed"
     CONTAINER_DESTROYED = "container_destroyed"
+    # an interactive session (exec_command) around its execution's own records: input and output as sizes
+    # and sha256 only, never their content
+    SESSION_OPENED = "session_opened"
+    SESSION_INPUT = "session_input"
+    SESSION_OUTPUT = "session_output"
+    SESSION_CLOSED = "session_closed"
     # written by the evidence writer itself (no execution): a torn last line was quarantined
     EVIDENCE_RECOVERED = "evidence_recovered"
 

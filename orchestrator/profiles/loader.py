@@ -183,6 +183,7 @@ class ProfileRegistry:
         request_timeout_s: float | None = None,
         caps: ProfileCaps | None = None,
         writable_root: bool = False,
+        session: bool = False,
     ) -> ResolvedProfile:
         """:func:`orchestrator.profiles.resolve` with this registry's profiles and seccomp files."""
         return resolve(
@@ -190,6 +191,7 @@ class ProfileRegistry:
             request_timeout_s=request_timeout_s,
             caps=caps,
             writable_root=writable_root,
+            session=session,
             registry=self,
         )
 

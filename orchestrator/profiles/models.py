@@ -262,6 +262,34 @@ class Limits(_Model):
         return value
 
 
+class Sessions(_Model):
+    """Interactive sessions (exec_command + write_stdin) with this profile."""
+
+    enabled: bool = Field(default=True, description="Whether exec_command may open a session with this profile.")
+    interactive_shells: bool = Field(
+        default=True,
+        description="Whether a session may run an interactive shell or REPL (bash, sh, python3 with no script, "
+        "...): false leaves one-shot commands only for tenants that need them (a command typed into such a "
+        "shell is never gated: the known limit of sessions).",
+    )
+    idle_timeout_s: float = Field(
+        default=600.0, gt=0, le=86_400, description="A session with no input and no output this long is closed."
+    )
+    max_lifetime_s: float = Field(
+        default=3600.0,
+        gt=0,
+        le=86_400,
+        description="A session is closed this long after it opened, whatever it does (its sandbox's deadline).",
+    )
+
+    @field_validator("idle_timeout_s", "max_lifetime_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
 class Profile(_Model):
     """An execution profile as written in ``profiles/NAME.yaml`` (the file form)."""
 
@@ -297,6 +325,7 @@ class Profile(_Model):
         description="Size-capped tmpfs mounts (the only writable places besides an rw workspace).",
     )
     limits: Limits = Field(default_factory=Limits, description="Resource limits.")
+    sessions: Sessions = Field(default_factory=Sessions, description="Interactive sessions.")
     seccomp: ProfileName = Field(
         default="default", description="Seccomp profile: the name of a file in profiles/seccomp/ (without .json)."
     )
@@ -521,6 +550,12 @@ class ResolvedProfile(_Model):
     no_new_privileges: Literal[True] = Field(default=True, description="Always true (no-new-privileges).")
     env: dict[str, str] = Field(description="Fixed environment defaults (a request's allowed names override them).")
     env_allowlist: tuple[str, ...] = Field(description="Environment names a request may set (sorted).")
+    sessions_enabled: bool = Field(default=True, description="Whether exec_command may open a session.")
+    interactive_shells: bool = Field(default=True, description="Whether a session may run a bare shell or REPL.")
+    session_idle_timeout_s: float = Field(default=600.0, gt=0, description="A session idle this long is closed.")
+    session_lifetime_s: float = Field(
+        default=3600.0, gt=0, description="A session's deadline (its sandbox's wall_timeout_s when it is one)."
+    )
     profile_hash: str = Field(
         default="",
         pattern=r"^([0-9a-f]{64})?$",

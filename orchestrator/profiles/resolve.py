@@ -33,6 +33,7 @@ def resolve(
     request_timeout_s: float | None = None,
     caps: ProfileCaps | None = None,
     writable_root: bool = False,
+    session: bool = False,
     registry: ProfileRegistry | None = None,
 ) -> ResolvedProfile:
     """The effective settings: every limit is the minimum of the profile's, the request's and the caps'.
@@ -44,6 +45,8 @@ def resolve(
       SANDBOX.UNAVAILABLE, which reports what the engine cannot give right now).
     * ``writable_root`` is an approved ``sandbox_permissions.writable_root`` escalation: the only way
       ``read_only_root`` becomes false.
+    * ``session``: the sandbox of an interactive session: its deadline is the session's lifetime (a
+      request's timeout and the caps still lower it).
     * The seccomp profile is loaded from the registry's search path (default: built-ins plus
       ``$SANDBOX_PROFILES_PATH``); CONFIG.INVALID when missing or invalid.
     """
@@ -65,7 +68,7 @@ def resolve(
             f"uses image {profile.image!r}, which the policy caps do not allow (allowed_images: {allowed})",
         )
 
-    wall = limits.wall_timeout_s
+    wall = profile.sessions.max_lifetime_s if session else limits.wall_timeout_s
     if request_timeout_s is not None:
         if isinstance(request_timeout_s, bool) or not math.isfinite(request_timeout_s) or request_timeout_s <= 0:
             raise InputInvalid("timeout: must be a positive number of seconds", details={"field": "timeout"})
@@ -115,4 +118,8 @@ def resolve(
         seccomp_json=seccomp.json_text,
         env=dict(sorted(profile.env.items())),
         env_allowlist=tuple(sorted(profile.env_allowlist)),
+        sessions_enabled=profile.sessions.enabled,
+        interactive_shells=profile.sessions.interactive_shells,
+        session_idle_timeout_s=profile.sessions.idle_timeout_s,
+        session_lifetime_s=float(wall) if session else profile.sessions.max_lifetime_s,
     )

@@ -195,6 +195,7 @@ async def run_in_sandbox(
     workspace: Path,
     before: Snapshot,
     on_output: OutputCallback | None = None,
+    on_started: Callable[[SandboxHandle, ResolvedProfile], None] | None = None,
 ) -> RunOutcome:
     """Run ``spec`` once. ``record(event_type, **fields)`` appends evidence for this execution;
     ``before`` is the workspace as it was before the sandbox existed. ``on_output`` gets the output while
@@ -236,6 +237,8 @@ async def run_in_sandbox(
             if meter_started is not None:
                 await meter_started
             await backend.start(handle)
+            if on_started is not None:
+                on_started(handle, profile)  # a session's input may go in from now on
             try:
                 async with asyncio.timeout(profile.wall_timeout_s):
                     exit_code = await _wait_within_budget(backend, handle, over_budget)

@@ -20,7 +20,7 @@ from orchestrator.backends.base import (
     LaunchSpec,
     Workspace,
 )
-from orchestrator.domain.errors import ConfigInvalid, InputInvalid, SandboxUnavailable
+from orchestrator.domain.errors import ConfigInvalid, InputInvalid, PolicyDenied, SandboxUnavailable
 from orchestrator.domain.requests import (
     ExecCommandRequest,
     Request,
@@ -29,6 +29,7 @@ from orchestrator.domain.requests import (
     ShellRequest,
     SkillExecRequest,
 )
+from orchestrator.gate.interactive import is_interactive_shell
 from orchestrator.gate.paths import SYSTEM_PREFIXES
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.service.governing import Governing, first_exposure
@@ -224,8 +225,25 @@ def refuse_unavailable_escalations(request: Request) -> None:
         raise SandboxUnavailable("extra mounts were approved but are not supported in this release")
 
 
+def check_session_allowed(profile: ResolvedProfile, argv: tuple[str, ...]) -> None:
+    """POLICY.DENIED when the profile takes no sessions, or no interactive shell and ``argv`` starts one."""
+    if not profile.sessions_enabled:
+        raise PolicyDenied(f"profile {profile.name!r} does not allow interactive sessions (sessions.enabled)")
+    if not profile.interactive_shells and is_interactive_shell(argv):
+        raise PolicyDenied(
+            f"profile {profile.name!r} does not allow an interactive shell or REPL in a session "
+            "(sessions.interactive_shells): run the command itself instead"
+        )
+
+
 def launch_spec(
-    execution_id: str, request: Request, profile: ResolvedProfile, workspace: Path, *, now: float | None = None
+    execution_id: str,
+    request: Request,
+    profile: ResolvedProfile,
+    workspace: Path,
+    *,
+    now: float | None = None,
+    interactive: bool = False,
 ) -> LaunchSpec:
     started = time.time() if now is None else now
     deadline = started + profile.wall_timeout_s + DEADLINE_GRACE_S
@@ -245,4 +263,5 @@ def launch_spec(
         },
         deadline_unix=deadline,
         tty=request.tty,
+        interactive=interactive,
     )

@@ -12,14 +12,14 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator.approvals.base import ApprovalProvider, SettlesInStore, decide, is_suspend
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
-from orchestrator.backends.base import OutputCallback, SandboxBackend
+from orchestrator.backends.base import OutputCallback, SandboxBackend, SandboxHandle
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult, Decision
 from orchestrator.domain.errors import (
     ApprovalAborted,
@@ -48,6 +48,7 @@ from orchestrator.service.governing import Governing, governing_paths
 from orchestrator.service.launch import (
     active_execution,
     check_out_of_earlier_workspaces,
+    check_session_allowed,
     check_workspace,
     launch_spec,
     refuse_unavailable_escalations,
@@ -176,6 +177,12 @@ class Orchestrator:
             _tell(self.telemetry, "durable_write", time.monotonic() - began)
         else:
             self.evidence.append_nowait(base)
+
+    async def record_event(
+        self, event: EventType, auth: Authorization, *, durable: bool = False, data: dict[str, Any]
+    ) -> None:
+        """A record of ``auth``'s execution beside the flow's own (a session's input, output and end)."""
+        await self._record(event, auth.execution_id, auth.gate, durable=durable, data=data)
 
     async def _refuse(
         self,
@@ -407,7 +414,12 @@ class Orchestrator:
         workspace: Path,
         observer: Observer | None = None,
         on_output: OutputCallback | None = None,
+        session: bool = False,
+        on_started: Callable[[SandboxHandle, ResolvedProfile], None] | None = None,
     ) -> ExecutionResult:
+        """Run an authorized request in a fresh sandbox. ``session``: an interactive session's sandbox
+        (its stdin open for the backend's send_input from ``on_started`` on, its deadline the profile's
+        session lifetime); see :mod:`orchestrator.service.sessions`."""
         if self.backend is None or self.profiles is None:
             raise InternalError("this orchestrator has no sandbox backend")
         request, gate = auth.request, auth.gate
@@ -421,8 +433,11 @@ class Orchestrator:
                 request_timeout_s=request.timeout_ms / 1000 if request.timeout_ms else None,
                 caps=self.caps,
                 writable_root=request.sandbox_permissions.writable_root,
+                session=session,
             )
-            spec = launch_spec(execution_id, request, profile, workspace)
+            spec = launch_spec(execution_id, request, profile, workspace, interactive=session)
+            if session:
+                check_session_allowed(profile, spec.argv)
         except OrchestratorError as err:
             raise await self._refuse(execution_id, gate, err) from None
 
@@ -478,6 +493,7 @@ class Orchestrator:
                     workspace=workspace,
                     before=before,
                     on_output=on_output,
+                    on_started=on_started,
                 )
         except asyncio.CancelledError as cancel:
             reason = _cancel_reason(cancel, "cancelled while running")

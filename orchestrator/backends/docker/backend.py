@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
 from orchestrator.backends._support.blocking import BlockingCalls
+from orchestrator.backends._support.input_feed import InputBacklog, InputClosed, InputFeed
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends._support.threads import ThreadPump, in_daemon_thread
@@ -99,6 +100,7 @@ class _Sandbox:
     sampler: cgroups.UsageSampler | None = None
     sampler_task: asyncio.Task[None] | None = None
     exit_watch: ExitWatch | None = None
+    feed: InputFeed | None = None  # a session's stdin (LaunchSpec.interactive), once started
 
 
 def _since(now_ns: int) -> str:
@@ -282,7 +284,7 @@ class DockerBackend:
             raise self._create_error(exc, spec, name) from exc
         if warnings:
             log.info("engine warnings creating %s: %s", name, "; ".join(warnings))
-        attach_call = functools.partial(engine.attach, container_id, stdin=spec.stdin is not None)
+        attach_call = functools.partial(engine.attach, container_id, stdin=spec.stdin is not None or spec.interactive)
         attaching = loop.run_in_executor(self._pool(), attach_call)
         try:
             attach = await asyncio.shield(attaching)
@@ -302,6 +304,8 @@ class DockerBackend:
         self._sandboxes[container_id] = _Sandbox(
             handle=handle, attach=attach, stdin=spec.stdin, tty=spec.tty, runtime=profile.runtime
         )
+        if spec.interactive:  # written from the start on: what comes before the command reads is queued
+            self._sandboxes[container_id].feed = InputFeed(name, attach.send, attach.end_input)
         log.debug("created %s (%s, runtime %s)", name, container_id[:12], profile.runtime)
         return handle
 
@@ -546,6 +550,8 @@ class DockerBackend:
             ) from exc
 
     def _forget(self, sandbox: _Sandbox) -> None:
+        if sandbox.feed is not None:
+            sandbox.feed.abandon()
         sandbox.attach.abort()
         if sandbox.sampler_task is not None:
             sandbox.sampler_task.cancel()
@@ -571,6 +577,38 @@ class DockerBackend:
             f"sandbox {handle.name} is still being removed after {REMOVAL_IN_PROGRESS_WAIT_S:g}s",
             details={"sandbox": handle.name},
         )
+
+    # -- sessions (InteractiveBackend) -----------------------------------------------------------------
+
+    def _feed(self, handle: SandboxHandle) -> InputFeed:
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is None or sandbox.feed is None:
+            raise SandboxUnavailable(
+                f"{handle.name} takes no input: it is gone, or was not created as a session",
+                details={"sandbox": handle.name},
+            )
+        return sandbox.feed
+
+    async def send_input(self, handle: SandboxHandle, data: bytes) -> None:
+        try:
+            self._feed(handle).send(data)
+        except (InputClosed, InputBacklog) as exc:
+            raise SandboxUnavailable(f"{handle.name}: {exc}", details={"sandbox": handle.name}) from None
+
+    async def end_input(self, handle: SandboxHandle) -> None:
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is not None and sandbox.feed is not None:
+            sandbox.feed.end()
+
+    async def resize(self, handle: SandboxHandle, rows: int, cols: int) -> None:
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is None or not sandbox.tty:
+            raise SandboxUnavailable(f"{handle.name} has no terminal to resize", details={"sandbox": handle.name})
+        engine = await self._engine()
+        try:
+            await self._call(engine.resize, handle.sandbox_id, rows, cols)
+        except EngineError as exc:
+            raise self._error(exc, f"could not resize the terminal of {handle.name}: {exc.reason}") from exc
 
     # -- observation ---------------------------------------------------------------------------------
 

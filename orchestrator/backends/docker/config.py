@@ -84,11 +84,11 @@ def container_config(spec: LaunchSpec, *, etc_dir: str) -> dict[str, object]:
     the sandbox's own hostname, hosts and resolv.conf (``sandbox_etc.etc_directory``)."""
     profile = spec.profile
     check_spec(spec)
-    with_stdin = spec.stdin is not None
-    if with_stdin and spec.tty:
-        # a terminal echoes its input and the engine ends a TTY's output when its input ends:
-        # piped stdin cannot keep its meaning there
-        raise InputInvalid("stdin cannot be combined with tty", details={"field": "stdin"})
+    if spec.stdin is not None and (spec.tty or spec.interactive):
+        # a terminal echoes its input and the engine ends a TTY's output when its input ends: piped stdin
+        # cannot keep its meaning there; a session's input comes later, through send_input
+        raise InputInvalid("stdin cannot be combined with tty or a session", details={"field": "stdin"})
+    with_stdin = spec.stdin is not None or spec.interactive
     host_config: dict[str, object] = {
         "Runtime": profile.runtime,
         "NetworkMode": profile.network,  # always "none"

@@ -204,6 +204,15 @@ class AttachStream:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_WR)
 
+    def send(self, data: bytes) -> None:
+        """Send ``data`` to the container's stdin (a session); raises OSError once the connection is gone."""
+        self._sock.sendall(data)
+
+    def end_input(self) -> None:
+        """Close our sending side: the container's stdin sees EOF."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_WR)
+
     def abort(self) -> None:
         """Stop the stream now (cancellation, teardown): thread-safe and idempotent."""
         with self._lock:
@@ -359,6 +368,11 @@ class EngineClient:
     def start(self, container_id: str) -> None:
         with _engine_call("start"):
             self._api.start(container_id)
+
+    def resize(self, container_id: str, rows: int, cols: int) -> None:
+        """The container's terminal window size (a container created with Tty)."""
+        with _engine_call("resize"):
+            self._api.resize(container_id, height=rows, width=cols)
 
     def wait(self, container_id: str) -> tuple[int, str | None]:
         """Block until the container is not running; (exit code, engine error message)."""

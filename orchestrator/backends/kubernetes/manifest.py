@@ -122,6 +122,10 @@ PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
     ("no_new_privileges", "SecurityOpt no-new-privileges", "allowPrivilegeEscalation: false"),
     ("env", "Env", "containers[].env; the kubelet's API server variables removed (env -u)"),
     ("env_allowlist", "(checked before launch)", "(checked before launch)"),
+    ("sessions_enabled", "(checked before launch)", "(checked before launch)"),
+    ("interactive_shells", "(checked before launch)", "(checked before launch)"),
+    ("session_idle_timeout_s", "closed by the controller", "closed by the controller"),
+    ("session_lifetime_s", "a session's wall_timeout_s", "a session's wall_timeout_s"),
 )
 
 

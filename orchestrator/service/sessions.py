@@ -1,0 +1,370 @@
+"""Interactive sessions: ``exec_command`` opens one long-lived, hardened sandbox; ``write_stdin`` feeds it.
+
+A session is an execution like any other (the same gate, approval, begin and end records, lifecycle and
+workspace side effects: :meth:`Orchestrator.run` with ``session=True``) whose stdin stays open. Its output
+is redacted like one-shot output and waits in a bounded buffer until a call takes it. Each call answers
+with what the command produced within its ``yield_time_ms`` (sooner once the output has settled, the
+answer is full, or the command ended); what did not fit waits for the next call.
+
+A session ends when its command exits, on ``close``, after ``sessions.idle_timeout_s`` without input or
+output, at ``sessions.max_lifetime_s`` (its sandbox's deadline) or when the orchestrator closes; its
+sandbox is then removed by the execution's own teardown. Evidence beside the execution's records:
+``session_opened``, ``session_input`` and ``session_output`` (sizes and sha256, never content),
+``session_closed`` with the reason and the exit code.
+
+Governance: write_stdin is gated (the gate sees its size and digest) and needs no new approval when it is
+the session owner's (``SessionGrants.approve_exec_session``); what is typed into an approved shell is not
+gated, the known limit of sessions (profiles can forbid interactive shells: ``check_session_allowed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from orchestrator.backends.base import InteractiveBackend, OutputStream, SandboxHandle
+from orchestrator.domain.errors import (
+    InputInvalid,
+    OrchestratorError,
+    SandboxTimeout,
+    SandboxUnavailable,
+    SessionLimit,
+    SessionNotFound,
+)
+from orchestrator.domain.requests import ExecCommandRequest, WriteStdinRequest, parse_request
+from orchestrator.evidence import EventType
+from orchestrator.profiles import ResolvedProfile
+from orchestrator.service.orchestrator import Authorization, ExecutionResult, Orchestrator
+
+log = logging.getLogger(__name__)
+
+CloseReason = Literal["exit", "idle", "lifetime", "closed", "cancelled", "failed"]
+
+#: output a session holds for its caller at most; past it the oldest is dropped (and counted)
+BUFFER_MAX_BYTES = 4 * 1024 * 1024
+#: an answer goes once the output has been quiet this long (a prompt printed, an echo back)
+SETTLE_S = 0.03
+#: open sessions per tenant, unless the Sessions is told otherwise
+DEFAULT_MAX_PER_TENANT = 8
+#: how long close() waits for the execution's end (its end record) after stopping the sandbox
+CLOSE_WAIT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionReply:
+    """One answer: the output since the last one (redacted), and whether the session still runs."""
+
+    session_id: str
+    stdout: bytes
+    stderr: bytes
+    running: bool
+    exit_code: int | None = None
+    closed_reason: CloseReason | None = None
+    pending_bytes: int = 0  # output already produced that did not fit this answer
+    dropped_bytes: int = 0  # output lost because nobody took it before the buffer filled
+    error: OrchestratorError | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "stdout": self.stdout.decode("utf-8", "replace"),
+            "stderr": self.stderr.decode("utf-8", "replace"),
+            "running": self.running,
+            "exit_code": self.exit_code,
+            "closed_reason": self.closed_reason,
+            "pending_bytes": self.pending_bytes,
+            "dropped_bytes": self.dropped_bytes,
+            "error": None if self.error is None else {"code": self.error.code, "message": self.error.message},
+        }
+
+
+@dataclass(eq=False)
+class _Session:
+    auth: Authorization
+    tty: bool
+    idle_timeout_s: float = 0.0
+    chunks: collections.deque[tuple[OutputStream, bytes]] = field(default_factory=collections.deque)
+    buffered: int = 0
+    dropped: int = 0
+    last_active: float = field(default_factory=time.monotonic)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    handle: SandboxHandle | None = None
+    task: asyncio.Task[ExecutionResult] | None = None
+    idle_task: asyncio.Task[None] | None = None
+    stop_reason: CloseReason | None = None
+    reason: CloseReason | None = None
+    exit_code: int | None = None
+    error: OrchestratorError | None = None
+    writing: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def id(self) -> str:
+        return self.auth.execution_id
+
+    @property
+    def ended(self) -> bool:
+        return self.task is not None and self.task.done()
+
+    def feed(self, stream: OutputStream, data: bytes) -> None:
+        """The execution's live output (redacted), on the loop."""
+        self.chunks.append(("stdout" if self.tty else stream, data))
+        self.buffered += len(data)
+        while self.buffered > BUFFER_MAX_BYTES and self.chunks:
+            _, oldest = self.chunks.popleft()
+            self.buffered -= len(oldest)
+            self.dropped += len(oldest)
+        self.last_active = time.monotonic()
+        self.changed.set()
+
+    def take(self, limit: int) -> tuple[bytes, bytes]:
+        out = {"stdout": bytearray(), "stderr": bytearray()}
+        room = limit
+        while self.chunks and room > 0:
+            stream, data = self.chunks.popleft()
+            if len(data) > room:
+                self.chunks.appendleft((stream, data[room:]))
+                data = data[:room]
+            out[stream] += data
+            room -= len(data)
+            self.buffered -= len(data)
+        return bytes(out["stdout"]), bytes(out["stderr"])
+
+
+class Sessions:
+    """The open sessions of one orchestrator (the library's, or the service's)."""
+
+    def __init__(self, orchestrator: Orchestrator, *, max_per_tenant: int = DEFAULT_MAX_PER_TENANT) -> None:
+        self.orchestrator = orchestrator
+        self.max_per_tenant = max_per_tenant
+        self._sessions: dict[str, _Session] = {}
+
+    # -- the calls -------------------------------------------------------------------------------------
+    async def open(self, raw: Any, *, workspace: Path) -> SessionReply:
+        """Decide ``raw`` (an exec_command request), start its sandbox, answer with the first output."""
+        request = parse_request(raw) if not isinstance(raw, ExecCommandRequest) else raw
+        if not isinstance(request, ExecCommandRequest):
+            raise InputInvalid("a session opens with an exec_command request", details={"field": "tool"})
+        backend = self.orchestrator.backend
+        if backend is not None and not isinstance(backend, InteractiveBackend):
+            raise SandboxUnavailable("this orchestrator's sandbox backend cannot run interactive sessions")
+        mine = sum(1 for s in self._sessions.values() if s.auth.request.tenant == request.tenant and not s.ended)
+        if mine >= self.max_per_tenant:
+            raise SessionLimit(
+                f"tenant {request.tenant!r} has {mine} open sessions, its limit: close one first",
+                details={"limit": self.max_per_tenant},
+            )
+        auth = await self.orchestrator.authorize(request)
+        session = _Session(auth=auth, tty=request.tty)
+        self._sessions[session.id] = session
+        session.task = asyncio.create_task(self._run(session, workspace), name=f"session-{session.id}")
+        started = asyncio.ensure_future(session.started.wait())
+        await asyncio.wait({started, session.task}, return_when=asyncio.FIRST_COMPLETED)
+        started.cancel()
+        if not session.started.is_set():
+            self._sessions.pop(session.id, None)
+            result = await _result(session)  # refused before its sandbox ran: raise why
+            if session.error is not None:
+                raise session.error
+            raise SandboxUnavailable(f"session {session.id} ended before it started ({result})")
+        session.idle_task = asyncio.create_task(self._watch_idle(session), name=f"session-idle-{session.id}")
+        return await self._answer(session, request.yield_time_ms, request.max_output_bytes)
+
+    async def write(self, raw: Any) -> SessionReply:
+        """Decide ``raw`` (a write_stdin request), send its characters, answer with the output meanwhile."""
+        request = parse_request(raw) if not isinstance(raw, WriteStdinRequest) else raw
+        if not isinstance(request, WriteStdinRequest):
+            raise InputInvalid("input goes to a session with a write_stdin request", details={"field": "tool"})
+        session = self._owned(request.session_id, request.tenant, request.subject)
+        await self.orchestrator.authorize(request)  # gated and recorded; the session's owner is not asked again
+        data = request.chars.encode("utf-8")
+        if data:
+            async with session.writing:
+                if session.ended or session.handle is None:
+                    raise SessionNotFound(f"session {session.id} has ended", details={"session_id": session.id})
+                backend = self.orchestrator.backend
+                assert isinstance(backend, InteractiveBackend)
+                await backend.send_input(session.handle, data)
+                session.last_active = time.monotonic()
+            await self._note(session, EventType.SESSION_INPUT, data={"bytes": len(data), "sha256": _sha256(data)})
+        return await self._answer(session, request.yield_time_ms, request.max_output_bytes)
+
+    async def resize(self, session_id: str, *, tenant: str, subject: str, rows: int, cols: int) -> None:
+        if not (0 < rows <= 10_000 and 0 < cols <= 10_000):
+            raise InputInvalid("rows and cols must be between 1 and 10000", details={"field": "size"})
+        session = self._owned(session_id, tenant, subject)
+        if not session.tty:
+            raise InputInvalid("the session has no terminal (open it with tty: true)", details={"field": "tty"})
+        backend = self.orchestrator.backend
+        if session.handle is None or session.ended or not isinstance(backend, InteractiveBackend):
+            raise SessionNotFound(f"session {session_id} has ended", details={"session_id": session_id})
+        await backend.resize(session.handle, rows, cols)
+
+    async def close(self, session_id: str, *, tenant: str, subject: str) -> SessionReply:
+        """Stop the session (if it still runs) and answer with its last output and how it ended."""
+        session = self._owned(session_id, tenant, subject)
+        await self._stop(session, "closed")
+        return self._reply(session, BUFFER_MAX_BYTES)
+
+    async def aclose(self) -> None:
+        """The owner goes away: every session is stopped (cancelled) and its end recorded."""
+        await asyncio.gather(*(self._stop(s, "cancelled") for s in list(self._sessions.values())))
+
+    def list(self, *, tenant: str, subject: str) -> list[str]:
+        return [s.id for s in self._sessions.values() if _owner(s) == (tenant, subject) and not s.ended]
+
+    # -- inside ---------------------------------------------------------------------------------------
+    def _owned(self, session_id: str, tenant: str, subject: str) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is None or _owner(session) != (tenant, subject):
+            raise SessionNotFound(f"no session {session_id}", details={"session_id": session_id})
+        return session
+
+    async def _run(self, session: _Session, workspace: Path) -> ExecutionResult:
+        def started(handle: SandboxHandle, profile: ResolvedProfile) -> None:
+            session.handle = handle
+            session.last_active = time.monotonic()
+            session.idle_timeout_s = profile.session_idle_timeout_s
+            session.started.set()
+            self.orchestrator.background.spawn(
+                self._note(session, EventType.SESSION_OPENED, data={"tty": session.tty, "sandbox": handle.name}),
+                name=f"session-opened-{session.id}",
+            )
+
+        try:
+            result = await self.orchestrator.run(
+                session.auth, workspace=workspace, on_output=session.feed, session=True, on_started=started
+            )
+        except OrchestratorError as err:
+            session.error = err
+            session.reason = session.stop_reason or "failed"
+            raise
+        except asyncio.CancelledError:
+            session.reason = session.stop_reason or "cancelled"
+            raise
+        finally:
+            if session.idle_task is not None:
+                session.idle_task.cancel()
+            session.changed.set()
+        session.exit_code = result.outcome.exit_code
+        session.error = result.error
+        if session.stop_reason is not None:
+            session.reason = session.stop_reason
+        elif isinstance(result.error, SandboxTimeout):
+            session.reason = "lifetime"
+        else:
+            session.reason = "exit"
+        return result
+
+    async def _watch_idle(self, session: _Session) -> None:
+        while not session.ended:
+            left = session.last_active + session.idle_timeout_s - time.monotonic()
+            if left <= 0:
+                self.orchestrator.background.spawn(self._stop(session, "idle"), name=f"session-idle-stop-{session.id}")
+                return
+            await asyncio.sleep(left)
+
+    async def _stop(self, session: _Session, reason: CloseReason) -> None:
+        if not session.ended and session.stop_reason is None:
+            session.stop_reason = reason
+            backend = self.orchestrator.backend
+            if session.handle is not None and backend is not None:
+                with contextlib.suppress(OrchestratorError):
+                    await backend.kill(session.handle)
+            elif session.task is not None:
+                session.task.cancel(f"session {reason}")
+        if session.task is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_WAIT_S):
+                    await _result(session)
+        await self._closed(session)
+
+    async def _closed(self, session: _Session) -> None:
+        """The end, once: recorded, and the session forgotten once its output was taken or it was closed."""
+        if self._sessions.get(session.id) is not session or not session.ended:
+            return
+        self._sessions.pop(session.id, None)
+        self.orchestrator.grants.end_exec_session(session.id)
+        await self._note(
+            session,
+            EventType.SESSION_CLOSED,
+            durable=True,
+            data={"reason": session.reason or "failed", "exit_code": session.exit_code},
+        )
+
+    async def _answer(self, session: _Session, yield_ms: int, limit: int) -> SessionReply:
+        deadline = time.monotonic() + yield_ms / 1000
+        while not session.ended and session.buffered < limit:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            session.changed.clear()
+            wait = left if not session.chunks else min(left, SETTLE_S)
+            try:
+                async with asyncio.timeout(wait):
+                    await session.changed.wait()
+            except TimeoutError:
+                if session.chunks:
+                    break  # output came and then settled: answer now
+        if session.ended:
+            await _result(session)
+        reply = self._reply(session, limit)
+        if reply.stdout or reply.stderr:
+            await self._note(
+                session,
+                EventType.SESSION_OUTPUT,
+                data={
+                    "stdout_bytes": len(reply.stdout),
+                    "stdout_sha256": _sha256(reply.stdout),
+                    "stderr_bytes": len(reply.stderr),
+                    "stderr_sha256": _sha256(reply.stderr),
+                },
+            )
+        if session.ended and not session.chunks:
+            await self._closed(session)
+        return reply
+
+    def _reply(self, session: _Session, limit: int) -> SessionReply:
+        stdout, stderr = session.take(limit)
+        return SessionReply(
+            session_id=session.id,
+            stdout=stdout,
+            stderr=stderr,
+            running=not session.ended,
+            exit_code=session.exit_code,
+            closed_reason=session.reason if session.ended else None,
+            pending_bytes=session.buffered,
+            dropped_bytes=session.dropped,
+            error=session.error if session.ended else None,
+        )
+
+    async def _note(self, session: _Session, event: EventType, *, durable: bool = False, data: dict[str, Any]) -> None:
+        try:
+            await self.orchestrator.record_event(event, session.auth, durable=durable, data=data)
+        except Exception as exc:  # evidence trouble is the writer's to report; never a session's crash
+            log.warning("could not record %s of session %s: %s", event, session.id, type(exc).__name__)
+
+
+async def _result(session: _Session) -> str:
+    """Wait for the execution's end; a summary for messages (its error is kept on the session)."""
+    assert session.task is not None
+    try:
+        await asyncio.shield(session.task)
+    except (OrchestratorError, asyncio.CancelledError) as exc:
+        return type(exc).__name__
+    return "ended"
+
+
+def _owner(session: _Session) -> tuple[str, str]:
+    return session.auth.request.tenant, session.auth.request.subject
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

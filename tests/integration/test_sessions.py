@@ -1,0 +1,208 @@
+"""Interactive sessions on the real engine: a REPL across writes, a terminal, the ends, the evidence."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.backends.docker import DockerBackend
+from orchestrator.domain.errors import PolicyDenied, SandboxUnavailable, SessionLimit, SessionNotFound
+from orchestrator.evidence import iter_records, verify
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.factory import build_orchestrator
+from orchestrator.service.sessions import SessionReply, Sessions
+
+pytestmark = pytest.mark.integration
+ALLOW_ALL = (
+    "safety:\n  mode: allow\n  denylist: [sudo]\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"
+)
+CANARY = "stdin-canary-7f3e9a1c"
+
+
+@pytest.fixture
+async def sessions(tmp_path: Path) -> AsyncIterator[Sessions]:
+    backend = DockerBackend()
+    try:
+        await backend.info()
+    except SandboxUnavailable as err:
+        pytest.skip(f"no container engine ({err.message}); run `make setup`")
+    profiles_dir = tmp_path / "profiles"
+    profiles_dir.mkdir()
+    # one-shot only: no interactive shells; short: idle after 2 s
+    (profiles_dir / "one-shot.yaml").write_text(
+        "name: one-shot\ndescription: no shells\nextends: workspace-write\nsessions:\n  interactive_shells: false\n"
+    )
+    (profiles_dir / "brief.yaml").write_text(
+        "name: brief\ndescription: short sessions\nextends: workspace-write\n"
+        "sessions:\n  idle_timeout_s: 2\n  max_lifetime_s: 4\n"
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text(ALLOW_ALL)
+    o = build_orchestrator(
+        config,
+        evidence_path=tmp_path / "evidence.jsonl",
+        backend=backend,
+        profiles=ProfileRegistry(extra_dirs=[profiles_dir]),
+    )
+    s = Sessions(o, max_per_tenant=3)
+    yield s
+    await s.aclose()
+    await o.aclose()
+    report = verify(tmp_path / "evidence.jsonl")
+    assert report.ok, report
+
+
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    os.chown(ws, 1000, 1000)
+    return ws
+
+
+async def until(sessions: Sessions, reply: SessionReply, text: str, **who: Any) -> str:
+    """Poll the session until ``text`` appeared in its stdout (bounded)."""
+    seen = reply.stdout.decode()
+    for _ in range(50):
+        if text in seen:
+            return seen
+        more = await sessions.write(
+            {"tool": "write_stdin", "session_id": reply.session_id, "yield_time_ms": 200, **who}
+        )
+        seen += more.stdout.decode()
+    raise AssertionError(f"{text!r} never came: {seen!r}")
+
+
+def events(tmp_path: Path, execution_id: str) -> list[Any]:
+    return list(iter_records(tmp_path / "evidence.jsonl", execution_id=execution_id))
+
+
+async def test_a_python_repl_keeps_its_state_between_writes(sessions: Sessions, tmp_path: Path) -> None:
+    opened = await sessions.open(
+        {"tool": "exec_command", "cmd": "python3 -i -q", "yield_time_ms": 3000}, workspace=workspace(tmp_path)
+    )
+    assert opened.running
+    sid = opened.session_id
+    await sessions.write({"tool": "write_stdin", "session_id": sid, "chars": f"x = '{CANARY}'[::-1]\n"})
+    reply = await sessions.write({"tool": "write_stdin", "session_id": sid, "chars": "print(len(x), x[:6])\n"})
+    out = await until(sessions, reply, "21 c1a9e3")
+    assert "21 c1a9e3" in out
+    closed = await sessions.close(sid, tenant="default", subject="anonymous")
+    assert not closed.running and closed.closed_reason == "closed"
+    kinds = [r.event for r in events(tmp_path, sid)]
+    for kind in ("execution_started", "session_opened", "session_input", "session_output", "session_closed"):
+        assert kind in kinds, kinds
+    assert kinds[-1] in ("session_closed", "container_destroyed", "execution_finished")
+    inputs = [r for r in events(tmp_path, sid) if r.event == "session_input"]
+    assert [r.data["bytes"] for r in inputs] == [len(f"x = '{CANARY}'[::-1]\n"), len("print(len(x), x[:6])\n")]
+    # the input is on record as sizes and digests: its content is in no file the run wrote
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert CANARY.encode() not in path.read_bytes(), path
+
+
+async def test_a_terminal_has_its_size_and_ctrl_c_interrupts_only_the_foreground(
+    sessions: Sessions, tmp_path: Path
+) -> None:
+    opened = await sessions.open(
+        {"tool": "exec_command", "cmd": "bash --norc -i", "tty": True, "yield_time_ms": 1500},
+        workspace=workspace(tmp_path),
+    )
+    sid = opened.session_id
+    await sessions.resize(sid, tenant="default", subject="anonymous", rows=33, cols=101)
+    reply = await sessions.write({"tool": "write_stdin", "session_id": sid, "chars": "stty size\n"})
+    await until(sessions, reply, "33 101")
+    reply = await sessions.write(
+        {"tool": "write_stdin", "session_id": sid, "chars": "sleep 100\n", "yield_time_ms": 300}
+    )
+    started = time.monotonic()
+    reply = await sessions.write({"tool": "write_stdin", "session_id": sid, "chars": "\x03", "yield_time_ms": 300})
+    reply = await sessions.write({"tool": "write_stdin", "session_id": sid, "chars": "echo alive-$((6*7))\n"})
+    await until(sessions, reply, "alive-42")
+    assert time.monotonic() - started < 20
+    closed = await sessions.close(sid, tenant="default", subject="anonymous")
+    assert closed.closed_reason == "closed"
+
+
+async def test_stdout_and_stderr_stay_apart_without_a_terminal(sessions: Sessions, tmp_path: Path) -> None:
+    opened = await sessions.open(
+        {"tool": "exec_command", "cmd": "read line; echo out-$line; echo err-$line >&2", "yield_time_ms": 500},
+        workspace=workspace(tmp_path),
+    )
+    reply = await sessions.write(
+        {"tool": "write_stdin", "session_id": opened.session_id, "chars": "z\n", "yield_time_ms": 5000}
+    )
+    got = (reply.stdout, reply.stderr)
+    while reply.running:
+        reply = await sessions.write({"tool": "write_stdin", "session_id": opened.session_id, "yield_time_ms": 500})
+        got = (got[0] + reply.stdout, got[1] + reply.stderr)
+    assert got == (b"out-z\n", b"err-z\n")
+    assert reply.exit_code == 0 and reply.closed_reason == "exit"
+    with pytest.raises(SessionNotFound):
+        await sessions.write({"tool": "write_stdin", "session_id": opened.session_id, "chars": "late\n"})
+    closing = [r for r in events(tmp_path, opened.session_id) if r.event == "session_closed"]
+    assert [(r.data["reason"], r.data["exit_code"]) for r in closing] == [("exit", 0)]
+
+
+async def test_idle_and_lifetime_end_a_session(sessions: Sessions, tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    idle = await sessions.open(
+        {"tool": "exec_command", "cmd": "cat", "profile": "brief", "yield_time_ms": 0}, workspace=ws
+    )
+    chatty = await sessions.open(
+        {
+            "tool": "exec_command",
+            "cmd": "while :; do echo tick; sleep 0.5; done",
+            "profile": "brief",
+            "yield_time_ms": 0,
+        },
+        workspace=ws,
+    )
+    await asyncio.sleep(6)
+    with pytest.raises(SessionNotFound):  # closed by its idle timeout and forgotten (nothing was pending)
+        await sessions.write({"tool": "write_stdin", "session_id": idle.session_id})
+    last = await sessions.write({"tool": "write_stdin", "session_id": chatty.session_id, "yield_time_ms": 0})
+    while last.running:
+        last = await sessions.write({"tool": "write_stdin", "session_id": chatty.session_id, "yield_time_ms": 500})
+    assert last.closed_reason == "lifetime"
+    reasons = {
+        sid: [r.data["reason"] for r in events(tmp_path, sid) if r.event == "session_closed"]
+        for sid in (idle.session_id, chatty.session_id)
+    }
+    assert reasons == {idle.session_id: ["idle"], chatty.session_id: ["lifetime"]}
+
+
+async def test_sessions_are_their_owners_and_limited_per_tenant(sessions: Sessions, tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    opened = [
+        await sessions.open({"tool": "exec_command", "cmd": "cat", "tenant": "t1", "yield_time_ms": 0}, workspace=ws)
+        for _ in range(3)
+    ]
+    with pytest.raises(SessionLimit):
+        await sessions.open({"tool": "exec_command", "cmd": "cat", "tenant": "t1", "yield_time_ms": 0}, workspace=ws)
+    with pytest.raises(SessionNotFound):  # another tenant never finds it
+        await sessions.write({"tool": "write_stdin", "session_id": opened[0].session_id, "tenant": "t2", "chars": "x"})
+    for reply in opened:
+        await sessions.close(reply.session_id, tenant="t1", subject="anonymous")
+    assert sessions.list(tenant="t1", subject="anonymous") == []
+
+
+async def test_a_profile_can_forbid_interactive_shells(sessions: Sessions, tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    for cmd in ("bash", "python3", "cd /workspace && sh -i"):
+        with pytest.raises(PolicyDenied, match="interactive shell"):
+            await sessions.open({"tool": "exec_command", "cmd": cmd, "profile": "one-shot"}, workspace=ws)
+    reply = await sessions.open(
+        {"tool": "exec_command", "cmd": "python3 -c 'print(6*7)'", "profile": "one-shot", "yield_time_ms": 5000},
+        workspace=ws,
+    )
+    out = reply.stdout
+    while reply.running:  # the answer may come once the output settled, before the exit
+        reply = await sessions.write({"tool": "write_stdin", "session_id": reply.session_id, "yield_time_ms": 1000})
+        out += reply.stdout
+    assert out == b"42\n" and reply.exit_code == 0 and reply.closed_reason == "exit"
