@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from pydantic import BaseModel
 
-from orchestrator.api import handlers
+from orchestrator.api import handlers, session_handlers
 from orchestrator.domain.wire import (
     ApprovalAnswer,
     ApprovalDecisionBody,
@@ -19,6 +19,9 @@ from orchestrator.domain.wire import (
     ExecutionView,
     Health,
     Identity,
+    ResizeBody,
+    SessionAnswer,
+    StdinBody,
     SubmitAnswer,
 )
 
@@ -51,6 +54,7 @@ class Route:
 
 
 _ID = Param("id", "path", "The execution's id (also its approval's id).", required=True)
+_SESSION = Param("id", "path", "The session's id (the session_id its opening answered with).", required=True)
 
 ROUTES: tuple[Route, ...] = (
     Route(
@@ -103,6 +107,56 @@ ROUTES: tuple[Route, ...] = (
         " Reconnect with Last-Event-ID to resume.",
         media="text/event-stream",
         params=(_ID, Param("Last-Event-ID", "header", "The id of the last event received.")),
+        errors=(401, 404, 429),
+    ),
+    Route(
+        "POST",
+        "/v1/sessions",
+        session_handlers.open_session,
+        "Open an interactive session: an exec_command request, decided like any command, then a long-lived"
+        " sandbox; answers with its session_id and the output of its yield_time_ms.",
+        body_is_request=True,
+        response=SessionAnswer,
+        success=201,
+        errors=(400, 401, 403, 404, 413, 429, 503),
+    ),
+    Route(
+        "POST",
+        "/v1/sessions/{id}/stdin",
+        session_handlers.write_stdin,
+        "Send characters to the session's stdin (gated and recorded as size and sha256; an empty string"
+        " only polls); answers with the output produced within yield_time_ms.",
+        body=StdinBody,
+        response=SessionAnswer,
+        params=(_SESSION,),
+        errors=(400, 401, 403, 404, 413, 429, 503),
+    ),
+    Route(
+        "POST",
+        "/v1/sessions/{id}/resize",
+        session_handlers.resize,
+        "Set the session terminal's window size (a session opened with tty).",
+        body=ResizeBody,
+        success=204,
+        params=(_SESSION,),
+        errors=(400, 401, 404, 429, 503),
+    ),
+    Route(
+        "GET",
+        "/v1/sessions/{id}/output",
+        session_handlers.follow_output,
+        "Server-Sent Events: `output` chunks (redacted) as produced, then one `end` event (the last answer).",
+        media="text/event-stream",
+        params=(_SESSION,),
+        errors=(401, 404, 429),
+    ),
+    Route(
+        "DELETE",
+        "/v1/sessions/{id}",
+        session_handlers.close_session,
+        "Close the session: its sandbox is stopped and removed; answers with its last output and exit.",
+        response=SessionAnswer,
+        params=(_SESSION,),
         errors=(401, 404, 429),
     ),
     Route(

@@ -18,6 +18,7 @@ from orchestrator.domain.wire import (
     ExecutionView,
     Identity,
     OutputChunk,
+    SessionAnswer,
     SubmitAnswer,
 )
 
@@ -98,6 +99,26 @@ class AsyncClient:
 
     async def whoami(self) -> Identity:
         return core.decode(Identity, *await self._send(core.whoami()))
+
+    # -- interactive sessions (exec_command / write_stdin) ----------------------------------------
+    async def open_session(self, request: Any) -> SessionAnswer:
+        """Open a session: ``request`` is an exec_command request (``cmd``, ``tty``, ``yield_time_ms``,
+        ``max_output_bytes``, ``profile`` ...); answers with its ``session_id`` and first output."""
+        call = core.open_session(request)
+        return core.decode(SessionAnswer, *await self._send(call, read_timeout=core.yield_timeout(call, self._timeout)))
+
+    async def write_stdin(
+        self, session_id: str, chars: str = "", *, yield_time_ms: int = 1000, max_output_bytes: int = 65536
+    ) -> SessionAnswer:
+        """Send ``chars`` (empty: only poll); answers with the output produced within ``yield_time_ms``."""
+        call = core.write_stdin(session_id, chars, yield_time_ms, max_output_bytes)
+        return core.decode(SessionAnswer, *await self._send(call, read_timeout=core.yield_timeout(call, self._timeout)))
+
+    async def resize_session(self, session_id: str, rows: int, cols: int) -> None:
+        core.raise_for(*await self._send(core.resize(session_id, rows, cols)))
+
+    async def close_session(self, session_id: str) -> SessionAnswer:
+        return core.decode(SessionAnswer, *await self._send(core.close_session(session_id)))
 
     async def evidence(self, execution_id: str) -> EvidencePage:
         return core.decode(EvidencePage, *await self._send(core.evidence(execution_id)))

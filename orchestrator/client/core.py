@@ -76,6 +76,30 @@ def evidence(execution_id: str) -> Call:
     return Call("GET", "/v1/evidence", {"execution_id": execution_id})
 
 
+# -- interactive sessions ----------------------------------------------------------------------------
+def open_session(request: Any) -> Call:
+    return Call("POST", "/v1/sessions", body={"tool": "exec_command", **_request_body(request)})
+
+
+def write_stdin(session_id: str, chars: str, yield_time_ms: int, max_output_bytes: int) -> Call:
+    body = {"chars": chars, "yield_time_ms": yield_time_ms, "max_output_bytes": max_output_bytes}
+    return Call("POST", f"/v1/sessions/{_id(session_id)}/stdin", body=body)
+
+
+def resize(session_id: str, rows: int, cols: int) -> Call:
+    return Call("POST", f"/v1/sessions/{_id(session_id)}/resize", body={"rows": rows, "cols": cols})
+
+
+def close_session(session_id: str) -> Call:
+    return Call("DELETE", f"/v1/sessions/{_id(session_id)}")
+
+
+def yield_timeout(call: Call, timeout_s: float) -> float:
+    """A session call's read timeout: its own yield time on top of the client's."""
+    body = call.body if isinstance(call.body, dict) else {}
+    return timeout_s + float(body.get("yield_time_ms") or 0) / 1000
+
+
 def output_path(execution_id: str) -> str:
     return f"/v1/executions/{_id(execution_id)}/output"
 

@@ -18,6 +18,7 @@ from orchestrator.domain.wire import (
     ExecutionView,
     Identity,
     OutputChunk,
+    SessionAnswer,
     SubmitAnswer,
 )
 
@@ -93,6 +94,26 @@ class Client:
 
     def whoami(self) -> Identity:
         return core.decode(Identity, *self._send(core.whoami()))
+
+    # -- interactive sessions (exec_command / write_stdin) ----------------------------------------
+    def open_session(self, request: Any) -> SessionAnswer:
+        """Open a session: ``request`` is an exec_command request (``cmd``, ``tty``, ``yield_time_ms``,
+        ``max_output_bytes``, ``profile`` ...); answers with its ``session_id`` and first output."""
+        call = core.open_session(request)
+        return core.decode(SessionAnswer, *self._send(call, read_timeout=core.yield_timeout(call, self._timeout)))
+
+    def write_stdin(
+        self, session_id: str, chars: str = "", *, yield_time_ms: int = 1000, max_output_bytes: int = 65536
+    ) -> SessionAnswer:
+        """Send ``chars`` (empty: only poll); answers with the output produced within ``yield_time_ms``."""
+        call = core.write_stdin(session_id, chars, yield_time_ms, max_output_bytes)
+        return core.decode(SessionAnswer, *self._send(call, read_timeout=core.yield_timeout(call, self._timeout)))
+
+    def resize_session(self, session_id: str, rows: int, cols: int) -> None:
+        core.raise_for(*self._send(core.resize(session_id, rows, cols)))
+
+    def close_session(self, session_id: str) -> SessionAnswer:
+        return core.decode(SessionAnswer, *self._send(core.close_session(session_id)))
 
     def evidence(self, execution_id: str) -> EvidencePage:
         return core.decode(EvidencePage, *self._send(core.evidence(execution_id)))

@@ -156,6 +156,35 @@ class OutputChunk(_Wire):
     data: str = Field(description="UTF-8 text (bytes that are not UTF-8 replaced).")
 
 
+class SessionAnswer(_Wire):
+    """An interactive session's answer: its output since the last answer (redacted) and its state."""
+
+    session_id: str = Field(description="The session (its execution's id).")
+    stdout: str = Field(description="UTF-8 text (bytes that are not UTF-8 replaced); with a terminal, everything.")
+    stderr: str = Field(description="Without a terminal: the command's stderr, kept apart.")
+    running: bool = Field(description="False once the command ended and its sandbox is gone.")
+    exit_code: int | None = Field(default=None, description="Once it ended.")
+    closed_reason: Literal["exit", "idle", "lifetime", "closed", "cancelled", "failed"] | None = None
+    pending_bytes: int = Field(default=0, description="Output already produced that waits for the next call.")
+    dropped_bytes: int = Field(default=0, description="Output nobody took before the session's buffer filled.")
+    error: ErrorBody | None = Field(default=None, description="Why it ended, if not by its own exit.")
+
+
+class StdinBody(_Wire):
+    """``POST /v1/sessions/{id}/stdin``: characters for the command's stdin (an empty string polls)."""
+
+    chars: str = Field(default="", description="Characters to write (secret: recorded as size and sha256).")
+    yield_time_ms: int = Field(default=1000, ge=0, le=300_000, description="How long to collect output.")
+    max_output_bytes: int = Field(default=64 * 1024, ge=1, le=1024 * 1024, description="At most this much output.")
+
+
+class ResizeBody(_Wire):
+    """``POST /v1/sessions/{id}/resize``: the terminal's window size."""
+
+    rows: int = Field(ge=1, le=10_000)
+    cols: int = Field(ge=1, le=10_000)
+
+
 class Health(_Wire):
     status: Literal["ok", "unavailable"]
     checks: dict[str, str] = Field(default_factory=dict, description="Each readiness check: 'ok' or why not.")

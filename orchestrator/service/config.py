@@ -82,6 +82,9 @@ class ServiceLimits(BaseModel):
     max_pending_connections: int = Field(
         default=256, ge=1, description="Connections waiting for their headers at once (the newest beyond are closed)."
     )
+    max_sessions_per_tenant: int = Field(
+        default=8, ge=0, le=10_000, description="Open interactive sessions per tenant (SESSION.LIMIT past it)."
+    )
 
 
 class ServiceSection(BaseModel):

@@ -36,6 +36,7 @@ from orchestrator.domain.errors import (
 )
 from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.principal import Principal, Role
+from orchestrator.domain.requests import ExecCommandRequest
 from orchestrator.domain.wire import (
     ApprovalInfo,
     ErrorBody,
@@ -183,7 +184,7 @@ class ExecutionManager(Observer):
             raise Forbidden("an approver token cannot submit executions")
         if not isinstance(raw, dict):
             raise InputInvalid("the body must be a JSON object (a request)", details={"fields": ["(root)"]})
-        raw = self._owned(raw, principal)
+        raw = self.owned(raw, principal)
         execution_id = new_execution_id()
         workspace = self.workspaces.path(raw["tenant"], raw.get("session_id"))  # created once it runs
         now = _now()
@@ -228,7 +229,7 @@ class ExecutionManager(Observer):
                 return
             await asyncio.sleep(0.005)
 
-    def _owned(self, raw: dict[str, Any], principal: Principal) -> dict[str, Any]:
+    def owned(self, raw: dict[str, Any], principal: Principal) -> dict[str, Any]:
         """The request as its caller may make it: tenant and subject are the token's (an admin may name
         any tenant and subject)."""
         tenant = raw.get("tenant")
@@ -309,6 +310,44 @@ class ExecutionManager(Observer):
                 result = live.view.result
                 total += live.output.size() + (len(result.stdout) + len(result.stderr) if result else 0)
         return total
+
+    # -- sessions: service.sessions drives them; their views, store rows and events are these --------
+    def session_opening(self, execution_id: str, request: ExecCommandRequest) -> Observer:
+        """A session's execution is about to be decided: seen, listed and stored like any other (so a
+        restart ends it on the record: recover())."""
+        now = _now()
+        self._live[execution_id] = _Live(
+            view=ExecutionView(
+                execution_id=execution_id,
+                state=ExecutionState.RECEIVED,
+                tenant=request.tenant,
+                subject=request.subject,
+                tool=request.tool,
+                session_id=request.session_id,
+                created_at=now,
+                updated_at=now,
+                request={},
+            )
+        )
+        return self
+
+    def session_ended(
+        self, execution_id: str, result: ExecutionResult | None, error: OrchestratorError | None, started: bool
+    ) -> None:
+        live = self._live.get(execution_id)
+        if live is None:
+            return
+        if result is not None:
+            self._finish(live, result)
+        elif live.view.decision is None:  # refused before the gate decided (invalid): nothing to keep
+            self._live.pop(execution_id, None)
+            return
+        else:
+            self._fail(live, error or ExecutionCancelled("the session ended"), started)
+        live.accepted.set()
+        live.done.set()
+        live.notify()
+        self._retire(execution_id)
 
     # -- reading -----------------------------------------------------------------------------------
     async def get(self, execution_id: str, principal: Principal) -> ExecutionView:

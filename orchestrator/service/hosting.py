@@ -30,6 +30,7 @@ from orchestrator.service.governing import Governing, approval_queue, policy_fil
 from orchestrator.service.grants import StoredGrants
 from orchestrator.service.orchestrator import Orchestrator
 from orchestrator.service.reaper import collect_orphans
+from orchestrator.service.sessions import Sessions
 from orchestrator.service.store import StateStore
 from orchestrator.service.tasks import Guarded
 from orchestrator.service.tokens import Credential, load_credentials
@@ -59,6 +60,7 @@ class Service:
     manager: ExecutionManager
     credentials: list[Credential]
     limits: ServiceLimits
+    sessions: Sessions
     background: Guarded = field(default_factory=Guarded)
     recovered: dict[str, int] = field(default_factory=dict)
 
@@ -100,7 +102,8 @@ class Service:
         except BaseException:
             await store.close()
             raise
-        return cls(config, orchestrator, store, manager, credentials, section.limits)
+        sessions = Sessions(orchestrator, max_per_tenant=section.limits.max_sessions_per_tenant, hooks=manager)
+        return cls(config, orchestrator, store, manager, credentials, section.limits, sessions)
 
     async def start(self) -> None:
         """Recover what a previous run left, then collect orphans now and every minute."""
@@ -141,6 +144,7 @@ class Service:
     async def close(self) -> None:
         await self.background.cancel_all()
         await self.manager.suspend()
+        await self.sessions.aclose()  # a session does not outlive its controller: each ends, on the record
         await self.orchestrator.aclose()
         await self.store.close()
 

@@ -27,7 +27,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from orchestrator.backends.base import InteractiveBackend, OutputStream, SandboxHandle
 from orchestrator.domain.errors import (
@@ -38,10 +38,12 @@ from orchestrator.domain.errors import (
     SessionLimit,
     SessionNotFound,
 )
+from orchestrator.domain.ids import new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, WriteStdinRequest, parse_request
+from orchestrator.domain.wire import ErrorBody, SessionAnswer
 from orchestrator.evidence import EventType
 from orchestrator.profiles import ResolvedProfile
-from orchestrator.service.orchestrator import Authorization, ExecutionResult, Orchestrator
+from orchestrator.service.orchestrator import Authorization, ExecutionResult, Observer, Orchestrator
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,17 @@ SETTLE_S = 0.03
 DEFAULT_MAX_PER_TENANT = 8
 #: how long close() waits for the execution's end (its end record) after stopping the sandbox
 CLOSE_WAIT_S = 60.0
+
+
+class SessionHooks(Protocol):
+    """Who else keeps track of a session's execution (the service's execution manager: its view, its
+    store row, the events page, recovery after a restart)."""
+
+    def session_opening(self, execution_id: str, request: ExecCommandRequest) -> Observer: ...
+
+    def session_ended(
+        self, execution_id: str, result: ExecutionResult | None, error: OrchestratorError | None, started: bool
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,24 +84,25 @@ class SessionReply:
     dropped_bytes: int = 0  # output lost because nobody took it before the buffer filled
     error: OrchestratorError | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "stdout": self.stdout.decode("utf-8", "replace"),
-            "stderr": self.stderr.decode("utf-8", "replace"),
-            "running": self.running,
-            "exit_code": self.exit_code,
-            "closed_reason": self.closed_reason,
-            "pending_bytes": self.pending_bytes,
-            "dropped_bytes": self.dropped_bytes,
-            "error": None if self.error is None else {"code": self.error.code, "message": self.error.message},
-        }
+    def to_wire(self) -> SessionAnswer:
+        return SessionAnswer(
+            session_id=self.session_id,
+            stdout=self.stdout.decode("utf-8", "replace"),
+            stderr=self.stderr.decode("utf-8", "replace"),
+            running=self.running,
+            exit_code=self.exit_code,
+            closed_reason=self.closed_reason,
+            pending_bytes=self.pending_bytes,
+            dropped_bytes=self.dropped_bytes,
+            error=None if self.error is None else ErrorBody.of(self.error),
+        )
 
 
 @dataclass(eq=False)
 class _Session:
     auth: Authorization
     tty: bool
+    observer: Observer | None = None
     idle_timeout_s: float = 0.0
     chunks: collections.deque[tuple[OutputStream, bytes]] = field(default_factory=collections.deque)
     buffered: int = 0
@@ -141,9 +155,16 @@ class _Session:
 class Sessions:
     """The open sessions of one orchestrator (the library's, or the service's)."""
 
-    def __init__(self, orchestrator: Orchestrator, *, max_per_tenant: int = DEFAULT_MAX_PER_TENANT) -> None:
+    def __init__(
+        self,
+        orchestrator: Orchestrator,
+        *,
+        max_per_tenant: int = DEFAULT_MAX_PER_TENANT,
+        hooks: SessionHooks | None = None,
+    ) -> None:
         self.orchestrator = orchestrator
         self.max_per_tenant = max_per_tenant
+        self.hooks = hooks
         self._sessions: dict[str, _Session] = {}
 
     # -- the calls -------------------------------------------------------------------------------------
@@ -161,8 +182,16 @@ class Sessions:
                 f"tenant {request.tenant!r} has {mine} open sessions, its limit: close one first",
                 details={"limit": self.max_per_tenant},
             )
-        auth = await self.orchestrator.authorize(request)
-        session = _Session(auth=auth, tty=request.tty)
+        execution_id = new_execution_id()
+        observer = None if self.hooks is None else self.hooks.session_opening(execution_id, request)
+        try:
+            auth = await self.orchestrator.authorize(request, execution_id=execution_id, observer=observer)
+        except (OrchestratorError, asyncio.CancelledError) as err:
+            if self.hooks is not None:
+                refusal = err if isinstance(err, OrchestratorError) else None
+                self.hooks.session_ended(execution_id, None, refusal, False)
+            raise
+        session = _Session(auth=auth, tty=request.tty, observer=observer)
         self._sessions[session.id] = session
         session.task = asyncio.create_task(self._run(session, workspace), name=f"session-{session.id}")
         started = asyncio.ensure_future(session.started.wait())
@@ -183,9 +212,10 @@ class Sessions:
         if not isinstance(request, WriteStdinRequest):
             raise InputInvalid("input goes to a session with a write_stdin request", details={"field": "tool"})
         session = self._owned(request.session_id, request.tenant, request.subject)
-        await self.orchestrator.authorize(request)  # gated and recorded; the session's owner is not asked again
         data = request.chars.encode("utf-8")
-        if data:
+        if data:  # an empty write only polls: nothing to decide
+            # gated and recorded (as size and digest); the session's owner is not asked again
+            await self.orchestrator.authorize(request)
             async with session.writing:
                 if session.ended or session.handle is None:
                     raise SessionNotFound(f"session {session.id} has ended", details={"session_id": session.id})
@@ -195,6 +225,17 @@ class Sessions:
                 session.last_active = time.monotonic()
             await self._note(session, EventType.SESSION_INPUT, data={"bytes": len(data), "sha256": _sha256(data)})
         return await self._answer(session, request.yield_time_ms, request.max_output_bytes)
+
+    async def poll(
+        self, session_id: str, *, tenant: str, subject: str, yield_ms: int, max_bytes: int = BUFFER_MAX_BYTES
+    ) -> SessionReply:
+        """The output produced within ``yield_ms`` (an empty write_stdin)."""
+        return await self._answer(self._owned(session_id, tenant, subject), yield_ms, max_bytes)
+
+    def owner(self, session_id: str) -> tuple[str, str] | None:
+        """(tenant, subject) of an open session, for a caller that checks its own permissions."""
+        session = self._sessions.get(session_id)
+        return None if session is None else _owner(session)
 
     async def resize(self, session_id: str, *, tenant: str, subject: str, rows: int, cols: int) -> None:
         if not (0 < rows <= 10_000 and 0 < cols <= 10_000):
@@ -238,9 +279,15 @@ class Sessions:
                 name=f"session-opened-{session.id}",
             )
 
+        result: ExecutionResult | None = None
         try:
             result = await self.orchestrator.run(
-                session.auth, workspace=workspace, on_output=session.feed, session=True, on_started=started
+                session.auth,
+                workspace=workspace,
+                observer=session.observer,
+                on_output=session.feed,
+                session=True,
+                on_started=started,
             )
         except OrchestratorError as err:
             session.error = err
@@ -253,6 +300,8 @@ class Sessions:
             if session.idle_task is not None:
                 session.idle_task.cancel()
             session.changed.set()
+            if self.hooks is not None:
+                self.hooks.session_ended(session.id, result, session.error, session.started.is_set())
         session.exit_code = result.outcome.exit_code
         session.error = result.error
         if session.stop_reason is not None:
