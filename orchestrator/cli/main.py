@@ -19,6 +19,7 @@ from orchestrator.cli import (
     profiles_cmd,
     run_cmd,
     serve_cmd,
+    session_cmd,
     warm_cmd,
 )
 from orchestrator.cli.arguments import undecodable_argument
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     check_cmd.register(sub)
     run_cmd.register(sub)
+    session_cmd.register(sub)
     evidence_cmd.register(sub)
     approvals_cmd.register(sub)
     profiles_cmd.register(sub)

@@ -226,6 +226,16 @@ class Sessions:
             await self._note(session, EventType.SESSION_INPUT, data={"bytes": len(data), "sha256": _sha256(data)})
         return await self._answer(session, request.yield_time_ms, request.max_output_bytes)
 
+    async def end_input(self, session_id: str, *, tenant: str, subject: str) -> None:
+        """Close the command's stdin (it reads EOF), after what was sent; recorded."""
+        session = self._owned(session_id, tenant, subject)
+        backend = self.orchestrator.backend
+        if session.handle is None or session.ended or not isinstance(backend, InteractiveBackend):
+            return
+        async with session.writing:
+            await backend.end_input(session.handle)
+        await self._note(session, EventType.SESSION_INPUT, data={"bytes": 0, "end": True})
+
     async def poll(
         self, session_id: str, *, tenant: str, subject: str, yield_ms: int, max_bytes: int = BUFFER_MAX_BYTES
     ) -> SessionReply:

@@ -206,3 +206,53 @@ async def test_a_profile_can_forbid_interactive_shells(sessions: Sessions, tmp_p
         reply = await sessions.write({"tool": "write_stdin", "session_id": reply.session_id, "yield_time_ms": 1000})
         out += reply.stdout
     assert out == b"42\n" and reply.exit_code == 0 and reply.closed_reason == "exit"
+
+
+def test_sandboxctl_session_attaches_a_terminal_with_its_size(tmp_path: Path) -> None:
+    """`sandboxctl session` under a real pseudo-terminal: raw mode, the window size, the exit status."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    ws = workspace(tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text(ALLOW_ALL)
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 41, 127, 0, 0))
+    argv = [sys.executable, "-m", "orchestrator.cli.main", "session", "--config", str(config), "--workspace", str(ws)]
+    argv += ["--evidence", str(tmp_path / "evidence.jsonl"), "--shell", "bash --norc -i"]
+    proc = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True)
+    os.close(terminal)
+    seen = b""
+
+    def read_until(text: bytes, timeout: float = 30) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while text not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(controller, 4096)
+                except OSError:  # the other side closed
+                    break
+        assert text in seen, seen[-2000:]
+
+    try:
+        os.write(controller, b"stty size\n")  # typed ahead, before the session is open: kept, like docker run -it
+        read_until(b"41 127")
+        os.write(controller, b"sleep 100\n")
+        time.sleep(1)
+        os.write(controller, b"\x03")  # raw mode: Ctrl-C reaches the sandbox's foreground process
+        os.write(controller, b"echo after-$((6*7))\n")
+        read_until(b"after-42")
+        os.write(controller, b"exit 7\n")
+        assert proc.wait(timeout=60) == 7
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(controller)
+    assert verify(tmp_path / "evidence.jsonl").ok
