@@ -107,10 +107,10 @@ async def main() -> int:
         async def governed() -> float:
             start = time.perf_counter()
             reply = await sessions.write(
-                {"tool": "write_stdin", "session_id": sid, "chars": "x", "yield_time_ms": 5000, "max_output_bytes": 1}
+                {"tool": "write_stdin", "session_id": sid, "chars": ".", "yield_time_ms": 5000, "max_output_bytes": 1}
             )
             elapsed = time.perf_counter() - start
-            assert reply.stdout == b"x", reply
+            assert reply.stdout == b".", reply
             return elapsed
 
         for _ in range(10):  # warm both

@@ -217,11 +217,14 @@ class Orchestrator:
         execution_id: ExecutionId | None = None,
         observer: Observer | None = None,
         approval_deadline: float | None = None,
+        durable: bool = True,
     ) -> Authorization:
         """Decide ``raw`` (a request model or dict). Returns an Authorization or raises the refusal.
 
         ``execution_id``: chosen by the caller (the service names an execution before it is decided);
-        ``approval_deadline``: an ask already queued before a restart keeps its deadline."""
+        ``approval_deadline``: an ask already queued before a restart keeps its deadline; ``durable`` False:
+        a yes is queued to the evidence in order but not awaited on disk (input to a running session, whose
+        own begin record was; its end record is durable again). Refusals are always durable."""
         execution_id = execution_id or new_execution_id()
         try:
             check_out_of_earlier_workspaces(self.governing)  # e.g. a policy about to be reloaded
@@ -258,7 +261,7 @@ class Orchestrator:
             gate,
             # an allow is durable before anything may run; a deny becomes durable with its end record
             # (fsynced before the refusal is answered): one fsync per refusal, not two
-            durable=decision.decision is Decision.ALLOW,
+            durable=durable and decision.decision is Decision.ALLOW,
             decision=decision.decision.value,
             reason=decision.reason,
             data={"matched_rule": decision.matched_rule, "risk": decision.risk.model_dump(mode="json")},
@@ -269,7 +272,7 @@ class Orchestrator:
             return self._authorized(execution_id, request, gate, None, "policy")
 
         try:
-            approval = await self._approve(execution_id, request, gate, observer, approval_deadline)
+            approval = await self._approve(execution_id, request, gate, observer, approval_deadline, durable=durable)
         except asyncio.CancelledError as cancel:
             if is_suspend(cancel):  # the service stops: the ask stays queued, the execution resumes later
                 raise
@@ -298,14 +301,14 @@ class Orchestrator:
         return Authorization(execution_id, request, gate, approval, approved_by)
 
     async def _record_approval(
-        self, execution_id: str, gate: GateResult, result: ApprovalResult, *, cached: bool
+        self, execution_id: str, gate: GateResult, result: ApprovalResult, *, cached: bool, durable: bool = True
     ) -> None:
-        """Durable: an approval is what lets an execution start."""
+        """Durable (unless ``durable`` False, see authorize): an approval is what lets an execution start."""
         await self._record(
             EventType.APPROVAL_DECIDED,
             execution_id,
             gate,
-            durable=True,
+            durable=durable,
             decision=result.outcome.value,
             approver=result.approver,
             reason=result.reason,
@@ -319,6 +322,8 @@ class Orchestrator:
         gate: GateResult,
         observer: Observer | None = None,
         deadline: float | None = None,
+        *,
+        durable: bool = True,
     ) -> ApprovalResult:
         key = gate.approval_key
         policy_hash = gate.decision.policy_version_hash
@@ -343,7 +348,7 @@ class Orchestrator:
                 reason=f"approved earlier in session {request.session_id}",
             )
         if cached is not None:
-            await self._record_approval(execution_id, gate, cached, cached=True)
+            await self._record_approval(execution_id, gate, cached, cached=True, durable=durable)
             _tell(observer, "approval_settled", execution_id, cached)
             return cached
 

@@ -214,8 +214,10 @@ class Sessions:
         session = self._owned(request.session_id, request.tenant, request.subject)
         data = request.chars.encode("utf-8")
         if data:  # an empty write only polls: nothing to decide
-            # gated and recorded (as size and digest); the session's owner is not asked again
-            await self.orchestrator.authorize(request)
+            # gated and recorded (as size and digest); the session's owner is not asked again. The records are
+            # queued before the input is sent, in order, and flushed with the writer's group commit, not
+            # awaited (an fsync per keystroke would be most of a round trip); the session's end is durable
+            await self.orchestrator.authorize(request, durable=False)
             async with session.writing:
                 if session.ended or session.handle is None:
                     raise SessionNotFound(f"session {session.id} has ended", details={"session_id": session.id})

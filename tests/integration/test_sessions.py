@@ -256,3 +256,93 @@ def test_sandboxctl_session_attaches_a_terminal_with_its_size(tmp_path: Path) ->
             proc.kill()
         os.close(controller)
     assert verify(tmp_path / "evidence.jsonl").ok
+
+
+async def test_twenty_sessions_at_once_each_gets_only_its_own_input(sessions: Sessions, tmp_path: Path) -> None:
+    sessions.max_per_tenant = 20
+    ws = workspace(tmp_path)
+    opened = await asyncio.gather(
+        *(sessions.open({"tool": "exec_command", "cmd": "cat", "yield_time_ms": 0}, workspace=ws) for _ in range(20))
+    )
+    ids = [reply.session_id for reply in opened]
+    assert len(set(ids)) == 20
+
+    async def converse(index: int, sid: str) -> str:
+        got = ""
+        for turn in range(5):
+            chars = f"s{index}-t{turn}\n"
+            reply = await sessions.write(
+                {"tool": "write_stdin", "session_id": sid, "chars": chars, "yield_time_ms": 5000, "max_output_bytes": 8}
+            )
+            got += reply.stdout.decode()
+            while not got.endswith(chars):
+                more = await sessions.write({"tool": "write_stdin", "session_id": sid, "yield_time_ms": 1000})
+                got += more.stdout.decode()
+        return got
+
+    talks = await asyncio.gather(*(converse(i, sid) for i, sid in enumerate(ids)))
+    assert talks == ["".join(f"s{i}-t{t}\n" for t in range(5)) for i in range(20)]
+    await asyncio.gather(*(sessions.close(sid, tenant="default", subject="anonymous") for sid in ids))
+    backend = sessions.orchestrator.backend
+    assert backend is not None
+    left = [s.name for s in await backend.list_managed() if s.execution_id in set(ids)]
+    assert left == []
+
+
+def test_a_killed_controller_leaves_its_session_to_the_orphan_collector(tmp_path: Path) -> None:
+    """The process holding a session is killed outright: its sandbox is collected, on the record."""
+    import signal
+    import subprocess
+    import sys
+
+    ws = workspace(tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text(ALLOW_ALL)
+    evidence = tmp_path / "evidence.jsonl"
+    holder = f"""
+import asyncio, sys
+from pathlib import Path
+from orchestrator.backends.docker import DockerBackend
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.factory import build_orchestrator
+from orchestrator.service.sessions import Sessions
+
+async def main():
+    o = build_orchestrator(Path({str(config)!r}), evidence_path=Path({str(evidence)!r}), backend=DockerBackend(),
+                           profiles=ProfileRegistry())
+    s = Sessions(o)
+    reply = await s.open({{"tool": "exec_command", "cmd": "cat", "yield_time_ms": 0}}, workspace=Path({str(ws)!r}))
+    await o.evidence.flush()
+    print(reply.session_id, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        session_id = proc.stdout.readline().strip()
+        assert session_id.startswith("ex-"), session_id
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+
+    async def collect() -> list[str]:
+        from orchestrator.evidence import EvidenceWriter
+        from orchestrator.service.reaper import collect_orphans
+
+        backend = DockerBackend()
+        writer = EvidenceWriter(evidence)
+        try:
+            reaped = await collect_orphans(backend, writer)
+            left = [s.name for s in await backend.list_managed() if s.execution_id == session_id]
+            assert left == []
+            return [r.sandbox.execution_id or "" for r in reaped]
+        finally:
+            await writer.close()
+            await backend.close()
+
+    assert session_id in asyncio.run(collect())
+    kinds = [r.event for r in events(tmp_path, session_id)]
+    assert "session_opened" in kinds and kinds[-1] == "execution_abandoned", kinds
+    assert verify(evidence).ok
