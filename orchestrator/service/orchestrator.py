@@ -19,7 +19,7 @@ from typing import Any
 
 from orchestrator.approvals.base import ApprovalProvider, SettlesInStore, decide, is_suspend
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
-from orchestrator.backends.base import OutputCallback, SandboxBackend, SandboxHandle
+from orchestrator.backends.base import InteractiveBackend, OutputCallback, SandboxBackend, SandboxHandle
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult, Decision
 from orchestrator.domain.errors import (
     ApprovalAborted,
@@ -33,6 +33,7 @@ from orchestrator.domain.errors import (
     OrchestratorError,
     PolicyDenied,
     SandboxOutputLimit,
+    SandboxUnavailable,
 )
 from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
@@ -443,6 +444,11 @@ class Orchestrator:
             spec = launch_spec(execution_id, request, profile, workspace, interactive=session)
             if session:
                 check_session_allowed(profile, spec.argv)
+                if not isinstance(self.backend, InteractiveBackend):
+                    raise SandboxUnavailable(
+                        f"the {type(self.backend).__name__} cannot run interactive sessions (it takes no input "
+                        "while a sandbox runs): never a session without its input"
+                    )
         except OrchestratorError as err:
             raise await self._refuse(execution_id, gate, err) from None
 

@@ -173,9 +173,6 @@ class Sessions:
         request = parse_request(raw) if not isinstance(raw, ExecCommandRequest) else raw
         if not isinstance(request, ExecCommandRequest):
             raise InputInvalid("a session opens with an exec_command request", details={"field": "tool"})
-        backend = self.orchestrator.backend
-        if backend is not None and not isinstance(backend, InteractiveBackend):
-            raise SandboxUnavailable("this orchestrator's sandbox backend cannot run interactive sessions")
         mine = sum(1 for s in self._sessions.values() if s.auth.request.tenant == request.tenant and not s.ended)
         if mine >= self.max_per_tenant:
             raise SessionLimit(

@@ -1,0 +1,55 @@
+"""What a session is refused before any sandbox exists, on the record (no engine needed)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.backends.kubernetes.backend import KubernetesBackend
+from orchestrator.domain.errors import InputInvalid, SandboxUnavailable, SessionNotFound
+from orchestrator.evidence import iter_records
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.factory import build_orchestrator
+from orchestrator.service.sessions import Sessions
+
+ALLOW_ALL = "safety:\n  mode: allow\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"
+
+
+@pytest.fixture
+async def sessions(tmp_path: Path) -> Sessions:
+    (tmp_path / "config.yaml").write_text(ALLOW_ALL)
+    orch = build_orchestrator(
+        tmp_path / "config.yaml",
+        evidence_path=tmp_path / "evidence.jsonl",
+        backend=KubernetesBackend(),  # takes no input while a pod runs: no sessions
+        profiles=ProfileRegistry(),
+    )
+    return Sessions(orch)
+
+
+async def test_a_backend_without_session_input_refuses_sessions_on_the_record(
+    sessions: Sessions, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.chown(ws, 1000, 1000)
+    with pytest.raises(SandboxUnavailable, match="cannot run interactive sessions") as refused:
+        await sessions.open({"tool": "exec_command", "cmd": "cat"}, workspace=ws)
+    await sessions.orchestrator.evidence.flush()
+    ident = refused.value.details["execution_id"]
+    kinds = [r.event for r in iter_records(tmp_path / "evidence.jsonl", execution_id=ident)]
+    assert kinds[-1] == "run_failed", kinds
+    assert sessions.list(tenant="default", subject="anonymous") == []
+    await sessions.orchestrator.aclose()
+
+
+async def test_only_exec_command_opens_and_unknown_sessions_are_not_found(sessions: Sessions, tmp_path: Path) -> None:
+    with pytest.raises(InputInvalid):
+        await sessions.open({"tool": "shell_exec", "argv": ["true"]}, workspace=tmp_path)
+    with pytest.raises(SessionNotFound):
+        await sessions.write({"tool": "write_stdin", "session_id": "ex-nope", "chars": "x"})
+    with pytest.raises(SessionNotFound):
+        await sessions.close("ex-nope", tenant="default", subject="anonymous")
+    await sessions.orchestrator.aclose()
