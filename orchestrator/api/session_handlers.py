@@ -40,6 +40,8 @@ async def _body(request: web.Request, service: Service, model: type[M]) -> M:
 def _owner(service: Service, session_id: str, principal: Principal) -> tuple[str, str]:
     """The session's (tenant, subject) when the caller may use it; else SESSION.NOT_FOUND (another
     tenant's or subject's session is never told apart from none)."""
+    if principal.role is Role.APPROVER:
+        raise Forbidden("an approver token cannot use sessions")
     owner = service.sessions.owner(session_id)
     if owner is None or not principal.sees(owner[0]):
         raise SessionNotFound(f"no session {session_id}", details={"session_id": session_id})

@@ -17,6 +17,8 @@ from orchestrator.cli.output import Subparsers, report_error
 
 REFUSED_EXIT = 125
 READ_SIZE = 4096
+#: what one write_stdin carries at most (typed-ahead input is merged up to this)
+WRITE_MAX_BYTES = 64 * 1024
 
 
 def register(sub: Subparsers) -> None:
@@ -94,8 +96,12 @@ async def _session(args: argparse.Namespace) -> int:
         except OrchestratorError as err:
             report_error(err.code, err.message)
             return REFUSED_EXIT
-        with _RawTerminal(tty):
-            reply = await _attach(sessions, opened.session_id, args.tenant, subject, tty)
+        try:
+            with _RawTerminal(tty):
+                reply = await _attach(sessions, opened.session_id, args.tenant, subject, tty)
+        except OrchestratorError as err:
+            report_error(err.code, err.message)
+            return REFUSED_EXIT
         if reply.error is not None and reply.closed_reason != "exit":
             report_error(reply.error.code, reply.error.message)
         if reply.closed_reason != "exit" or reply.exit_code is None:
@@ -109,6 +115,7 @@ async def _session(args: argparse.Namespace) -> int:
 async def _attach(sessions: Any, session_id: str, tenant: str, subject: str, tty: bool) -> Any:
     """Copy stdin to the session and its output to stdout/stderr until it ends; its last reply."""
     import asyncio
+    import codecs
     import os
     import signal
 
@@ -130,10 +137,17 @@ async def _attach(sessions: Any, session_id: str, tenant: str, subject: str, tty
         size = os.get_terminal_size(sys.stdout.fileno() if sys.stdout.isatty() else stdin)
         await sessions.resize(session_id, rows=size.lines, cols=size.columns, **who)
 
+    def show(reply: Any) -> None:
+        for data, stream in ((reply.stdout, sys.stdout), (reply.stderr, sys.stderr)):
+            if data:
+                stream.buffer.write(data)
+                stream.flush()
+
     async def send() -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character split across reads stays whole
         while True:
             data = await typed.get()
-            while not typed.empty():  # what was typed meanwhile goes in one write
+            while not typed.empty() and len(data) < WRITE_MAX_BYTES:  # typed meanwhile: one write
                 more = typed.get_nowait()
                 if not more:
                     typed.put_nowait(more)
@@ -143,7 +157,7 @@ async def _attach(sessions: Any, session_id: str, tenant: str, subject: str, tty
                 await sessions.end_input(session_id, **who)
                 return
             request = {"tool": "write_stdin", "session_id": session_id, "yield_time_ms": 0, **who}
-            await sessions.write({**request, "chars": data.decode("utf-8", "replace")})
+            show(await sessions.write({**request, "chars": decoder.decode(data)}))
 
     loop.add_reader(stdin, readable)
     if tty:
@@ -153,12 +167,11 @@ async def _attach(sessions: Any, session_id: str, tenant: str, subject: str, tty
     try:
         while True:
             reply = await sessions.poll(session_id, yield_ms=250, **who)
-            for data, stream in ((reply.stdout, sys.stdout), (reply.stderr, sys.stderr)):
-                if data:
-                    stream.buffer.write(data)
-                    stream.flush()
+            show(reply)
             if not reply.running and not reply.pending_bytes:
                 return reply
+            if sender.done() and not sender.cancelled() and sender.exception() is not None:
+                raise sender.exception()  # type: ignore[misc]  # the input broke: say why, end the session
     finally:
         sender.cancel()
         loop.remove_reader(stdin)

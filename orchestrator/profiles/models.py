@@ -275,17 +275,18 @@ class Sessions(_Model):
     idle_timeout_s: float = Field(
         default=600.0, gt=0, le=86_400, description="A session with no input and no output this long is closed."
     )
-    max_lifetime_s: float = Field(
-        default=3600.0,
+    max_lifetime_s: float | None = Field(
+        default=None,
         gt=0,
         le=86_400,
-        description="A session is closed this long after it opened, whatever it does (its sandbox's deadline).",
+        description="A session is closed this long after it opened, whatever it does (its sandbox's deadline); "
+        "default: the profile's limits.wall_timeout_s (a session never outlives what a command may).",
     )
 
     @field_validator("idle_timeout_s", "max_lifetime_s")
     @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
             raise ValueError("must be a finite number")
         return value
 

@@ -68,7 +68,8 @@ def resolve(
             f"uses image {profile.image!r}, which the policy caps do not allow (allowed_images: {allowed})",
         )
 
-    wall = profile.sessions.max_lifetime_s if session else limits.wall_timeout_s
+    lifetime = profile.sessions.max_lifetime_s or limits.wall_timeout_s
+    wall = lifetime if session else limits.wall_timeout_s
     if request_timeout_s is not None:
         if isinstance(request_timeout_s, bool) or not math.isfinite(request_timeout_s) or request_timeout_s <= 0:
             raise InputInvalid("timeout: must be a positive number of seconds", details={"field": "timeout"})
@@ -121,5 +122,5 @@ def resolve(
         sessions_enabled=profile.sessions.enabled,
         interactive_shells=profile.sessions.interactive_shells,
         session_idle_timeout_s=profile.sessions.idle_timeout_s,
-        session_lifetime_s=float(wall) if session else profile.sessions.max_lifetime_s,
+        session_lifetime_s=float(wall) if session else float(lifetime),
     )

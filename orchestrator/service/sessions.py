@@ -57,6 +57,8 @@ SETTLE_S = 0.03
 DEFAULT_MAX_PER_TENANT = 8
 #: how long close() waits for the execution's end (its end record) after stopping the sandbox
 CLOSE_WAIT_S = 60.0
+#: how long an ended session's untaken output is kept for its caller
+FORGET_AFTER_S = 60.0
 
 
 class SessionHooks(Protocol):
@@ -115,6 +117,8 @@ class _Session:
     idle_task: asyncio.Task[None] | None = None
     stop_reason: CloseReason | None = None
     reason: CloseReason | None = None
+    recording: bool = False
+    recorded: asyncio.Event = field(default_factory=asyncio.Event)  # its end is on the record
     exit_code: int | None = None
     error: OrchestratorError | None = None
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -166,6 +170,7 @@ class Sessions:
         self.max_per_tenant = max_per_tenant
         self.hooks = hooks
         self._sessions: dict[str, _Session] = {}
+        self._opening: dict[str, int] = {}  # tenant -> opens being decided
 
     # -- the calls -------------------------------------------------------------------------------------
     async def open(self, raw: Any, *, workspace: Path) -> SessionReply:
@@ -173,12 +178,40 @@ class Sessions:
         request = parse_request(raw) if not isinstance(raw, ExecCommandRequest) else raw
         if not isinstance(request, ExecCommandRequest):
             raise InputInvalid("a session opens with an exec_command request", details={"field": "tool"})
-        mine = sum(1 for s in self._sessions.values() if s.auth.request.tenant == request.tenant and not s.ended)
+        tenant = request.tenant
+        # sessions that ended but still hold output count too; a slot is taken before the first await, so
+        # opens racing each other cannot pass the limit together
+        mine = sum(1 for s in self._sessions.values() if s.auth.request.tenant == tenant) + self._opening.get(tenant, 0)
         if mine >= self.max_per_tenant:
             raise SessionLimit(
-                f"tenant {request.tenant!r} has {mine} open sessions, its limit: close one first",
+                f"tenant {tenant!r} has {mine} open sessions, its limit: close one first",
                 details={"limit": self.max_per_tenant},
             )
+        self._opening[tenant] = self._opening.get(tenant, 0) + 1
+        try:
+            session = await self._authorize(request)
+            self._sessions[session.id] = session
+        finally:
+            self._opening[tenant] -= 1
+        session.task = asyncio.create_task(self._run(session, workspace), name=f"session-{session.id}")
+        started = asyncio.ensure_future(session.started.wait())
+        try:
+            await asyncio.wait({started, session.task}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the caller went away while it started: it ends here, on the record
+            started.cancel()
+            await asyncio.shield(self._stop(session, "cancelled"))
+            raise
+        started.cancel()
+        if not session.started.is_set():
+            self._forget(session)
+            result = await _result(session)  # refused before its sandbox ran: raise why
+            if session.error is not None:
+                raise session.error
+            raise SandboxUnavailable(f"session {session.id} ended before it started ({result})")
+        session.idle_task = asyncio.create_task(self._watch_idle(session), name=f"session-idle-{session.id}")
+        return await self._answer(session, request.yield_time_ms, request.max_output_bytes)
+
+    async def _authorize(self, request: ExecCommandRequest) -> _Session:
         execution_id = new_execution_id()
         observer = None if self.hooks is None else self.hooks.session_opening(execution_id, request)
         try:
@@ -188,20 +221,7 @@ class Sessions:
                 refusal = err if isinstance(err, OrchestratorError) else None
                 self.hooks.session_ended(execution_id, None, refusal, False)
             raise
-        session = _Session(auth=auth, tty=request.tty, observer=observer)
-        self._sessions[session.id] = session
-        session.task = asyncio.create_task(self._run(session, workspace), name=f"session-{session.id}")
-        started = asyncio.ensure_future(session.started.wait())
-        await asyncio.wait({started, session.task}, return_when=asyncio.FIRST_COMPLETED)
-        started.cancel()
-        if not session.started.is_set():
-            self._sessions.pop(session.id, None)
-            result = await _result(session)  # refused before its sandbox ran: raise why
-            if session.error is not None:
-                raise session.error
-            raise SandboxUnavailable(f"session {session.id} ended before it started ({result})")
-        session.idle_task = asyncio.create_task(self._watch_idle(session), name=f"session-idle-{session.id}")
-        return await self._answer(session, request.yield_time_ms, request.max_output_bytes)
+        return _Session(auth=auth, tty=request.tty, observer=observer)
 
     async def write(self, raw: Any) -> SessionReply:
         """Decide ``raw`` (a write_stdin request), send its characters, answer with the output meanwhile."""
@@ -261,7 +281,9 @@ class Sessions:
         """Stop the session (if it still runs) and answer with its last output and how it ended."""
         session = self._owned(session_id, tenant, subject)
         await self._stop(session, "closed")
-        return self._reply(session, BUFFER_MAX_BYTES)
+        reply = self._reply(session, BUFFER_MAX_BYTES)
+        self._forget(session)
+        return reply
 
     async def aclose(self) -> None:
         """The owner goes away: every session is stopped (cancelled) and its end recorded."""
@@ -300,25 +322,19 @@ class Sessions:
             )
         except OrchestratorError as err:
             session.error = err
-            session.reason = session.stop_reason or "failed"
-            raise
-        except asyncio.CancelledError:
-            session.reason = session.stop_reason or "cancelled"
             raise
         finally:
             if session.idle_task is not None:
                 session.idle_task.cancel()
+            if result is not None:
+                session.exit_code = result.outcome.exit_code
+                session.error = result.error
+            session.reason = session.stop_reason or _end_reason(result, session.error)
             session.changed.set()
             if self.hooks is not None:
                 self.hooks.session_ended(session.id, result, session.error, session.started.is_set())
-        session.exit_code = result.outcome.exit_code
-        session.error = result.error
-        if session.stop_reason is not None:
-            session.reason = session.stop_reason
-        elif isinstance(result.error, SandboxTimeout):
-            session.reason = "lifetime"
-        else:
-            session.reason = "exit"
+            # on the record at once; forgotten once its output was taken, or after FORGET_AFTER_S
+            self.orchestrator.background.spawn(self._ended(session), name=f"session-end-{session.id}")
         return result
 
     async def _watch_idle(self, session: _Session) -> None:
@@ -330,6 +346,7 @@ class Sessions:
             await asyncio.sleep(left)
 
     async def _stop(self, session: _Session, reason: CloseReason) -> None:
+        """Stop the session's sandbox (if it runs), wait for its execution's end, record it."""
         if not session.ended and session.stop_reason is None:
             session.stop_reason = reason
             backend = self.orchestrator.backend
@@ -338,24 +355,48 @@ class Sessions:
                     await backend.kill(session.handle)
             elif session.task is not None:
                 session.task.cancel(f"session {reason}")
-        if session.task is not None:
-            with contextlib.suppress(TimeoutError):
+        if session.task is not None and not session.ended:
+            try:
                 async with asyncio.timeout(CLOSE_WAIT_S):
                     await _result(session)
-        await self._closed(session)
+            except TimeoutError:  # the kill did not end it: cancel the execution (its teardown removes it)
+                session.task.cancel(f"session {reason}: the sandbox did not stop")
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(CLOSE_WAIT_S):
+                        await _result(session)
+        if session.ended:
+            await self._record_end(session)
 
-    async def _closed(self, session: _Session) -> None:
-        """The end, once: recorded, and the session forgotten once its output was taken or it was closed."""
-        if self._sessions.get(session.id) is not session or not session.ended:
+    async def _ended(self, session: _Session) -> None:
+        """When its execution ended: its end on the record, then the session forgotten as soon as its
+        output was taken, at the latest FORGET_AFTER_S later."""
+        await self._record_end(session)
+        if session.chunks:
+            await asyncio.sleep(FORGET_AFTER_S)
+        self._forget(session)
+
+    async def _record_end(self, session: _Session) -> None:
+        """Once per session (later callers wait for it): ``session_closed`` (durable), its grant gone. A
+        session refused before its sandbox ran has no such record: its run_failed says why."""
+        if session.recorded.is_set() or session.recording:
+            await session.recorded.wait()
             return
-        self._sessions.pop(session.id, None)
-        self.orchestrator.grants.end_exec_session(session.id)
-        await self._note(
-            session,
-            EventType.SESSION_CLOSED,
-            durable=True,
-            data={"reason": session.reason or "failed", "exit_code": session.exit_code},
-        )
+        session.recording = True
+        try:
+            self.orchestrator.grants.end_exec_session(session.id)
+            if session.started.is_set():
+                await self._note(
+                    session,
+                    EventType.SESSION_CLOSED,
+                    durable=True,
+                    data={"reason": session.reason or "failed", "exit_code": session.exit_code},
+                )
+        finally:
+            session.recorded.set()
+
+    def _forget(self, session: _Session) -> None:
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
 
     async def _answer(self, session: _Session, yield_ms: int, limit: int) -> SessionReply:
         deadline = time.monotonic() + yield_ms / 1000
@@ -373,6 +414,7 @@ class Sessions:
                     break  # output came and then settled: answer now
         if session.ended:
             await _result(session)
+            await self._record_end(session)  # an answer that says it ended comes after its record
         reply = self._reply(session, limit)
         if reply.stdout or reply.stderr:
             await self._note(
@@ -386,7 +428,7 @@ class Sessions:
                 },
             )
         if session.ended and not session.chunks:
-            await self._closed(session)
+            self._forget(session)  # its output taken: nothing more to answer (its end is on the record)
         return reply
 
     def _reply(self, session: _Session, limit: int) -> SessionReply:
@@ -408,6 +450,12 @@ class Sessions:
             await self.orchestrator.record_event(event, session.auth, durable=durable, data=data)
         except Exception as exc:  # evidence trouble is the writer's to report; never a session's crash
             log.warning("could not record %s of session %s: %s", event, session.id, type(exc).__name__)
+
+
+def _end_reason(result: ExecutionResult | None, error: OrchestratorError | None) -> CloseReason:
+    if result is None:
+        return "failed" if error is not None else "cancelled"
+    return "lifetime" if isinstance(result.error, SandboxTimeout) else "exit"
 
 
 async def _result(session: _Session) -> str:

@@ -346,3 +346,36 @@ asyncio.run(main())
     kinds = [r.event for r in events(tmp_path, session_id)]
     assert "session_opened" in kinds and kinds[-1] == "execution_abandoned", kinds
     assert verify(evidence).ok
+
+
+async def test_a_session_that_ends_unwatched_is_recorded_and_forgotten(
+    sessions: Sessions, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.service import sessions as sessions_module
+
+    monkeypatch.setattr(sessions_module, "FORGET_AFTER_S", 1.0)
+    opened = await sessions.open(
+        {"tool": "exec_command", "cmd": "sleep 0.5; echo bye", "yield_time_ms": 0}, workspace=workspace(tmp_path)
+    )
+    sid = opened.session_id
+    for _ in range(100):  # nobody polls: its end is on the record all the same, then it is forgotten
+        await asyncio.sleep(0.1)
+        if sessions.owner(sid) is None:
+            break
+    assert sessions.owner(sid) is None
+    await sessions.orchestrator.evidence.flush()
+    closing = [r.data for r in events(tmp_path, sid) if r.event == "session_closed"]
+    assert closing == [{"reason": "exit", "exit_code": 0}]
+
+
+async def test_opens_racing_each_other_cannot_pass_the_limit(sessions: Sessions, tmp_path: Path) -> None:
+    sessions.max_per_tenant = 2
+    ws = workspace(tmp_path)
+    results = await asyncio.gather(
+        *(sessions.open({"tool": "exec_command", "cmd": "cat", "yield_time_ms": 0}, workspace=ws) for _ in range(5)),
+        return_exceptions=True,
+    )
+    opened = [r for r in results if isinstance(r, SessionReply)]
+    assert len(opened) == 2 and sum(isinstance(r, SessionLimit) for r in results) == 3
+    for reply in opened:
+        await sessions.close(reply.session_id, tenant="default", subject="anonymous")

@@ -60,7 +60,7 @@ from orchestrator.backends.docker.engine import (
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, managed_sandbox
 from orchestrator.backends.docker.exit_watch import ExitWatch
 from orchestrator.backends.docker.sandbox_etc import etc_directory
-from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
+from orchestrator.domain.errors import InputInvalid, OrchestratorError, SandboxStartFailed, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -596,7 +596,9 @@ class DockerBackend:
     async def send_input(self, handle: SandboxHandle, data: bytes) -> None:
         try:
             self._feed(handle).send(data)
-        except (InputClosed, InputBacklog) as exc:
+        except InputClosed as exc:  # for good: trying again cannot help
+            raise InputInvalid(f"{handle.name}: {exc}", details={"sandbox": handle.name}) from None
+        except InputBacklog as exc:  # the command has not read what came before: it may yet
             raise SandboxUnavailable(f"{handle.name}: {exc}", details={"sandbox": handle.name}) from None
 
     async def end_input(self, handle: SandboxHandle) -> None:
