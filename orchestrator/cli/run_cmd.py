@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.check_cmd import add_request_arguments, request_from_args, workspace_from_args
 from orchestrator.cli.output import Subparsers, emit_json, report_error
+
+if TYPE_CHECKING:
+    from orchestrator.service.orchestrator import Orchestrator
 
 REFUSED_EXIT = 125
 
@@ -67,6 +71,29 @@ def handle(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt from None
 
 
+async def open_orchestrator(args: argparse.Namespace, workspace: Path) -> Orchestrator:
+    """The orchestrator `run` and `session` use: --config's backend (connecting in the background while
+    the gate decides), --evidence, the profiles of this host. Raises OrchestratorError (the backend closed)."""
+    from orchestrator.profiles import ProfileRegistry
+    from orchestrator.service.backends import backend_for_file
+    from orchestrator.service.factory import build_orchestrator
+
+    config = Path(args.config) if args.config else None
+    backend = backend_for_file(config)
+    backend.prepare()
+    try:
+        return build_orchestrator(
+            config,
+            workspace=workspace,
+            evidence_path=Path(args.evidence) if args.evidence else None,
+            backend=backend,
+            profiles=ProfileRegistry(),
+        )
+    except BaseException:
+        await backend.close()
+        raise
+
+
 def _report(args: argparse.Namespace, err: Any, decision: str | None) -> int:
     if args.json:
         emit_json(_refusal_json(err, decision))
@@ -80,13 +107,8 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
     import gc
     import math
     import signal
-    from pathlib import Path
 
-    from orchestrator.backends.base import SandboxBackend
     from orchestrator.domain.errors import InputInvalid, OrchestratorError
-    from orchestrator.profiles import ProfileRegistry
-    from orchestrator.service.backends import backend_for_file
-    from orchestrator.service.factory import build_orchestrator
     from orchestrator.service.reaper import collect_orphans
 
     # start-up is over: what it built lives as long as the process (see main.entry)
@@ -101,7 +123,6 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
             if signal.getsignal(signum) is not signal.SIG_IGN:
                 asyncio.get_running_loop().add_signal_handler(signum, task.cancel)
 
-    backend: SandboxBackend | None = None
     try:
         workspace = workspace_from_args(args)
         raw = request_from_args(args)
@@ -111,18 +132,8 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
             raw["timeout_ms"] = max(1, round(args.timeout * 1000))
         if not workspace.is_dir():
             raise InputInvalid(f"workspace {workspace} is not a directory")
-        backend = backend_for_file(Path(args.config) if args.config else None)
-        backend.prepare()  # the engine connection is set up while the gate decides
-        orch = build_orchestrator(
-            Path(args.config) if args.config else None,
-            workspace=workspace,
-            evidence_path=Path(args.evidence) if args.evidence else None,
-            backend=backend,
-            profiles=ProfileRegistry(),
-        )
+        orch = await open_orchestrator(args, workspace)
     except OrchestratorError as err:
-        if backend is not None:
-            await backend.close()
         return _report(args, err, None)
     try:
         try:

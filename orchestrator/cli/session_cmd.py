@@ -52,13 +52,10 @@ def handle(args: argparse.Namespace) -> int:
 
 async def _session(args: argparse.Namespace) -> int:
     import getpass
-    from pathlib import Path
 
     from orchestrator.cli.check_cmd import workspace_from_args
+    from orchestrator.cli.run_cmd import open_orchestrator
     from orchestrator.domain.errors import InputInvalid, OrchestratorError
-    from orchestrator.profiles import ProfileRegistry
-    from orchestrator.service.backends import backend_for_file
-    from orchestrator.service.factory import build_orchestrator
     from orchestrator.service.sessions import Sessions
 
     tty = sys.stdin.isatty() and not args.no_tty
@@ -67,15 +64,7 @@ async def _session(args: argparse.Namespace) -> int:
         workspace = workspace_from_args(args)
         if not workspace.is_dir():
             raise InputInvalid(f"workspace {workspace} is not a directory")
-        backend = backend_for_file(Path(args.config) if args.config else None)
-        backend.prepare()
-        orch = build_orchestrator(
-            Path(args.config) if args.config else None,
-            workspace=workspace,
-            evidence_path=Path(args.evidence) if args.evidence else None,
-            backend=backend,
-            profiles=ProfileRegistry(),
-        )
+        orch = await open_orchestrator(args, workspace)
     except OrchestratorError as err:
         report_error(err.code, err.message)
         return REFUSED_EXIT

@@ -235,9 +235,9 @@ DEFAULT_YIELD_MS = 1_000
 DEFAULT_SESSION_OUTPUT_BYTES = 64 * 1024
 
 
-class ExecCommandRequest(_RequestBase):
-    tool: Literal["exec_command"] = Field(description="Start an interactive shell session.")
-    cmd: ShellText = Field(description="Shell command string (at most 128 KiB in UTF-8).")
+class _SessionAnswer(_RequestBase):
+    """What a session call's answer may hold (exec_command, write_stdin)."""
+
     yield_time_ms: int = Field(
         default=DEFAULT_YIELD_MS, ge=0, le=MAX_YIELD_MS, description="How long to collect output before answering."
     )
@@ -247,6 +247,11 @@ class ExecCommandRequest(_RequestBase):
         le=MAX_SESSION_OUTPUT_BYTES,
         description="At most this much output in the answer (the rest waits for the next call).",
     )
+
+
+class ExecCommandRequest(_SessionAnswer):
+    tool: Literal["exec_command"] = Field(description="Start an interactive shell session.")
+    cmd: ShellText = Field(description="Shell command string (at most 128 KiB in UTF-8).")
     _v = field_validator("cmd")(lambda v: _shell_string(v, "cmd"))
 
     @model_validator(mode="after")
@@ -255,19 +260,10 @@ class ExecCommandRequest(_RequestBase):
         return self
 
 
-class WriteStdinRequest(_RequestBase):
+class WriteStdinRequest(_SessionAnswer):
     tool: Literal["write_stdin"] = Field(description="Write to a running exec session.")
     session_id: Name = Field(description="The exec session.")
     chars: StdinText = Field(default="", description="Characters to write (secret); empty: only poll.")
-    yield_time_ms: int = Field(
-        default=DEFAULT_YIELD_MS, ge=0, le=MAX_YIELD_MS, description="How long to collect output before answering."
-    )
-    max_output_bytes: int = Field(
-        default=DEFAULT_SESSION_OUTPUT_BYTES,
-        ge=1,
-        le=MAX_SESSION_OUTPUT_BYTES,
-        description="At most this much output in the answer (the rest waits for the next call).",
-    )
 
 
 class FileWriteRequest(_RequestBase):

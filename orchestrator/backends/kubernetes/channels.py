@@ -13,7 +13,7 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kubernetes import client as k8s_client
@@ -51,14 +51,7 @@ class Channels:
         scheduled yet, the container not started) only shows as a Status on the error channel."""
         status = bytearray()
         try:
-            while not self._closed.is_set():
-                opcode, frame = self._ws.sock.recv_data_frame(True)
-                if opcode == ABNF.OPCODE_CLOSE:
-                    break
-                if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
-                    continue
-                data: bytes = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
-                channel, payload = data[0], data[1:]
+            for channel, payload in self._frames():
                 if channel == STDERR and payload.startswith(marker):
                     self._early_stderr = payload[len(marker) :]
                     return
@@ -70,6 +63,17 @@ class Channels:
         with contextlib.suppress(ValueError, AttributeError):
             text = str(json.loads(text).get("message") or text)
         raise ChannelError(f"the command did not start: {text[:500] or 'the stream ended'}")
+
+    def _frames(self) -> Iterator[tuple[int, bytes]]:
+        """(channel, payload) of each data frame, until the stream closes or ``close()``."""
+        while not self._closed.is_set():
+            opcode, frame = self._ws.sock.recv_data_frame(True)
+            if opcode == ABNF.OPCODE_CLOSE:
+                return
+            if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
+                continue
+            data: bytes = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
+            yield data[0], data[1:]
 
     def write_stdin(self, data: bytes) -> None:
         for start in range(0, len(data), WRITE_CHUNK):
@@ -89,14 +93,7 @@ class Channels:
         if self._early_stderr:
             on_stderr(self._early_stderr)
         try:
-            while not self._closed.is_set():
-                opcode, frame = self._ws.sock.recv_data_frame(True)
-                if opcode == ABNF.OPCODE_CLOSE:
-                    break
-                if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
-                    continue
-                data: bytes = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
-                channel, payload = data[0], data[1:]
+            for channel, payload in self._frames():
                 if channel == STDOUT and payload:
                     on_stdout(payload)
                 elif channel == STDERR and payload:
