@@ -124,7 +124,7 @@ ROUTES: tuple[Route, ...] = (
         "POST",
         "/v1/sessions/{id}/stdin",
         session_handlers.write_stdin,
-        "Send characters to the session's stdin (gated and recorded as size and sha256; an empty string"
+        "Send characters to the session's stdin (gated and recorded as size and keyed digest; an empty string"
         " only polls); answers with the output produced within yield_time_ms.",
         body=StdinBody,
         response=SessionAnswer,

@@ -27,7 +27,7 @@ def register(sub: Subparsers) -> None:
         help="attach this terminal to a gated sandbox shell",
         description="Decide, then run a shell (or --shell STRING) in a long-lived hardened sandbox attached to "
         "this terminal: raw mode and the window size when stdin is one, plain pipes otherwise. Every input is "
-        "recorded as size and sha256; the session ends with the command, or at the profile's idle timeout or "
+        "recorded as size and keyed digest; the session ends with the command, or at the profile's idle timeout or "
         "lifetime. Exit status: the command's own; 125 when refused or when the session failed.",
     )
     p.add_argument("--config", metavar="FILE", help="orchestrator YAML config (default: built-in policy)")

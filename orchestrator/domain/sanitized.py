@@ -55,6 +55,14 @@ class ContentDigest(_Frozen):
     sha256: str = Field(description="sha256 of the UTF-8 content, hex.")
 
 
+class KeyedDigest(_Frozen):
+    """What was typed into a session: a plain sha256 of a keystroke or a short password would be as good as
+    its content to the evidence's readers, so it is keyed (evidence.input_key)."""
+
+    bytes: int = Field(ge=0, description="Size of the UTF-8 content in bytes.")
+    hmac_sha256: str = Field(description="HMAC-SHA256 of the UTF-8 content under the evidence's input key, hex.")
+
+
 class SanitizedPermissions(_Frozen):
     network: bool = False
     writable_root: bool = False
@@ -85,7 +93,7 @@ class SanitizedRequest(_Frozen):
     profile: str | None = None
     sandbox_permissions: SanitizedPermissions = Field(default_factory=SanitizedPermissions)
     target_session_id: str | None = Field(default=None, description="write_stdin: the exec session.")
-    stdin: ContentDigest | None = None
+    stdin: ContentDigest | KeyedDigest | None = None
     path: str | None = Field(default=None, description="file_write: the target path as given.")
     content: ContentDigest | None = None
     patch: ContentDigest | None = None

@@ -173,7 +173,7 @@ class SessionAnswer(_Wire):
 class StdinBody(_Wire):
     """``POST /v1/sessions/{id}/stdin``: characters for the command's stdin (an empty string polls)."""
 
-    chars: str = Field(default="", description="Characters to write (secret: recorded as size and sha256).")
+    chars: str = Field(default="", description="Characters to write (secret: recorded as size and keyed digest).")
     yield_time_ms: int = Field(default=1000, ge=0, le=300_000, description="How long to collect output.")
     max_output_bytes: int = Field(default=64 * 1024, ge=1, le=1024 * 1024, description="At most this much output.")
 

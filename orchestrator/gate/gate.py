@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,12 +58,14 @@ class Gate:
         *,
         workspace: str | os.PathLike[str] | None = None,
         default_profile: str = DEFAULT_PROFILE,
+        input_key: Callable[[], bytes] | None = None,
     ) -> None:
         self.policy = policy if policy is not None else PolicySource()
         self.workspace = workspace
         self.default_profile = default_profile
+        self.input_key = input_key  # write_stdin's digest is keyed with it (sanitize.keyed_digest)
 
     def evaluate(self, request: Request) -> GateResult:
-        sanitized, analysis = sanitize(request, workspace=self.workspace)
+        sanitized, analysis = sanitize(request, workspace=self.workspace, input_key=self.input_key)
         decision = self.policy.current().decide(sanitized, analysis, profile=request.profile or self.default_profile)
         return GateResult(sanitized, analysis, decision, approval_key(sanitized))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import os
+from collections.abc import Callable
 
 from orchestrator.domain.requests import (
     ApplyPatchRequest,
@@ -20,6 +22,7 @@ from orchestrator.domain.requests import (
 )
 from orchestrator.domain.sanitized import (
     ContentDigest,
+    KeyedDigest,
     RequestContext,
     RiskLevel,
     SanitizedPermissions,
@@ -34,6 +37,13 @@ from orchestrator.gate.risk import Finding, assess_command, assess_env, combine
 def digest(text: str) -> ContentDigest:
     data = text.encode("utf-8", "surrogatepass")
     return ContentDigest(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+
+
+def keyed_digest(text: str, key: bytes) -> KeyedDigest:
+    """An HMAC-SHA256 under ``key`` (held beside the evidence, never in it): whoever holds the key can check
+    an input against its record; a reader of the records cannot guess a short one."""
+    data = text.encode("utf-8", "surrogatepass")
+    return KeyedDigest(bytes=len(data), hmac_sha256=hmac.new(key, data, hashlib.sha256).hexdigest())
 
 
 def analysis_of(request: Request) -> ShellAnalysis | None:
@@ -72,9 +82,13 @@ def _findings_of(key: tuple[str, str | tuple[str, ...]]) -> tuple[Finding, ...]:
 
 
 def sanitize(
-    request: Request, *, workspace: str | os.PathLike[str] | None = None
+    request: Request,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    input_key: Callable[[], bytes] | None = None,
 ) -> tuple[SanitizedRequest, ShellAnalysis | None]:
-    """The sanitized request and, for exec tools, the full shell analysis the policy needs."""
+    """The sanitized request and, for exec tools, the full shell analysis the policy needs.
+    ``input_key``: the key of write_stdin's digest (keyed_digest); without one, a plain sha256."""
     analysis = analysis_of(request)
     findings: list[Finding] = []
     if analysis is not None:
@@ -98,7 +112,7 @@ def sanitize(
         fields["command"] = request.cmd
     elif isinstance(request, WriteStdinRequest):
         fields["target_session_id"] = request.session_id
-        fields["stdin"] = digest(request.chars)
+        fields["stdin"] = digest(request.chars) if input_key is None else keyed_digest(request.chars, input_key())
     elif isinstance(request, FileWriteRequest):
         fields["path"] = request.path
         fields["content"] = digest(request.content)

@@ -39,6 +39,7 @@ from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
 from orchestrator.domain.wire import ErrorBody, RunResult
 from orchestrator.evidence import EventType, EvidenceWriter
+from orchestrator.evidence.input_key import load_input_key
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
@@ -134,7 +135,8 @@ class Orchestrator:
         caps: ProfileCaps | None = None,
         governing: tuple[Governing, ...] = (),
     ) -> None:
-        self.gate = Gate(policy, workspace=workspace)
+        # what is typed into sessions is digested under a key kept beside the evidence (evidence.input_key)
+        self.gate = Gate(policy, workspace=workspace, input_key=functools.cache(lambda: load_input_key(evidence.path)))
         # what the config names that governs later runs (the policy file, the approval queue): never
         # within a sandbox's reach, like the profiles, evidence, state and code (service.governing)
         self.governing = governing

@@ -23,6 +23,7 @@ import asyncio
 import collections
 import contextlib
 import hashlib
+import hmac
 import logging
 import time
 from dataclasses import dataclass, field
@@ -242,7 +243,9 @@ class Sessions:
                 assert isinstance(backend, InteractiveBackend)
                 await backend.send_input(session.handle, data)
                 session.last_active = time.monotonic()
-            await self._note(session, EventType.SESSION_INPUT, data={"bytes": len(data), "sha256": _sha256(data)})
+            await self._note(
+                session, EventType.SESSION_INPUT, data={"bytes": len(data), "hmac_sha256": self._digest(data)}
+            )
         return await self._answer(session, request.yield_time_ms, request.max_output_bytes)
 
     async def end_input(self, session_id: str, *, tenant: str, subject: str) -> None:
@@ -422,9 +425,9 @@ class Sessions:
                 EventType.SESSION_OUTPUT,
                 data={
                     "stdout_bytes": len(reply.stdout),
-                    "stdout_sha256": _sha256(reply.stdout),
+                    "stdout_hmac_sha256": self._digest(reply.stdout),
                     "stderr_bytes": len(reply.stderr),
-                    "stderr_sha256": _sha256(reply.stderr),
+                    "stderr_hmac_sha256": self._digest(reply.stderr),
                 },
             )
         if session.ended and not session.chunks:
@@ -444,6 +447,13 @@ class Sessions:
             dropped_bytes=session.dropped,
             error=session.error if session.ended else None,
         )
+
+    def _digest(self, data: bytes) -> str:
+        """HMAC-SHA256 under the evidence's input key (evidence.input_key): a terminal's echo or a short
+        input is as guessable as what was typed."""
+        key = self.orchestrator.gate.input_key
+        assert key is not None
+        return hmac.new(key(), data, hashlib.sha256).hexdigest()
 
     async def _note(self, session: _Session, event: EventType, *, durable: bool = False, data: dict[str, Any]) -> None:
         try:
@@ -470,7 +480,3 @@ async def _result(session: _Session) -> str:
 
 def _owner(session: _Session) -> tuple[str, str]:
     return session.auth.request.tenant, session.auth.request.subject
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import os
 import time
 from collections.abc import AsyncIterator
@@ -14,6 +16,7 @@ import pytest
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import PolicyDenied, SandboxUnavailable, SessionLimit, SessionNotFound
 from orchestrator.evidence import iter_records, verify
+from orchestrator.evidence.input_key import load_input_key
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.factory import build_orchestrator
 from orchestrator.service.sessions import SessionReply, Sessions
@@ -99,7 +102,11 @@ async def test_a_python_repl_keeps_its_state_between_writes(sessions: Sessions, 
         assert kind in kinds, kinds
     assert kinds[-1] in ("session_closed", "container_destroyed", "execution_finished")
     inputs = [r for r in events(tmp_path, sid) if r.event == "session_input"]
-    assert [r.data["bytes"] for r in inputs] == [len(f"x = '{CANARY}'[::-1]\n"), len("print(len(x), x[:6])\n")]
+    typed = [f"x = '{CANARY}'[::-1]\n".encode(), b"print(len(x), x[:6])\n"]
+    assert [r.data["bytes"] for r in inputs] == [len(t) for t in typed]
+    # keyed digests: checkable with the key beside the evidence, not guessable from the records alone
+    key = load_input_key(tmp_path / "evidence.jsonl")
+    assert [r.data["hmac_sha256"] for r in inputs] == [hmac.new(key, t, hashlib.sha256).hexdigest() for t in typed]
     # the input is on record as sizes and digests: its content is in no file the run wrote
     for path in tmp_path.rglob("*"):
         if path.is_file():
