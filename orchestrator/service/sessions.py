@@ -149,12 +149,25 @@ class _Session:
         while self.chunks and room > 0:
             stream, data = self.chunks.popleft()
             if len(data) > room:
-                self.chunks.appendleft((stream, data[room:]))
-                data = data[:room]
+                cut = _character_boundary(data, room)
+                if cut == 0 and room < limit:  # not even one more character fits: the next answer has it
+                    self.chunks.appendleft((stream, data))
+                    break
+                cut = cut or room  # a limit below one character: cut it (never an empty answer)
+                self.chunks.appendleft((stream, data[cut:]))
+                data = data[:cut]
             out[stream] += data
             room -= len(data)
             self.buffered -= len(data)
         return bytes(out["stdout"]), bytes(out["stderr"])
+
+
+def _character_boundary(data: bytes, at: int) -> int:
+    """The last offset at or before ``at`` that does not split a UTF-8 character (0 if none)."""
+    cut = at
+    while cut > 0 and cut > at - 4 and (data[cut] & 0xC0) == 0x80:
+        cut -= 1
+    return cut if (data[cut] & 0xC0) != 0x80 else at
 
 
 class Sessions:
@@ -284,7 +297,7 @@ class Sessions:
         """Stop the session (if it still runs) and answer with its last output and how it ended."""
         session = self._owned(session_id, tenant, subject)
         await self._stop(session, "closed")
-        reply = self._reply(session, BUFFER_MAX_BYTES)
+        reply = await self._reply_noted(session, BUFFER_MAX_BYTES)
         self._forget(session)
         return reply
 
@@ -418,6 +431,13 @@ class Sessions:
         if session.ended:
             await _result(session)
             await self._record_end(session)  # an answer that says it ended comes after its record
+        reply = await self._reply_noted(session, limit)
+        if session.ended and not session.chunks:
+            self._forget(session)  # its output taken: nothing more to answer (its end is on the record)
+        return reply
+
+    async def _reply_noted(self, session: _Session, limit: int) -> SessionReply:
+        """The next answer, and its output on the record (sizes and keyed digests)."""
         reply = self._reply(session, limit)
         if reply.stdout or reply.stderr:
             await self._note(
@@ -430,8 +450,6 @@ class Sessions:
                     "stderr_hmac_sha256": self._digest(reply.stderr),
                 },
             )
-        if session.ended and not session.chunks:
-            self._forget(session)  # its output taken: nothing more to answer (its end is on the record)
         return reply
 
     def _reply(self, session: _Session, limit: int) -> SessionReply:

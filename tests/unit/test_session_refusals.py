@@ -53,3 +53,25 @@ async def test_only_exec_command_opens_and_unknown_sessions_are_not_found(sessio
     with pytest.raises(SessionNotFound):
         await sessions.close("ex-nope", tenant="default", subject="anonymous")
     await sessions.orchestrator.aclose()
+
+
+@pytest.mark.parametrize(
+    ("chunks", "limit", "answers"),
+    [
+        ([b"abc"], 2, [b"ab", b"c"]),
+        (["aé€".encode()], 2, [b"a", "é".encode(), b"\xe2\x82", b"\xac"]),  # whole characters while they fit
+        (["aé€".encode()], 4, ["aé".encode(), "€".encode()]),
+        (["€".encode()], 1, [b"\xe2", b"\x82", b"\xac"]),  # a limit below one character still moves on
+        ([b"ab", "é".encode()], 3, [b"ab", "é".encode()]),
+    ],
+)
+def test_answers_cut_output_between_characters(chunks: list[bytes], limit: int, answers: list[bytes]) -> None:
+    from orchestrator.service.sessions import _Session
+
+    session = _Session(auth=None, tty=False)  # type: ignore[arg-type]
+    for chunk in chunks:
+        session.feed("stdout", chunk)
+    got = []
+    while session.chunks:
+        got.append(session.take(limit)[0])
+    assert got == answers and session.buffered == 0
