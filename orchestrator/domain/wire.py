@@ -12,6 +12,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.domain.errors import OrchestratorError
+from orchestrator.domain.requests import (
+    DEFAULT_SESSION_OUTPUT_BYTES,
+    DEFAULT_YIELD_MS,
+    MAX_SESSION_OUTPUT_BYTES,
+    MAX_YIELD_MS,
+)
 
 
 class _Wire(BaseModel):
@@ -174,8 +180,12 @@ class StdinBody(_Wire):
     """``POST /v1/sessions/{id}/stdin``: characters for the command's stdin (an empty string polls)."""
 
     chars: str = Field(default="", description="Characters to write (secret: recorded as size and keyed digest).")
-    yield_time_ms: int = Field(default=1000, ge=0, le=300_000, description="How long to collect output.")
-    max_output_bytes: int = Field(default=64 * 1024, ge=1, le=1024 * 1024, description="At most this much output.")
+    yield_time_ms: int = Field(
+        default=DEFAULT_YIELD_MS, ge=0, le=MAX_YIELD_MS, description="How long to collect output."
+    )
+    max_output_bytes: int = Field(
+        default=DEFAULT_SESSION_OUTPUT_BYTES, ge=1, le=MAX_SESSION_OUTPUT_BYTES, description="At most this much output."
+    )
 
 
 class ResizeBody(_Wire):

@@ -48,10 +48,6 @@ class InputFeed:
         self._thread = threading.Thread(target=self._run, name=f"stdin-{name}", daemon=True)
         self._thread.start()
 
-    @property
-    def queued_bytes(self) -> int:
-        return self._queued
-
     def send(self, data: bytes) -> None:
         with self._wake:
             if self._closed or self._failed:
