@@ -8,12 +8,13 @@ import hmac
 import os
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator.backends.docker import DockerBackend
+from orchestrator.backends.base import SandboxBackend
 from orchestrator.domain.errors import PolicyDenied, SandboxUnavailable, SessionLimit, SessionNotFound
 from orchestrator.evidence import iter_records, verify
 from orchestrator.evidence.input_key import load_input_key
@@ -21,20 +22,63 @@ from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.factory import build_orchestrator
 from orchestrator.service.sessions import SessionReply, Sessions
 
-pytestmark = pytest.mark.integration
 ALLOW_ALL = (
     "safety:\n  mode: allow\n  denylist: [sudo]\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"
 )
 CANARY = "stdin-canary-7f3e9a1c"
 
 
+@dataclass
+class Where:
+    """The backend a test's sessions run on, and a workspace that backend reaches."""
+
+    kind: str
+    workspace: Path
+    # a Python expression that builds the backend (for a controller in a process of its own), and its imports
+    backend_source: str
+    imports: str
+    config: str = ALLOW_ALL
+
+    def backend(self) -> SandboxBackend:
+        namespace: dict[str, Any] = {}
+        exec(self.imports, namespace)
+        backend: SandboxBackend = eval(self.backend_source, namespace)
+        return backend
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("docker", marks=pytest.mark.integration),
+        pytest.param("kubernetes", marks=pytest.mark.k8s),
+    ]
+)
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
+    if request.param == "docker":
+        ws = tmp_path / "ws"
+        ws.mkdir(exist_ok=True)
+        os.chown(ws, 1000, 1000)
+        return Where("docker", ws, "DockerBackend()", "from orchestrator.backends.docker import DockerBackend")
+    space = request.getfixturevalue("sandbox_space")
+    settings = space.settings().model_dump_json()
+    return Where(
+        "kubernetes",
+        space.workspace(),
+        f"KubernetesBackend(KubernetesSettings.model_validate_json({settings!r}))",
+        "from orchestrator.backends.kubernetes.backend import KubernetesBackend\n"
+        "from orchestrator.backends.kubernetes.settings import KubernetesSettings",
+        # twenty sessions at once on the test's 2-cpu node
+        config=ALLOW_ALL + "caps:\n  max_cpus: 0.05\n  max_memory: 256m\n",
+    )
+
+
 @pytest.fixture
-async def sessions(tmp_path: Path) -> AsyncIterator[Sessions]:
-    backend = DockerBackend()
+async def sessions(where: Where, tmp_path: Path) -> AsyncIterator[Sessions]:
+    backend = where.backend()
     try:
         await backend.info()
     except SandboxUnavailable as err:
-        pytest.skip(f"no container engine ({err.message}); run `make setup`")
+        await backend.close()
+        pytest.skip(f"no {where.kind} backend ({err.message}); run `make setup`")
     profiles_dir = tmp_path / "profiles"
     profiles_dir.mkdir()
     # one-shot only: no interactive shells; short: idle after 2 s
@@ -46,7 +90,7 @@ async def sessions(tmp_path: Path) -> AsyncIterator[Sessions]:
         "sessions:\n  idle_timeout_s: 2\n  max_lifetime_s: 4\n"
     )
     config = tmp_path / "config.yaml"
-    config.write_text(ALLOW_ALL)
+    config.write_text(where.config)
     o = build_orchestrator(
         config,
         evidence_path=tmp_path / "evidence.jsonl",
@@ -59,13 +103,6 @@ async def sessions(tmp_path: Path) -> AsyncIterator[Sessions]:
     await o.aclose()
     report = verify(tmp_path / "evidence.jsonl")
     assert report.ok, report
-
-
-def workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir(exist_ok=True)
-    os.chown(ws, 1000, 1000)
-    return ws
 
 
 async def until(sessions: Sessions, reply: SessionReply, text: str, **who: Any) -> str:
@@ -85,9 +122,9 @@ def events(tmp_path: Path, execution_id: str) -> list[Any]:
     return list(iter_records(tmp_path / "evidence.jsonl", execution_id=execution_id))
 
 
-async def test_a_python_repl_keeps_its_state_between_writes(sessions: Sessions, tmp_path: Path) -> None:
+async def test_a_python_repl_keeps_its_state_between_writes(sessions: Sessions, where: Where, tmp_path: Path) -> None:
     opened = await sessions.open(
-        {"tool": "exec_command", "cmd": "python3 -i -q", "yield_time_ms": 3000}, workspace=workspace(tmp_path)
+        {"tool": "exec_command", "cmd": "python3 -i -q", "yield_time_ms": 3000}, workspace=where.workspace
     )
     assert opened.running
     sid = opened.session_id
@@ -114,11 +151,11 @@ async def test_a_python_repl_keeps_its_state_between_writes(sessions: Sessions, 
 
 
 async def test_a_terminal_has_its_size_and_ctrl_c_interrupts_only_the_foreground(
-    sessions: Sessions, tmp_path: Path
+    sessions: Sessions, where: Where, tmp_path: Path
 ) -> None:
     opened = await sessions.open(
         {"tool": "exec_command", "cmd": "bash --norc -i", "tty": True, "yield_time_ms": 1500},
-        workspace=workspace(tmp_path),
+        workspace=where.workspace,
     )
     sid = opened.session_id
     await sessions.resize(sid, tenant="default", subject="anonymous", rows=33, cols=101)
@@ -136,10 +173,12 @@ async def test_a_terminal_has_its_size_and_ctrl_c_interrupts_only_the_foreground
     assert closed.closed_reason == "closed"
 
 
-async def test_stdout_and_stderr_stay_apart_without_a_terminal(sessions: Sessions, tmp_path: Path) -> None:
+async def test_stdout_and_stderr_stay_apart_without_a_terminal(
+    sessions: Sessions, where: Where, tmp_path: Path
+) -> None:
     opened = await sessions.open(
         {"tool": "exec_command", "cmd": "read line; echo out-$line; echo err-$line >&2", "yield_time_ms": 500},
-        workspace=workspace(tmp_path),
+        workspace=where.workspace,
     )
     reply = await sessions.write(
         {"tool": "write_stdin", "session_id": opened.session_id, "chars": "z\n", "yield_time_ms": 5000}
@@ -156,8 +195,8 @@ async def test_stdout_and_stderr_stay_apart_without_a_terminal(sessions: Session
     assert [(r.data["reason"], r.data["exit_code"]) for r in closing] == [("exit", 0)]
 
 
-async def test_idle_and_lifetime_end_a_session(sessions: Sessions, tmp_path: Path) -> None:
-    ws = workspace(tmp_path)
+async def test_idle_and_lifetime_end_a_session(sessions: Sessions, where: Where, tmp_path: Path) -> None:
+    ws = where.workspace
     idle = await sessions.open(
         {"tool": "exec_command", "cmd": "cat", "profile": "brief", "yield_time_ms": 0}, workspace=ws
     )
@@ -184,8 +223,10 @@ async def test_idle_and_lifetime_end_a_session(sessions: Sessions, tmp_path: Pat
     assert reasons == {idle.session_id: ["idle"], chatty.session_id: ["lifetime"]}
 
 
-async def test_sessions_are_their_owners_and_limited_per_tenant(sessions: Sessions, tmp_path: Path) -> None:
-    ws = workspace(tmp_path)
+async def test_sessions_are_their_owners_and_limited_per_tenant(
+    sessions: Sessions, where: Where, tmp_path: Path
+) -> None:
+    ws = where.workspace
     opened = [
         await sessions.open({"tool": "exec_command", "cmd": "cat", "tenant": "t1", "yield_time_ms": 0}, workspace=ws)
         for _ in range(3)
@@ -199,8 +240,8 @@ async def test_sessions_are_their_owners_and_limited_per_tenant(sessions: Sessio
     assert sessions.list(tenant="t1", subject="anonymous") == []
 
 
-async def test_a_profile_can_forbid_interactive_shells(sessions: Sessions, tmp_path: Path) -> None:
-    ws = workspace(tmp_path)
+async def test_a_profile_can_forbid_interactive_shells(sessions: Sessions, where: Where, tmp_path: Path) -> None:
+    ws = where.workspace
     for cmd in ("bash", "python3", "cd /workspace && sh -i"):
         with pytest.raises(PolicyDenied, match="interactive shell"):
             await sessions.open({"tool": "exec_command", "cmd": cmd, "profile": "one-shot"}, workspace=ws)
@@ -215,6 +256,7 @@ async def test_a_profile_can_forbid_interactive_shells(sessions: Sessions, tmp_p
     assert out == b"42\n" and reply.exit_code == 0 and reply.closed_reason == "exit"
 
 
+@pytest.mark.integration
 def test_sandboxctl_session_attaches_a_terminal_with_its_size(tmp_path: Path) -> None:
     """`sandboxctl session` under a real pseudo-terminal: raw mode, the window size, the exit status."""
     import fcntl
@@ -225,7 +267,9 @@ def test_sandboxctl_session_attaches_a_terminal_with_its_size(tmp_path: Path) ->
     import sys
     import termios
 
-    ws = workspace(tmp_path)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.chown(ws, 1000, 1000)
     config = tmp_path / "config.yaml"
     config.write_text(ALLOW_ALL)
     controller, terminal = pty.openpty()
@@ -265,9 +309,11 @@ def test_sandboxctl_session_attaches_a_terminal_with_its_size(tmp_path: Path) ->
     assert verify(tmp_path / "evidence.jsonl").ok
 
 
-async def test_twenty_sessions_at_once_each_gets_only_its_own_input(sessions: Sessions, tmp_path: Path) -> None:
+async def test_twenty_sessions_at_once_each_gets_only_its_own_input(
+    sessions: Sessions, where: Where, tmp_path: Path
+) -> None:
     sessions.max_per_tenant = 20
-    ws = workspace(tmp_path)
+    ws = where.workspace
     opened = await asyncio.gather(
         *(sessions.open({"tool": "exec_command", "cmd": "cat", "yield_time_ms": 0}, workspace=ws) for _ in range(20))
     )
@@ -296,26 +342,26 @@ async def test_twenty_sessions_at_once_each_gets_only_its_own_input(sessions: Se
     assert left == []
 
 
-def test_a_killed_controller_leaves_its_session_to_the_orphan_collector(tmp_path: Path) -> None:
+def test_a_killed_controller_leaves_its_session_to_the_orphan_collector(where: Where, tmp_path: Path) -> None:
     """The process holding a session is killed outright: its sandbox is collected, on the record."""
     import signal
     import subprocess
     import sys
 
-    ws = workspace(tmp_path)
+    ws = where.workspace
     config = tmp_path / "config.yaml"
-    config.write_text(ALLOW_ALL)
+    config.write_text(where.config)
     evidence = tmp_path / "evidence.jsonl"
     holder = f"""
 import asyncio, sys
 from pathlib import Path
-from orchestrator.backends.docker import DockerBackend
+{where.imports}
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.factory import build_orchestrator
 from orchestrator.service.sessions import Sessions
 
 async def main():
-    o = build_orchestrator(Path({str(config)!r}), evidence_path=Path({str(evidence)!r}), backend=DockerBackend(),
+    o = build_orchestrator(Path({str(config)!r}), evidence_path=Path({str(evidence)!r}), backend={where.backend_source},
                            profiles=ProfileRegistry())
     s = Sessions(o)
     reply = await s.open({{"tool": "exec_command", "cmd": "cat", "yield_time_ms": 0}}, workspace=Path({str(ws)!r}))
@@ -338,7 +384,7 @@ asyncio.run(main())
         from orchestrator.evidence import EvidenceWriter
         from orchestrator.service.reaper import collect_orphans
 
-        backend = DockerBackend()
+        backend = where.backend()
         writer = EvidenceWriter(evidence)
         try:
             reaped = await collect_orphans(backend, writer)
@@ -356,13 +402,13 @@ asyncio.run(main())
 
 
 async def test_a_session_that_ends_unwatched_is_recorded_and_forgotten(
-    sessions: Sessions, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sessions: Sessions, where: Where, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from orchestrator.service import sessions as sessions_module
 
     monkeypatch.setattr(sessions_module, "FORGET_AFTER_S", 1.0)
     opened = await sessions.open(
-        {"tool": "exec_command", "cmd": "sleep 0.5; echo bye", "yield_time_ms": 0}, workspace=workspace(tmp_path)
+        {"tool": "exec_command", "cmd": "sleep 0.5; echo bye", "yield_time_ms": 0}, workspace=where.workspace
     )
     sid = opened.session_id
     for _ in range(100):  # nobody polls: its end is on the record all the same, then it is forgotten
@@ -375,9 +421,9 @@ async def test_a_session_that_ends_unwatched_is_recorded_and_forgotten(
     assert closing == [{"reason": "exit", "exit_code": 0}]
 
 
-async def test_opens_racing_each_other_cannot_pass_the_limit(sessions: Sessions, tmp_path: Path) -> None:
+async def test_opens_racing_each_other_cannot_pass_the_limit(sessions: Sessions, where: Where, tmp_path: Path) -> None:
     sessions.max_per_tenant = 2
-    ws = workspace(tmp_path)
+    ws = where.workspace
     results = await asyncio.gather(
         *(sessions.open({"tool": "exec_command", "cmd": "cat", "yield_time_ms": 0}, workspace=ws) for _ in range(5)),
         return_exceptions=True,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
+from orchestrator.backends.base import SandboxBackend
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.domain.errors import InputInvalid, SandboxUnavailable, SessionNotFound
 from orchestrator.evidence import iter_records
@@ -17,13 +19,25 @@ from orchestrator.service.sessions import Sessions
 ALLOW_ALL = "safety:\n  mode: allow\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"
 
 
+class OneShotOnly:
+    """A backend that takes no input while a sandbox runs: one without the session methods."""
+
+    def __init__(self, inner: SandboxBackend) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("send_input", "end_input", "resize"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
 @pytest.fixture
 async def sessions(tmp_path: Path) -> Sessions:
     (tmp_path / "config.yaml").write_text(ALLOW_ALL)
     orch = build_orchestrator(
         tmp_path / "config.yaml",
         evidence_path=tmp_path / "evidence.jsonl",
-        backend=KubernetesBackend(),  # takes no input while a pod runs: no sessions
+        backend=cast(SandboxBackend, OneShotOnly(KubernetesBackend())),  # no sessions
         profiles=ProfileRegistry(),
     )
     return Sessions(orch)

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 
 from orchestrator.backends.base import INPUT_BACKLOG_BYTES
+from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -100,3 +101,14 @@ class InputFeed:
                     self._queue.clear()
                     self._queued = 0
                 return
+
+
+def send_to(feed: InputFeed, sandbox: str, data: bytes) -> None:
+    """``feed.send`` as a backend's ``send_input`` answers: a closed input is the caller's mistake for
+    good (INPUT.INVALID), a backlog may clear once the command reads (SANDBOX.UNAVAILABLE)."""
+    try:
+        feed.send(data)
+    except InputClosed as exc:
+        raise InputInvalid(f"{sandbox}: {exc}", details={"sandbox": sandbox}) from None
+    except InputBacklog as exc:
+        raise SandboxUnavailable(f"{sandbox}: {exc}", details={"sandbox": sandbox}) from None

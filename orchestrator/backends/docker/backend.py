@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
 from orchestrator.backends._support.blocking import BlockingCalls
-from orchestrator.backends._support.input_feed import InputBacklog, InputClosed, InputFeed
+from orchestrator.backends._support.input_feed import InputFeed, send_to
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends._support.threads import ThreadPump, in_daemon_thread
@@ -60,7 +60,7 @@ from orchestrator.backends.docker.engine import (
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, managed_sandbox
 from orchestrator.backends.docker.exit_watch import ExitWatch
 from orchestrator.backends.docker.sandbox_etc import etc_directory
-from orchestrator.domain.errors import InputInvalid, OrchestratorError, SandboxStartFailed, SandboxUnavailable
+from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -594,12 +594,7 @@ class DockerBackend:
         return sandbox.feed
 
     async def send_input(self, handle: SandboxHandle, data: bytes) -> None:
-        try:
-            self._feed(handle).send(data)
-        except InputClosed as exc:  # for good: trying again cannot help
-            raise InputInvalid(f"{handle.name}: {exc}", details={"sandbox": handle.name}) from None
-        except InputBacklog as exc:  # the command has not read what came before: it may yet
-            raise SandboxUnavailable(f"{handle.name}: {exc}", details={"sandbox": handle.name}) from None
+        send_to(self._feed(handle), handle.name, data)
 
     async def end_input(self, handle: SandboxHandle) -> None:
         sandbox = self._sandboxes.get(handle.sandbox_id)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from orchestrator.backends._support.blocking import BlockingCalls
+from orchestrator.backends._support.input_feed import send_to
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
@@ -59,8 +60,10 @@ from orchestrator.backends.kubernetes.manifest import (
     COPY_IN_CONTAINER,
     COPY_OUT_CONTAINER,
     pod_manifest,
+    sandbox_argv,
 )
 from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive
+from orchestrator.backends.kubernetes.pod_session import PodSession
 from orchestrator.backends.kubernetes.pod_stdio import PodStdio
 from orchestrator.backends.kubernetes.preflight import cluster_checks, denies_all
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
@@ -100,8 +103,13 @@ class _Pod:
     workspace: str  # the controller's copy (copy mode: where the pod's workspace comes back to)
     container_path: str
     stdin: bytes | None = None
+    # a session (LaunchSpec.interactive): its command, exec'd once the pod runs (pod_session)
+    session_argv: list[str] | None = None
+    tty: bool = False
     start_error: OrchestratorError | None = None
-    stdio: PodStdio | None = None  # attached once the container runs (None: it ended before that)
+    # attached once the container runs (None: it ended before that); a session's is its exec stream
+    stdio: PodStdio | PodSession | None = None
+    session_exit: int | None = None  # the exit code a session's exec stream reported
     capturing: bool = False
     # monotonic time of the first kill(): wait() is bounded from then; its workspace is not copied back
     killed_at: float | None = None
@@ -275,6 +283,8 @@ class KubernetesBackend:
             workspace=spec.workspace.local_path,
             container_path=spec.profile.workspace.container_path,
             stdin=spec.stdin,
+            session_argv=sandbox_argv(spec) if spec.interactive else None,
+            tty=spec.tty,
         )
         log.debug("created pod %s (%s)", name, handle.sandbox_id)
         return handle
@@ -361,13 +371,28 @@ class KubernetesBackend:
             pod.started.set()
 
     async def _open_stdio(self, pod: _Pod, watch: PodWatch) -> None:
-        """Connect the sidecar's stdio relays (``start_barrier``): from then on the command runs, and every
-        byte it writes reaches ``capture()``. Tried from the moment the pod exists, again every
-        STDIO_RETRY_S while it cannot run yet (not scheduled, the sidecar not started); given up when the
-        pod ends or is stuck (start() then says why) or after the start timeout."""
+        """Connect the command's stdio: the sidecar's relays (``start_barrier``), or a session's exec
+        stream (``pod_session``). From then on the command runs, and every byte it writes reaches
+        ``capture()``. Tried from the moment the pod exists, again every STDIO_RETRY_S while it cannot
+        run yet (not scheduled, the container not started); given up when the pod ends or is stuck
+        (start() then says why) or after the start timeout."""
         name = pod.handle.name
+        kube = await self._client()
+        stdio: PodStdio | PodSession
+        if pod.session_argv is not None:
+            session = stdio = PodSession(kube, self._namespace, name, pod.session_argv, tty=pod.tty)
+
+            async def connect() -> None:
+                await self._call(session.open)
+                session.start_reading()
+
+        else:
+            relays = stdio = PodStdio(kube, self._namespace, name)
+
+            async def connect() -> None:
+                await relays.open(pod.stdin)
+
         deadline = time.monotonic() + self.settings.start_timeout_s
-        stdio = PodStdio(await self._client(), self._namespace, name)
         try:
             while True:
                 last, gone = watch.last(name), watch.gone(name)
@@ -375,7 +400,7 @@ class KubernetesBackend:
                     stdio.close()
                     return  # never to run: start() reports why
                 try:
-                    await stdio.open(pod.stdin)
+                    await connect()
                 except KubeError as exc:
                     if exc.kind in ("forbidden", "unauthorized"):
                         raise self._error(exc, f"cannot relay the stdio of pod {name}", sandbox=name) from exc
@@ -562,6 +587,10 @@ class KubernetesBackend:
             if pod.start_error is not None:
                 raise SandboxStartFailed(f"pod {handle.name} never started", details={"sandbox": handle.name})
         watch = await self._pod_watch()
+        if pod is not None and isinstance(pod.stdio, PodSession):
+            code = await self._session_exit(pod, pod.stdio)
+            if code is not None:
+                return code
         await self._until_ended(handle, pod, watch)
         last = watch.last(handle.name)
         state = None if last is None else pods.exit_state(last)
@@ -577,6 +606,21 @@ class KubernetesBackend:
             elif pod.copy_error is None:
                 await self._copy_out(pod)
         return state.exit_code
+
+    async def _session_exit(self, pod: _Pod, session: PodSession) -> int | None:
+        """A session's exit code as its exec stream reported it (its workspace copied back in copy mode);
+        None when the pod was stopped or the stream broke: the pod is stopped then, and its end says."""
+        with contextlib.suppress(ChannelError):
+            await asyncio.shield(session.until_done())
+        if session.exit_code is not None and pod.killed_at is None:
+            pod.session_exit = session.exit_code
+            if self.settings.workspace.mode == "copy" and pod.copy_error is None:
+                await self._copy_out(pod)
+            return session.exit_code
+        if pod.killed_at is None:
+            log.info("the session stream of %s ended without an exit code: the pod is stopped", pod.handle.name)
+            await self.kill(pod.handle)
+        return None
 
     async def _until_ended(self, handle: SandboxHandle, pod: _Pod | None, watch: PodWatch) -> None:
         """Until the kubelet reports the end; once the pod was stopped, at most ``KILL_REPORT_S`` more: a
@@ -628,10 +672,12 @@ class KubernetesBackend:
             except KubeError as exc:
                 raise self._error(exc, f"cannot inspect pod {handle.name}", sandbox=handle.name) from exc
         state = pods.exit_state(last)
+        pod = self._pods.get(handle.name)
+        if pod is not None and pod.session_exit is not None and state.exit_code is None:
+            state = dataclasses.replace(state, exit_code=pod.session_exit, finished_at=datetime.now(UTC))
         notes = [state.error]
         if state.exit_code is None or state.error:  # the pod's Warning events say why (evicted, failed, ...)
             notes.append(await self._warnings(handle))
-        pod = self._pods.get(handle.name)
         if pod is not None:
             notes.append(pod.copy_error)
         error = "; ".join(note for note in notes if note) or None
@@ -655,6 +701,44 @@ class KubernetesBackend:
         except KubeError as exc:
             if exc.kind not in ("not_found", "conflict"):  # conflict: the uid differs, that pod is gone
                 raise self._error(exc, f"could not delete pod {handle.name}", sandbox=handle.name) from exc
+
+    # -- sessions (InteractiveBackend) ------------------------------------------------------------------
+
+    def _session(self, handle: SandboxHandle) -> PodSession:
+        pod = self._pods.get(handle.name)
+        if pod is None or not isinstance(pod.stdio, PodSession) or pod.stdio.feed is None:
+            raise SandboxUnavailable(
+                f"{handle.name} takes no input: it is gone, or was not created as a session",
+                details={"sandbox": handle.name},
+            )
+        return pod.stdio
+
+    async def send_input(self, handle: SandboxHandle, data: bytes) -> None:
+        session = self._session(handle)
+        assert session.feed is not None
+        send_to(session.feed, handle.name, data)
+
+    async def end_input(self, handle: SandboxHandle) -> None:
+        session = self._session(handle)
+        if not session.can_end_input:
+            raise SandboxUnavailable(
+                f"{handle.name}: the API server cannot close an exec's stdin alone (v5.channel.k8s.io, Kubernetes"
+                " 1.30 or later); end the session instead",
+                details={"sandbox": handle.name},
+            )
+        assert session.feed is not None
+        session.feed.end()
+
+    async def resize(self, handle: SandboxHandle, rows: int, cols: int) -> None:
+        session = self._session(handle)
+        if not session.tty:
+            raise SandboxUnavailable(f"{handle.name} has no terminal to resize", details={"sandbox": handle.name})
+        try:
+            await self._call(session.resize, rows, cols)
+        except ChannelError as exc:
+            raise SandboxUnavailable(
+                f"could not resize the terminal of {handle.name}: {exc}", details={"sandbox": handle.name}
+            ) from exc
 
     # -- observation ------------------------------------------------------------------------------------
 

@@ -20,18 +20,26 @@ from kubernetes import client as k8s_client
 from kubernetes import stream as k8s_stream
 from websocket import ABNF, WebSocketException
 
-STDIN, STDOUT, STDERR, ERROR = 0, 1, 2, 3
+STDIN, STDOUT, STDERR, ERROR, RESIZE = 0, 1, 2, 3, 4
+#: v5 of the channel protocol (Kubernetes >= 1.30) can close one channel: stdin's end without the stream's
+V5_PROTOCOL = "v5.channel.k8s.io"
+CLOSE = 255
 WRITE_CHUNK = 64 * 1024
 #: what is kept of the error channel (a Status object: how the stream ended)
 STATUS_MAX = 64 * 1024
+#: output that may come before the start marker (the kubelet copies each stream on its own, so a frame
+#: of stdout can overtake the marker on stderr): kept for ``pump()``; past it the stream is refused
+EARLY_MAX = 1024 * 1024
 
 
 class ChannelError(Exception):
-    """The websocket could not be opened or broke; ``status`` is the handshake's HTTP status if known."""
+    """The websocket could not be opened or broke; ``status`` is the handshake's HTTP status if known;
+    ``started``: the command was seen running (opening it again would run it twice)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, *, started: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.started = started
 
 
 class Channels:
@@ -43,19 +51,27 @@ class Channels:
         self._write_lock = threading.Lock()
         self._closed = threading.Event()
         self.status: dict[str, Any] | None = None
-        self._early_stderr = b""  # what came with await_marker's marker
+        self._early: list[tuple[int, bytes]] = []  # output that came before or with await_marker's marker
 
-    def await_marker(self, marker: bytes) -> None:
-        """Until the exec'd command wrote ``marker`` to its stderr: then it runs. The API server accepts the
-        websocket before the kubelet found the container, so a command that could not start (the pod not
-        scheduled yet, the container not started) only shows as a Status on the error channel."""
+    def await_marker(self, marker: bytes, channel: int = STDERR) -> None:
+        """Until the exec'd command wrote ``marker`` to its stderr (``channel``): then it runs. The API
+        server accepts the websocket before the kubelet found the container, so a command that could not
+        start (the pod not scheduled yet, the container not started) only shows as a Status on the error
+        channel. Output that came before the marker (on the other channel) or after it in its frame is
+        delivered first by ``pump()``."""
         status = bytearray()
+        early = 0
         try:
-            for channel, payload in self._frames():
-                if channel == STDERR and payload.startswith(marker):
-                    self._early_stderr = payload[len(marker) :]
+            for got, payload in self._frames():
+                if got == channel and payload.startswith(marker):
+                    self._early.append((channel, payload[len(marker) :]))
                     return
-                if channel == ERROR:
+                if got in (STDOUT, STDERR):
+                    early += len(payload)
+                    if early > EARLY_MAX:
+                        raise ChannelError("output overtook the start marker by more than 1 MiB", started=True)
+                    self._early.append((got, payload))
+                elif got == ERROR:
                     status += payload[: max(0, STATUS_MAX - len(status))]
         except (OSError, WebSocketException) as exc:
             raise ChannelError(f"{type(exc).__name__}: {exc}") from exc
@@ -79,6 +95,20 @@ class Channels:
         for start in range(0, len(data), WRITE_CHUNK):
             self._send(bytes([STDIN]) + data[start : start + WRITE_CHUNK])
 
+    @property
+    def can_close_stdin(self) -> bool:
+        return getattr(self._ws, "subprotocol", None) == V5_PROTOCOL
+
+    def close_stdin(self) -> None:
+        """The command reads EOF; its output still comes. Needs the v5 protocol (``can_close_stdin``)."""
+        if not self.can_close_stdin:
+            raise ChannelError("the API server speaks no v5.channel.k8s.io: stdin cannot be closed alone")
+        self._send(bytes([CLOSE, STDIN]))
+
+    def resize(self, rows: int, cols: int) -> None:
+        """The terminal's window size (an exec with ``tty``): the command gets SIGWINCH."""
+        self._send(bytes([RESIZE]) + json.dumps({"Width": cols, "Height": rows}).encode())
+
     def _send(self, payload: bytes) -> None:
         try:
             with self._write_lock:
@@ -90,8 +120,10 @@ class Channels:
         """Deliver output frame by frame until the stream ends (the container's stdio closed, or
         ``close()``); the error channel's Status is kept in ``status``. A callback may raise to stop."""
         status = bytearray()
-        if self._early_stderr:
-            on_stderr(self._early_stderr)
+        early, self._early = self._early, []
+        for channel, payload in early:
+            if payload:
+                (on_stdout if channel == STDOUT else on_stderr)(payload)
         try:
             for channel, payload in self._frames():
                 if channel == STDOUT and payload:

@@ -256,10 +256,11 @@ class KubeClient:
         return WatchStream(response, operation)
 
     def open_exec(
-        self, namespace: str, pod: str, container: str, command: list[str], *, stdin: bool = False
+        self, namespace: str, pod: str, container: str, command: list[str], *, stdin: bool = False, tty: bool = False
     ) -> Channels:
         """Start ``command`` in a running container (the exec subresource, a websocket through the API
-        server) and hand over its stdio; the stream ends once the command ended and its output was sent."""
+        server) and hand over its stdio; the stream ends once the command ended and its output was sent.
+        ``tty``: the command's stdio is a terminal the kubelet makes (its output all on stdout)."""
         try:
             return open_channels(
                 self._api.configuration,
@@ -270,8 +271,8 @@ class KubeClient:
                 command=command,
                 stdin=stdin,
                 stdout=True,
-                stderr=True,
-                tty=False,
+                stderr=not tty,
+                tty=tty,
             )
         except ChannelError as exc:
             raise _channel_error("exec", exc) from exc

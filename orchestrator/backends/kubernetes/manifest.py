@@ -46,6 +46,7 @@ from orchestrator.backends.kubernetes.start_barrier import (
     STDIO_DIR,
     STDIO_VOLUME,
     barrier_command,
+    idle_command,
     sidecar_command,
 )
 from orchestrator.backends.kubernetes.workspace_copy import wait_for_copy_command
@@ -237,13 +238,32 @@ def pod_labels(spec: LaunchSpec) -> dict[str, str]:
     return labels
 
 
+def sandbox_argv(spec: LaunchSpec) -> list[str]:
+    """The command as it runs in the container: exactly the spec's env, its rlimits, then its argv."""
+    profile = spec.profile
+    unset = [arg for name in API_SERVICE_ENV if name not in spec.env for arg in ("-u", name)]
+    # the barrier's shell exports PWD (its own view of the working directory): gone, or the caller's
+    pwd = [f"PWD={spec.env['PWD']}"] if "PWD" in spec.env else ["-u", "PWD"]
+    return [
+        ENV,
+        *unset,
+        *pwd,
+        PRLIMIT,
+        f"--nofile={profile.nofile}:{profile.nofile}",
+        f"--fsize={profile.fsize_bytes}:{profile.fsize_bytes}",
+        "--",
+        *spec.argv,
+    ]
+
+
 def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, Any]:
     """The pod for ``spec`` (validated: argv, workdir, env)."""
     profile = spec.profile
     check_spec(spec)
-    if spec.tty:
+    if spec.tty and not spec.interactive:
         raise SandboxUnavailable(
-            "the Kubernetes backend runs one-shot commands without a terminal", details={"field": "tty"}
+            "the Kubernetes backend runs one-shot commands without a terminal (a session can have one)",
+            details={"field": "tty"},
         )
     volume, sub_path = workspace_volume(spec, settings)
     volumes: list[dict[str, Any]] = [volume]
@@ -273,24 +293,16 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
         "memory": _quantity_bytes(profile.memory_bytes),
         "ephemeral-storage": _quantity_bytes(profile.fsize_bytes),
     }
-    unset = [arg for name in API_SERVICE_ENV if name not in spec.env for arg in ("-u", name)]
-    # the barrier's shell exports PWD (its own view of the working directory): gone, or the caller's
-    pwd = [f"PWD={spec.env['PWD']}"] if "PWD" in spec.env else ["-u", "PWD"]
-    command = [
-        ENV,
-        *unset,
-        *pwd,
-        PRLIMIT,
-        f"--nofile={profile.nofile}:{profile.nofile}",
-        f"--fsize={profile.fsize_bytes}:{profile.fsize_bytes}",
-        "--",
-        *spec.argv,
-    ]
+    deadline_s = math.ceil(profile.wall_timeout_s) + DEADLINE_GRACE_S
+    if spec.interactive:  # the session's command is exec'd into it (start_barrier)
+        main = idle_command(deadline_s + 60)
+    else:
+        main = barrier_command(sandbox_argv(spec), with_stdin=spec.stdin is not None)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": profile.image,
         "imagePullPolicy": settings.image_pull_policy,
-        "command": barrier_command(command, with_stdin=spec.stdin is not None),
+        "command": main,
         "args": [],
         "workingDir": spec.workdir,
         "env": [{"name": key, "value": value} for key, value in spec.env.items()],
@@ -314,7 +326,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
     }
     spec_body: dict[str, Any] = {
         "restartPolicy": "Never",
-        "activeDeadlineSeconds": math.ceil(profile.wall_timeout_s) + DEADLINE_GRACE_S,
+        "activeDeadlineSeconds": deadline_s,
         "terminationGracePeriodSeconds": 0,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,

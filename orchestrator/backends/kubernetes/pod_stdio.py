@@ -25,6 +25,7 @@ from orchestrator.backends.kubernetes.start_barrier import (
     reader_command,
     writer_command,
 )
+from orchestrator.domain.errors import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class PodStdio:
             channels.await_marker(READY_MARKER)  # the exec's command runs: its pipe is held
         except ChannelError as exc:
             channels.close()
+            if exc.started:  # never opened again: that would run it twice
+                raise SandboxUnavailable(f"the stdio of {self._name} could not be read: {exc}") from exc
             raise KubeError("unreachable" if exc.status is None else "server", "exec", str(exc)) from exc
         return channels
 

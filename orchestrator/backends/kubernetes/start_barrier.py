@@ -72,3 +72,33 @@ def writer_command(size: int) -> list[str]:
     then its end (the command reads EOF)."""
     # not exec'd: a head that is the exec's own process saw its stdin end after 32 KiB (measured)
     return [SHELL, "-c", _wait_for('"$1"') + f' head -c {size} >"$1"', "relay-stdin", f"{STDIO_DIR}/stdin"]
+
+
+# -- sessions -------------------------------------------------------------------------------------------
+# A session's command is not the pod's: the pod's command container idles (with the command's hardening,
+# limits and mounts), and the session's command is exec'd into it, its stdio the exec stream itself
+# (stdin open for what the session sends, or a terminal the kubelet makes, resized through the stream).
+# An exec stream carries its command's output exactly (the relays above rely on it) and ends with its
+# exit code; what the barrier does for a one-shot pod, the exec does here: the command starts with its
+# stdio already held by the controller.
+
+#: the session's marker, written before its command runs (on the terminal with ``tty``: there the line
+#: ends in CR LF)
+SESSION_MARKER = b"sandbox-session-ready"
+SESSION_NAME = "sandbox-session"
+
+
+def idle_command(idle_s: int) -> list[str]:
+    """The command container of a session's pod: nothing but waiting (the deadline stops it)."""
+    return [SHELL, "-c", 'exec sleep "$1"', SESSION_NAME, str(idle_s)]
+
+
+def session_command(command: list[str]) -> list[str]:
+    """Exec'd for the session: its marker on stderr (the stream's proof that the command runs; with a
+    terminal, on it), then ``command``."""
+    return [SHELL, "-c", f"printf '{SESSION_MARKER.decode()}\\n' >&2; exec \"$@\"", SESSION_NAME, *command]
+
+
+def session_marker(tty: bool) -> bytes:
+    """The marker's line as the stream delivers it."""
+    return SESSION_MARKER + (b"\r\n" if tty else b"\n")
