@@ -11,6 +11,7 @@ from orchestrator.backends.kubernetes.manifest import (
     PROFILE_MAPPING,
     label_value,
     pod_manifest,
+    sandbox_argv,
     split_cpu,
 )
 from orchestrator.backends.kubernetes.settings import KubernetesSettings, WorkspaceDelivery
@@ -157,6 +158,26 @@ def test_a_variable_the_spec_sets_is_never_unset() -> None:
     env = {"LANG": "C.UTF-8", "KUBERNETES_SERVICE_HOST": "set-by-the-profile"}
     command = pod_manifest(spec_for(profile, env=env), settings())["spec"]["containers"][0]["command"]
     assert "KUBERNETES_SERVICE_HOST" not in command and "KUBERNETES_SERVICE_PORT" in command
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_a_sessions_pod_idles_with_the_commands_hardening_and_its_command_is_exec_d(tty: bool) -> None:
+    profile = ProfileRegistry().resolve("workspace-write", session=True)
+    session = spec_for(profile, interactive=True, tty=tty)
+    one_shot = pod_manifest(spec_for(profile), settings())
+    pod = pod_manifest(session, settings())
+    container = pod["spec"]["containers"][0]
+    # nothing of the command in the pod: it idles until its deadline stops it (the session's lifetime)
+    assert container["command"][:3] == ["/bin/sh", "-c", 'exec sleep "$1"']
+    assert int(container["command"][-1]) > pod["spec"]["activeDeadlineSeconds"] >= profile.session_lifetime_s
+    assert "echo hi" not in str(pod)
+    # everything else is the one-shot pod's: the same hardening, limits, mounts (the exec'd command runs there)
+    for key in ("securityContext", "resources", "volumeMounts", "env", "workingDir", "image"):
+        assert container[key] == one_shot["spec"]["containers"][0][key], key
+    assert (container["stdin"], container["tty"]) == (False, False)  # its terminal is the exec's
+    # the exec'd command: exactly the spec's env and rlimits, like the one-shot command
+    assert sandbox_argv(session)[-3:] == ["sh", "-c", "echo hi"]
+    assert sandbox_argv(session)[0] == "/usr/bin/env" and "/usr/bin/prlimit" in sandbox_argv(session)
 
 
 def test_labels_are_label_safe_and_the_owner_is_kept_whole_in_an_annotation() -> None:
