@@ -8,10 +8,14 @@
   interleaved (A B, B A); p50/p95 of each, the median of the pairwise ratios A/B. Target: <= 1.5.
 * **open vs one-shot** -- opening a session of ``cat`` (first answer with ``yield_time_ms: 0``) and
   closing it, against ``execute()`` of ``true``, interleaved.
+* ``--kubernetes``: the same on the test cluster (``make k8s-up``; a namespace of its own, removed at
+  the end): (A) through the Kubernetes backend (the session's exec stream through the API server) against
+  (B) the official client's own exec stream of ``cat`` (what ``kubectl exec -i`` does) into a pod of the
+  same manifest.
 
 Not a test: it prints figures and a last line ``session summary: {...}`` (JSON).
 
-    .venv/bin/python benchmarks/session_roundtrip.py [--rounds 200] [--opens 10]
+    .venv/bin/python benchmarks/session_roundtrip.py [--rounds 200] [--opens 10] [--kubernetes]
 """
 
 from __future__ import annotations
@@ -23,12 +27,27 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from kube_fixtures import CLAIM, Cluster, SandboxSpace, cluster_script, env_value, space_manifests
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes import stream as k8s_stream
+from kubernetes import watch as k8s_watch
+
+from orchestrator.backends.base import LaunchSpec, SandboxBackend, Workspace
 from orchestrator.backends.docker import DockerBackend
+from orchestrator.backends.kubernetes.backend import KubernetesBackend
+from orchestrator.backends.kubernetes.manifest import pod_manifest
+from orchestrator.domain.ids import new_execution_id
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.factory import build_orchestrator
 from orchestrator.service.sessions import Sessions
@@ -46,6 +65,12 @@ def pct(samples: list[float], q: float) -> float:
 def line(name: str, samples: list[float]) -> str:
     p50, p95 = pct(samples, 0.5) * 1000, pct(samples, 0.95) * 1000
     return f"{name:<40} p50 {p50:8.2f} ms   p95 {p95:8.2f} ms   n={len(samples)}"
+
+
+class Baseline(Protocol):
+    def round_trip(self) -> float: ...
+
+    def close(self) -> None: ...
 
 
 class DockerExecCat:
@@ -78,29 +103,110 @@ class DockerExecCat:
         subprocess.run(["docker", "rm", "-f", self.name], capture_output=True, check=False)
 
 
+class KubeExecCat:
+    """The official client's exec stream of ``cat`` (as ``kubectl exec -i``) into a pod of the sandbox
+    manifest: one byte in, the same byte out."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, manifest: dict[str, Any]) -> None:
+        self.api = k8s_client.CoreV1Api(k8s_config.new_client_from_config(config_file=str(kubeconfig)))
+        self.namespace, self.name = namespace, manifest["metadata"]["name"]
+        self.api.create_namespaced_pod(namespace, manifest)
+        events = k8s_watch.Watch()
+        for event in events.stream(
+            self.api.list_namespaced_pod, namespace, field_selector=f"metadata.name={self.name}", timeout_seconds=120
+        ):
+            if event["object"].status.phase == "Running":
+                events.stop()
+        self.ws = k8s_stream.stream(
+            self.api.connect_get_namespaced_pod_exec, self.name, namespace, command=["cat"], container="sandbox",
+            stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False, binary=True,
+        )  # fmt: skip
+
+    def round_trip(self) -> float:
+        start = time.perf_counter()
+        self.ws.write_stdin(b"x")
+        got = b""
+        while not got:
+            self.ws.update(timeout=5)
+            got = self.ws.read_stdout(timeout=0) if self.ws.peek_stdout() else b""
+        elapsed = time.perf_counter() - start
+        assert got == b"x", got
+        return elapsed
+
+    def close(self) -> None:
+        self.ws.close()
+        self.api.delete_namespaced_pod(self.name, self.namespace, grace_period_seconds=0)
+
+
+def kubernetes_sides(tmp: Path) -> tuple[SandboxBackend, Path, Callable[[], Baseline], Callable[[], None]]:
+    """A namespace of the test cluster's (the tests' own setup), the backend, a workspace on its claim,
+    the baseline's maker and the cleanup."""
+    if cluster_script("status").returncode != 0 and cluster_script("up").returncode != 0:
+        raise SystemExit("the test cluster did not start: make k8s-up")
+    env = cluster_script("env").stdout
+    cluster = Cluster(Path(env_value(env, "KUBECONFIG")), Path(env_value(env, "PATH").split(":", 1)[0]), "")
+    namespace = f"so-bench-{uuid.uuid4().hex[:6]}"
+    root = Path(tempfile.mkdtemp(prefix=f"{namespace}-", dir="/var/tmp"))
+    root.chmod(0o755)
+    cluster.apply(*space_manifests(namespace, root))
+    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Bound", f"pvc/{CLAIM}", "--timeout=60s")
+    space = SandboxSpace(cluster, namespace, root)
+    workspace = space.workspace("bench")
+
+    def baseline() -> Baseline:
+        profile = ProfileRegistry().resolve("workspace-write", session=True)
+        spec = LaunchSpec(
+            execution_id=new_execution_id(), argv=("true",), profile=profile, workspace=Workspace(str(workspace)),
+            workdir=profile.workspace.container_path, env={}, labels={}, deadline_unix=time.time() + 3600,
+            interactive=True,
+        )  # fmt: skip
+        return KubeExecCat(cluster.kubeconfig, namespace, pod_manifest(spec, space.settings()))
+
+    def cleanup() -> None:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s", check=False)
+        cluster.kubectl("delete", "pv", f"{namespace}-workspaces", "--wait=false", check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+    return KubernetesBackend(space.settings()), workspace, baseline, cleanup
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--opens", type=int, default=10)
+    parser.add_argument("--kubernetes", action="store_true", help="on the test cluster instead of Docker")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="so-bench-session-"))
-    workspace = tmp / "ws"
-    workspace.mkdir()
-    os.chown(workspace, SANDBOX_UID, SANDBOX_UID)
     (tmp / "config.yaml").write_text(CONFIG)
+    cleanup: Callable[[], None] = lambda: None  # noqa: E731
+    backend: SandboxBackend
+    if args.kubernetes:
+        backend, workspace, make_baseline, cleanup = kubernetes_sides(tmp)
+        names = ("through the Kubernetes backend", "the client's exec stream of cat", "kubectl exec")
+    else:
+        workspace = tmp / "ws"
+        workspace.mkdir()
+        os.chown(workspace, SANDBOX_UID, SANDBOX_UID)
+        image = ProfileRegistry().resolve("workspace-write").image
+        backend = DockerBackend()
+        names = ("to a session of cat", "docker exec -i cat", "docker exec")
+
+        def make_baseline() -> Baseline:
+            return DockerExecCat(image)
+
     orch = build_orchestrator(
         tmp / "config.yaml",
         workspace=workspace,
         evidence_path=tmp / "evidence.jsonl",
-        backend=DockerBackend(),
+        backend=backend,
         profiles=ProfileRegistry(),
     )
     sessions = Sessions(orch)
-    image = ProfileRegistry().resolve("workspace-write").image
-    baseline = DockerExecCat(image)
+    baseline: Baseline | None = None
     summary: dict[str, float] = {}
     try:
+        baseline = make_baseline()
         opened = await sessions.open({"tool": "exec_command", "cmd": "cat", "yield_time_ms": 0}, workspace=workspace)
         sid = opened.session_id
 
@@ -127,10 +233,10 @@ async def main() -> int:
                 a.append(await governed())
         ratio = statistics.median(x / y for x, y in zip(a, b, strict=True))
         print(f"round trip of one byte ({args.rounds} interleaved rounds, runc)")
-        print(line("A write_stdin to a session of cat", a))
-        print(line("B docker exec -i cat", b))
+        print(line(f"A write_stdin {names[0]}", a))
+        print(line(f"B {names[1]}", b))
         print(f"{'median ratio A/B':<40} {ratio:.2f}   (target <= {TARGET})")
-        summary["roundtrip/docker exec"] = round(ratio, 2)
+        summary[f"roundtrip/{names[2]}"] = round(ratio, 2)
         summary["roundtrip p50 ms"] = round(pct(a, 0.5) * 1000, 2)
         await sessions.close(sid, tenant="default", subject="anonymous")
 
@@ -156,9 +262,11 @@ async def main() -> int:
         print(f"{'median open / one-shot':<40} {open_ratio:.2f}")
         summary["open/one-shot"] = round(open_ratio, 2)
     finally:
-        baseline.close()
+        if baseline is not None:
+            baseline.close()
         await sessions.aclose()
         await orch.aclose()
+        cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
     print("session summary: " + json.dumps(summary))
     return 0

@@ -83,6 +83,8 @@ T = TypeVar("T")
 POOL_WORKERS = 16
 READ_SIZE = 64 * 1024
 OUTPUT_PACE_S = 0.01
+#: a session's output goes out as it comes: someone waits for the echo of what they typed
+INTERACTIVE_PACE_S = 0.0002
 SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 #: how long the network-policy check holds (a policy deleted meanwhile is seen within this)
 POLICY_CHECK_TTL_S = 30.0
@@ -559,7 +561,8 @@ class KubernetesBackend:
             return StreamSink(0).result(), StreamSink(0).result()
         relay = None
         if on_output is not None:
-            relay = OutputRelay(asyncio.get_running_loop(), on_output, max_chunk=READ_SIZE, pace=OUTPUT_PACE_S)
+            pace = INTERACTIVE_PACE_S if isinstance(stdio, PodSession) else OUTPUT_PACE_S
+            relay = OutputRelay(asyncio.get_running_loop(), on_output, max_chunk=READ_SIZE, pace=pace)
         stdout = StreamSink(stdout_limit, None if relay is None else functools.partial(relay.post, "stdout"))
         stderr = StreamSink(stderr_limit, None if relay is None else functools.partial(relay.post, "stderr"))
         stdio.deliver_to(stdout.write, stderr.write)
