@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session clean
+.PHONY: all venv lint typecheck importlint unit integration test demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s clean
 
 all: test
 
@@ -84,6 +84,9 @@ bench-stream: $(STAMP) setup
 # interactive sessions: a one-byte write_stdin round trip vs docker exec -i; opening a session vs a one-shot run
 bench-session: $(STAMP) setup
 	$(BIN)/python benchmarks/session_roundtrip.py
+
+bench-session-k8s: $(STAMP) setup
+	$(BIN)/python benchmarks/session_roundtrip.py --kubernetes
 
 # the Kubernetes backend against the same pod through the client, on the test cluster (started if needed)
 bench-k8s: $(STAMP) setup

@@ -432,3 +432,44 @@ async def test_opens_racing_each_other_cannot_pass_the_limit(sessions: Sessions,
     assert len(opened) == 2 and sum(isinstance(r, SessionLimit) for r in results) == 3
     for reply in opened:
         await sessions.close(reply.session_id, tenant="default", subject="anonymous")
+
+
+@pytest.mark.k8s
+async def test_a_copy_mode_session_takes_its_workspace_in_and_back(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Kubernetes with the workspace copied: what the session's command wrote comes back once it exited."""
+    from orchestrator.backends.kubernetes.backend import KubernetesBackend
+    from orchestrator.backends.kubernetes.settings import WorkspaceDelivery
+
+    space = request.getfixturevalue("sandbox_space")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "in.txt").write_text("from the controller\n")
+    os.chown(ws, 1000, 1000)
+    os.chown(ws / "in.txt", 1000, 1000)
+    backend = KubernetesBackend(space.settings(workspace=WorkspaceDelivery(mode="copy", copy_max_bytes=1 << 20)))
+    config = tmp_path / "config.yaml"
+    config.write_text(ALLOW_ALL + "caps:\n  max_cpus: 0.05\n")
+    o = build_orchestrator(
+        config, evidence_path=tmp_path / "evidence.jsonl", backend=backend, profiles=ProfileRegistry()
+    )
+    s = Sessions(o)
+    try:
+        opened = await s.open(
+            {"tool": "exec_command", "cmd": 'read line; cat in.txt; echo "$line" > out.txt', "yield_time_ms": 0},
+            workspace=ws,
+        )
+        reply = await s.write(
+            {"tool": "write_stdin", "session_id": opened.session_id, "chars": "typed\n", "yield_time_ms": 5000}
+        )
+        out = reply.stdout
+        while reply.running:
+            reply = await s.write({"tool": "write_stdin", "session_id": opened.session_id, "yield_time_ms": 1000})
+            out += reply.stdout
+        assert (out, reply.exit_code, reply.closed_reason) == (b"from the controller\n", 0, "exit")
+        assert (ws / "out.txt").read_text() == "typed\n"
+    finally:
+        await s.aclose()
+        await o.aclose()
+    assert verify(tmp_path / "evidence.jsonl").ok

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,13 +18,67 @@ from orchestrator.backends.kubernetes.start_barrier import (
     session_marker,
 )
 
+# The wrapper kills every other process of its PID namespace once its command ended (kill -1): it only ever
+# runs in a PID namespace of its own here, whose init stands for the pod's idle command (PID 1, spared).
+INIT = (  # (not in the exec's session in a pod: a Ctrl-C there never reaches it)
+    'trap : INT; "$@"; rc=$?; p=$(cat "$PIDFILE" 2>/dev/null || echo none);'
+    ' if [ -d "/proc/$p" ] && ! grep -q "^State:.*Z" "/proc/$p/status"; then echo left >&2; else echo gone >&2; fi;'
+    " echo init-alive >&2; exit $rc"
+)
 
-def test_the_marker_comes_first_on_stderr_then_the_command_runs_as_given() -> None:
-    argv = ["/bin/sh", "-c", 'printf "%s|" "$@"; echo; echo err >&2; exit 3', "name", "a b", "$HOME", "'"]
-    done = subprocess.run(session_command(argv), capture_output=True, timeout=10, check=False)
+
+def in_own_pid_namespace(argv: list[str]) -> list[str]:
+    """``argv`` below an init of its own PID namespace, in a session (and process group) of its own."""
+    return [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount-proc",
+        "setsid",
+        "--wait",
+        "/bin/sh",
+        "-c",
+        INIT,
+        "init",
+        *argv,
+    ]
+
+
+@pytest.fixture
+def pid_namespace() -> None:
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"no PID namespace for the wrapper's kill -1 here: {probe.stderr.decode()[-200:]}")
+
+
+def test_the_marker_comes_first_then_the_command_runs_as_given_and_nothing_it_left_survives(
+    pid_namespace: None, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "child.pid"
+    # a child left behind, holding the command's stdout: killed at the command's end (else the stream,
+    # and this run, would wait for it), and the exit status is still the command's
+    script = 'printf "%s|" "$@"; echo; sleep 60 & echo $! > "$PIDFILE"; echo err >&2; exit 3'
+    argv = ["/bin/sh", "-c", script, "name", "a b", "$HOME", "'"]
+    done = subprocess.run(
+        in_own_pid_namespace(session_command(argv)),
+        capture_output=True,
+        timeout=10,
+        check=False,
+        env={"PIDFILE": str(pidfile), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 3
     assert done.stdout == b"a b|$HOME|'|\n"  # no word of the argv is the wrapper's
-    assert done.stderr == session_marker(False) + b"err\n"
+    assert done.stderr == session_marker(False) + b"err\ngone\ninit-alive\n"
+
+
+def test_a_ctrl_c_for_the_command_does_not_end_the_wrapper(pid_namespace: None) -> None:
+    # the command dies of SIGINT (as at a terminal's Ctrl-C, sent to the whole foreground group): the
+    # wrapper lives on to sweep and to report 130
+    argv = ["/bin/sh", "-c", "kill -s INT 0; sleep 5"]
+    done = subprocess.run(in_own_pid_namespace(session_command(argv)), capture_output=True, timeout=10, check=False)
+    assert done.returncode == 130, done
+    assert done.stderr.endswith(b"init-alive\n")
 
 
 def test_the_marker_on_a_terminal_ends_in_cr_lf() -> None:
@@ -55,6 +110,9 @@ class ScriptedSocket:
     def send(self, payload: bytes, opcode: int) -> None:
         del opcode
         self.sent.append(payload)
+
+    def settimeout(self, timeout: float | None) -> None:
+        self.timeout = timeout
 
 
 class ScriptedWs:

@@ -112,6 +112,7 @@ class _Pod:
     # attached once the container runs (None: it ended before that); a session's is its exec stream
     stdio: PodStdio | PodSession | None = None
     session_exit: int | None = None  # the exit code a session's exec stream reported
+    session_ended_at: datetime | None = None
     capturing: bool = False
     # monotonic time of the first kill(): wait() is bounded from then; its workspace is not copied back
     killed_at: float | None = None
@@ -380,21 +381,21 @@ class KubernetesBackend:
         (start() then says why) or after the start timeout."""
         name = pod.handle.name
         kube = await self._client()
+        deadline = time.monotonic() + self.settings.start_timeout_s
         stdio: PodStdio | PodSession
         if pod.session_argv is not None:
             session = stdio = PodSession(kube, self._namespace, name, pod.session_argv, tty=pod.tty)
 
             async def connect() -> None:
-                await self._call(session.open)
+                await self._call(session.open, max(1.0, deadline - time.monotonic()))
                 session.start_reading()
 
         else:
             relays = stdio = PodStdio(kube, self._namespace, name)
 
             async def connect() -> None:
-                await relays.open(pod.stdin)
+                await relays.open(pod.stdin, max(1.0, deadline - time.monotonic()))
 
-        deadline = time.monotonic() + self.settings.start_timeout_s
         try:
             while True:
                 last, gone = watch.last(name), watch.gone(name)
@@ -591,7 +592,7 @@ class KubernetesBackend:
                 raise SandboxStartFailed(f"pod {handle.name} never started", details={"sandbox": handle.name})
         watch = await self._pod_watch()
         if pod is not None and isinstance(pod.stdio, PodSession):
-            code = await self._session_exit(pod, pod.stdio)
+            code = await self._session_exit(pod, pod.stdio, watch)
             if code is not None:
                 return code
         await self._until_ended(handle, pod, watch)
@@ -610,20 +611,41 @@ class KubernetesBackend:
                 await self._copy_out(pod)
         return state.exit_code
 
-    async def _session_exit(self, pod: _Pod, session: PodSession) -> int | None:
+    async def _session_exit(self, pod: _Pod, session: PodSession, watch: PodWatch) -> int | None:
         """A session's exit code as its exec stream reported it (its workspace copied back in copy mode);
-        None when the pod was stopped or the stream broke: the pod is stopped then, and its end says."""
-        with contextlib.suppress(ChannelError):
-            await asyncio.shield(session.until_done())
-        if session.exit_code is not None and pod.killed_at is None:
-            pod.session_exit = session.exit_code
-            if self.settings.workspace.mode == "copy" and pod.copy_error is None:
-                await self._copy_out(pod)
-            return session.exit_code
-        if pod.killed_at is None:
-            log.info("the session stream of %s ended without an exit code: the pod is stopped", pod.handle.name)
+        None when the pod was stopped (then the pod's end says). A stream that ended without an exit code
+        while the pod runs is no exit: the pod is stopped and the run is SANDBOX.UNAVAILABLE."""
+        name = pod.handle.name
+        await self._until_stream_ends(pod, session)
+        last = watch.last(name)
+        stopped = (
+            pod.killed_at is not None
+            or watch.gone(name)
+            or (last is not None and (_ended(last) or pods.deadline_exceeded(last) or pods.deleting(last)))
+        )
+        if stopped:
+            return None
+        if session.exit_code is None:
             await self.kill(pod.handle)
-        return None
+            raise SandboxUnavailable(
+                f"the session stream of pod {name} ended without its command's exit code (the connection to the"
+                " API server was lost); the pod was stopped",
+                details={"sandbox": name},
+            )
+        pod.session_exit, pod.session_ended_at = session.exit_code, session.ended_at
+        if self.settings.workspace.mode == "copy" and pod.copy_error is None:
+            await self._copy_out(pod)
+        return session.exit_code
+
+    async def _until_stream_ends(self, pod: _Pod, session: PodSession) -> None:
+        """Until the session's stream ended; once the pod was stopped, at most KILL_REPORT_S more (a wedged
+        stream is closed then, and the pod's own end is awaited, bounded too)."""
+        reader = session.reader
+        while reader is not None and not reader.done():
+            await asyncio.wait({reader}, timeout=WAIT_RECHECK_S)
+            if pod.killed_at is not None and time.monotonic() >= pod.killed_at + KILL_REPORT_S:
+                session.close()
+                return
 
     async def _until_ended(self, handle: SandboxHandle, pod: _Pod | None, watch: PodWatch) -> None:
         """Until the kubelet reports the end; once the pod was stopped, at most ``KILL_REPORT_S`` more: a
@@ -676,8 +698,8 @@ class KubernetesBackend:
                 raise self._error(exc, f"cannot inspect pod {handle.name}", sandbox=handle.name) from exc
         state = pods.exit_state(last)
         pod = self._pods.get(handle.name)
-        if pod is not None and pod.session_exit is not None and state.exit_code is None:
-            state = dataclasses.replace(state, exit_code=pod.session_exit, finished_at=datetime.now(UTC))
+        if pod is not None and pod.session_exit is not None:  # the session's command, not the idle container
+            state = dataclasses.replace(state, exit_code=pod.session_exit, finished_at=pod.session_ended_at)
         notes = [state.error]
         if state.exit_code is None or state.error:  # the pod's Warning events say why (evicted, failed, ...)
             notes.append(await self._warnings(handle))
@@ -736,8 +758,8 @@ class KubernetesBackend:
         session = self._session(handle)
         if not session.tty:
             raise SandboxUnavailable(f"{handle.name} has no terminal to resize", details={"sandbox": handle.name})
-        try:
-            await self._call(session.resize, rows, cols)
+        try:  # not on the backend's pool: a resize may wait behind input the command does not read
+            await asyncio.to_thread(session.resize, rows, cols)
         except ChannelError as exc:
             raise SandboxUnavailable(
                 f"could not resize the terminal of {handle.name}: {exc}", details={"sandbox": handle.name}

@@ -30,6 +30,7 @@ STATUS_MAX = 64 * 1024
 #: output that may come before the start marker (the kubelet copies each stream on its own, so a frame
 #: of stdout can overtake the marker on stderr): kept for ``pump()``; past it the stream is refused
 EARLY_MAX = 1024 * 1024
+RESIZE_WAIT_S = 2.0
 
 
 class ChannelError(Exception):
@@ -53,32 +54,52 @@ class Channels:
         self.status: dict[str, Any] | None = None
         self._early: list[tuple[int, bytes]] = []  # output that came before or with await_marker's marker
 
-    def await_marker(self, marker: bytes, channel: int = STDERR) -> None:
-        """Until the exec'd command wrote ``marker`` to its stderr (``channel``): then it runs. The API
-        server accepts the websocket before the kubelet found the container, so a command that could not
-        start (the pod not scheduled yet, the container not started) only shows as a Status on the error
-        channel. Output that came before the marker (on the other channel) or after it in its frame is
-        delivered first by ``pump()``."""
+    def await_marker(self, marker: bytes, channel: int = STDERR, timeout_s: float | None = None) -> None:
+        """Until the exec'd command wrote ``marker`` on ``channel`` (its stderr; a terminal's is stdout):
+        then it runs. The API server accepts the websocket before the kubelet found the container, so a
+        command that could not start (the pod not scheduled yet, the container not started) only shows as
+        a Failure Status on the error channel: then ``ChannelError.started`` is False and it may be tried
+        again. Anything else that ends the wait without the marker (output, an exit code, a broken or
+        silent stream past ``timeout_s``) may mean it ran: ``started`` True, never to be run twice.
+        Output that came before the marker on the other channel, or after it, is delivered first by
+        ``pump()``; what precedes it on its own channel is the wrapper's, not the command's."""
         status = bytearray()
+        seen = bytearray()  # the marker's channel until the marker (it may come in pieces, after noise)
         early = 0
+        self._ws.sock.settimeout(timeout_s)
         try:
             for got, payload in self._frames():
-                if got == channel and payload.startswith(marker):
-                    self._early.append((channel, payload[len(marker) :]))
-                    return
                 if got in (STDOUT, STDERR):
                     early += len(payload)
                     if early > EARLY_MAX:
                         raise ChannelError("output overtook the start marker by more than 1 MiB", started=True)
+                if got == channel:
+                    seen += payload
+                    at = seen.find(marker)
+                    if at >= 0:
+                        self._early.append((channel, bytes(seen[at + len(marker) :])))
+                        return
+                elif got in (STDOUT, STDERR):
                     self._early.append((got, payload))
                 elif got == ERROR:
                     status += payload[: max(0, STATUS_MAX - len(status))]
-        except (OSError, WebSocketException) as exc:
-            raise ChannelError(f"{type(exc).__name__}: {exc}") from exc
+        except (OSError, WebSocketException) as exc:  # a timeout too: the command may be running
+            raise ChannelError(f"{type(exc).__name__}: {exc}", started=True) from exc
+        finally:
+            with contextlib.suppress(OSError, WebSocketException, AttributeError):
+                self._ws.sock.settimeout(None)
         text = bytes(status).decode("utf-8", "replace")
-        with contextlib.suppress(ValueError, AttributeError):
-            text = str(json.loads(text).get("message") or text)
-        raise ChannelError(f"the command did not start: {text[:500] or 'the stream ended'}")
+        decoded: Any = None
+        with contextlib.suppress(ValueError):
+            decoded = json.loads(text)
+        if isinstance(decoded, dict):
+            text = str(decoded.get("message") or text)
+        ran = early > 0 or _exited(decoded)
+        raise ChannelError(
+            f"the command {'ended without its start marker' if ran else 'did not start'}:"
+            f" {text[:500] or 'the stream ended'}",
+            started=ran,
+        )
 
     def _frames(self) -> Iterator[tuple[int, bytes]]:
         """(channel, payload) of each data frame, until the stream closes or ``close()``."""
@@ -106,15 +127,19 @@ class Channels:
         self._send(bytes([CLOSE, STDIN]))
 
     def resize(self, rows: int, cols: int) -> None:
-        """The terminal's window size (an exec with ``tty``): the command gets SIGWINCH."""
-        self._send(bytes([RESIZE]) + json.dumps({"Width": cols, "Height": rows}).encode())
+        """The terminal's window size (an exec with ``tty``): the command gets SIGWINCH. Waits at most
+        RESIZE_WAIT_S behind input the command does not read (the stream is one socket)."""
+        self._send(bytes([RESIZE]) + json.dumps({"Width": cols, "Height": rows}).encode(), wait_s=RESIZE_WAIT_S)
 
-    def _send(self, payload: bytes) -> None:
+    def _send(self, payload: bytes, wait_s: float = -1) -> None:
+        if not self._write_lock.acquire(timeout=wait_s):
+            raise ChannelError("the stream is busy with input the command does not read")
         try:
-            with self._write_lock:
-                self._ws.sock.send(payload, opcode=ABNF.OPCODE_BINARY)
+            self._ws.sock.send(payload, opcode=ABNF.OPCODE_BINARY)
         except (OSError, WebSocketException) as exc:
             raise ChannelError(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self._write_lock.release()
 
     def pump(self, on_stdout: Callable[[bytes], None], on_stderr: Callable[[bytes], None]) -> None:
         """Deliver output frame by frame until the stream ends (the container's stdio closed, or
@@ -154,6 +179,16 @@ class Channels:
             self._ws.close()
         with contextlib.suppress(Exception):
             self._api.close()  # type: ignore[no-untyped-call]
+
+
+def _exited(status: Any) -> bool:
+    """A Status that reports an exit (Success, or a NonZeroExitCode with its code): the command ran."""
+    if not isinstance(status, dict):
+        return False
+    causes = (status.get("details") or {}).get("causes") or []
+    return status.get("status") == "Success" or any(
+        isinstance(cause, dict) and cause.get("reason") == "ExitCode" for cause in causes
+    )
 
 
 def _ended(exc: BaseException) -> bool:

@@ -162,6 +162,11 @@ def deadline_exceeded(pod: JsonObject) -> bool:
     return _obj(pod.get("status")).get("reason") == "DeadlineExceeded"
 
 
+def deleting(pod: JsonObject) -> bool:
+    """Someone asked the API server to delete the pod (its containers are being stopped)."""
+    return bool(_obj(pod.get("metadata")).get("deletionTimestamp"))
+
+
 class PodLifecycle:
     """One pod's lifecycle events, each emitted once, in lifecycle order."""
 

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from orchestrator.backends._support.input_feed import InputFeed
 from orchestrator.backends._support.threads import in_daemon_thread
@@ -49,28 +50,38 @@ class PodSession:
         self.feed: InputFeed | None = None
         self._reader: asyncio.Future[None] | None = None
         self.exit_code: int | None = None
-        self.ended = False  # the stream ended (with or without an exit code)
+        self.ended_at: datetime | None = None  # when the stream ended (with or without an exit code)
 
-    def open(self) -> None:
-        """Blocking: exec the command, until its marker (raises ``KubeError`` if it did not start: call
-        again to retry). Its input is accepted from then on."""
+    def open(self, timeout_s: float) -> None:
+        """Blocking: exec the command, until its marker, at most ``timeout_s`` (raises ``KubeError`` if it
+        surely did not start: call again to retry; ``SandboxUnavailable`` if it may have: never again).
+        Its input is accepted from then on."""
         channels = self._kube.open_exec(
             self._namespace, self._name, CONTAINER, session_command(self._command), stdin=True, tty=self.tty
         )
         try:
-            channels.await_marker(session_marker(self.tty), STDOUT if self.tty else STDERR)
+            channels.await_marker(session_marker(self.tty), STDOUT if self.tty else STDERR, timeout_s)
         except ChannelError as exc:
             channels.close()
             if exc.started:  # never opened again: that would run it twice
                 raise SandboxUnavailable(f"the stdio of {self._name} could not be read: {exc}") from exc
             raise KubeError("unreachable" if exc.status is None else "server", "exec", str(exc)) from exc
-        self._channels = channels
-        self.feed = InputFeed(self._name, channels.write_stdin, self._end_input)
+        with self._ready:
+            if self._closed:  # closed while it opened (a cancelled start): nothing may keep it open
+                channels.close()
+                raise SandboxUnavailable(f"the session of {self._name} was closed while it started")
+            self._channels = channels
+            self.feed = InputFeed(self._name, channels.write_stdin, self._end_input)
 
     def start_reading(self) -> None:
         """Read the stream from now on (on the event loop: its end is awaited by ``until_done``)."""
         if self._channels is not None and self._reader is None:
             self._reader = asyncio.ensure_future(in_daemon_thread(self._read, f"session-{self._name}"))
+
+    @property
+    def reader(self) -> asyncio.Future[None] | None:
+        """Done once the stream ended and its output was delivered."""
+        return self._reader
 
     def _end_input(self) -> None:
         assert self._channels is not None
@@ -107,7 +118,7 @@ class PodSession:
             return
         finally:
             self.exit_code = exit_code(self._channels.status)
-            self.ended = True
+            self.ended_at = datetime.now(UTC)
             if self.feed is not None:
                 self.feed.abandon()
             self._channels.close()

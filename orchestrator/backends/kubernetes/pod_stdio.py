@@ -51,14 +51,14 @@ class PodStdio:
         self._channels: dict[str, Channels] = {}
         self.readers: list[asyncio.Future[None]] = []
 
-    async def open(self, stdin: bytes | None) -> None:
+    async def open(self, stdin: bytes | None, timeout_s: float) -> None:
         """Connect the relays not connected yet (raises the first ``KubeError`` after keeping those that
         did connect: a relay that runs holds its pipe, and a second one on the same pipe would split the
         output; call again to retry the others). Once all are, each output's reader starts, and stdin is
         fed on a thread of its own (the command reads it only as fast as it is read)."""
         missing = [stream for stream in PIPES if stream not in self._channels]
         opened = await asyncio.gather(
-            *(asyncio.to_thread(self._open_reader, stream) for stream in missing), return_exceptions=True
+            *(asyncio.to_thread(self._open_reader, stream, timeout_s) for stream in missing), return_exceptions=True
         )
         for stream, result in zip(missing, opened, strict=True):
             if not isinstance(result, BaseException):
@@ -72,10 +72,10 @@ class PodStdio:
         if stdin is not None:
             threading.Thread(target=self._feed, args=(stdin,), name=f"stdin-{self._name}", daemon=True).start()
 
-    def _open_reader(self, stream: str) -> Channels:
+    def _open_reader(self, stream: str, timeout_s: float) -> Channels:
         channels = self._kube.open_exec(self._namespace, self._name, SIDECAR, reader_command(stream))
         try:
-            channels.await_marker(READY_MARKER)  # the exec's command runs: its pipe is held
+            channels.await_marker(READY_MARKER, timeout_s=timeout_s)  # the exec's command runs: its pipe is held
         except ChannelError as exc:
             channels.close()
             if exc.started:  # never opened again: that would run it twice

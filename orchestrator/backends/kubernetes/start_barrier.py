@@ -81,6 +81,14 @@ def writer_command(size: int) -> list[str]:
 # An exec stream carries its command's output exactly (the relays above rely on it) and ends with its
 # exit code; what the barrier does for a one-shot pod, the exec does here: the command starts with its
 # stdio already held by the controller.
+#
+# The container's PID 1 is the idle command, so the session command's end would not end what it left
+# behind (in a one-shot pod it would: PID 1 exits, the runtime kills the rest). So the wrapper shell waits
+# for the command instead of exec'ing it, then kills every other process of the container's PID namespace
+# (kill -1 spares PID 1 and the caller, and reaches no other container's: shareProcessNamespace is off),
+# and exits with the command's status: nothing of the session outlives it to hold its stream open or to
+# write to the workspace after its end was measured. Its traps are handlers, not ignores (the command
+# gets the default dispositions back); they keep the wrapper alive through a Ctrl-C meant for the command.
 
 #: the session's marker, written before its command runs (on the terminal with ``tty``: there the line
 #: ends in CR LF)
@@ -95,8 +103,12 @@ def idle_command(idle_s: int) -> list[str]:
 
 def session_command(command: list[str]) -> list[str]:
     """Exec'd for the session: its marker on stderr (the stream's proof that the command runs; with a
-    terminal, on it), then ``command``."""
-    return [SHELL, "-c", f"printf '{SESSION_MARKER.decode()}\\n' >&2; exec \"$@\"", SESSION_NAME, *command]
+    terminal, on it), then ``command``; once it ended, whatever it left behind is killed."""
+    script = (
+        f"printf '{SESSION_MARKER.decode()}\\n' >&2; trap : HUP INT QUIT TERM;"
+        ' "$@"; rc=$?; kill -s KILL -- -1 2>/dev/null; exit $rc'
+    )
+    return [SHELL, "-c", script, SESSION_NAME, *command]
 
 
 def session_marker(tty: bool) -> bytes:
