@@ -174,6 +174,11 @@ class SessionAnswer(_Wire):
     pending_bytes: int = Field(default=0, description="Output already produced that waits for the next call.")
     dropped_bytes: int = Field(default=0, description="Output nobody took before the session's buffer filled.")
     error: ErrorBody | None = Field(default=None, description="Why it ended, if not by its own exit.")
+    output_capped: list[Literal["stdout", "stderr"]] = Field(
+        default_factory=list,
+        description="Streams that passed the profile's output cap (stdout_max_bytes / stderr_max_bytes): nothing"
+        " more of them is shown in this session (its end record counts all of it).",
+    )
 
 
 class StdinBody(_Wire):

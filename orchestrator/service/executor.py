@@ -23,6 +23,7 @@ from orchestrator.backends.base import (
     LaunchSpec,
     LifecycleEvent,
     OutputCallback,
+    OutputStream,
     ResourceUsage,
     SandboxBackend,
     SandboxHandle,
@@ -196,6 +197,7 @@ async def run_in_sandbox(
     before: Snapshot,
     on_output: OutputCallback | None = None,
     on_started: Callable[[SandboxHandle, ResolvedProfile], None] | None = None,
+    on_capped: Callable[[OutputStream], None] | None = None,
 ) -> RunOutcome:
     """Run ``spec`` once. ``record(event_type, **fields)`` appends evidence for this execution;
     ``before`` is the workspace as it was before the sandbox existed. ``on_output`` gets the output while
@@ -220,7 +222,7 @@ async def run_in_sandbox(
     started = time.monotonic()
     # a margin past the caps: a secret the cap cuts in two is still seen whole, and redacted
     margin = redactor.margin
-    live = None if on_output is None else LiveOutput(redactor, profile, on_output)
+    live = None if on_output is None else LiveOutput(redactor, profile, on_output, on_capped)
     try:
         if meter is not None:  # the watches are set up while the engine creates the container
             meter_started = asyncio.ensure_future(asyncio.to_thread(meter.start))

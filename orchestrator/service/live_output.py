@@ -13,6 +13,7 @@ is computed apart from this.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from orchestrator.backends.base import OutputCallback, OutputStream, StreamCapture
 from orchestrator.profiles import ResolvedProfile
@@ -23,8 +24,18 @@ log = logging.getLogger(__name__)
 
 
 class LiveOutput:
-    def __init__(self, redactor: Redactor, profile: ResolvedProfile, callback: OutputCallback) -> None:
+    def __init__(
+        self,
+        redactor: Redactor,
+        profile: ResolvedProfile,
+        callback: OutputCallback,
+        on_capped: Callable[[OutputStream], None] | None = None,
+    ) -> None:
+        """``on_capped(stream)``: once per stream, as soon as it is known that not all of it will be shown
+        (it passed the profile's cap)."""
         self._callback: OutputCallback | None = callback
+        self._on_capped = on_capped
+        self._capped: set[OutputStream] = set()
         self._streams: dict[OutputStream, StreamRedactor] = {
             "stdout": StreamRedactor(redactor, profile.stdout_max_bytes),
             "stderr": StreamRedactor(redactor, profile.stderr_max_bytes),
@@ -35,12 +46,20 @@ class LiveOutput:
         """A raw chunk of what the backend keeps (its callback)."""
         if self._callback is None or self._finished:
             return
+        redactor = self._streams[stream]
         try:
-            shown = self._streams[stream].feed(data)
+            shown = redactor.feed(data)
         except Exception as exc:  # a bug here must not reach the backend's reader, nor the run
             self._stop("redacting the live output", exc)
             return
         self._show(stream, shown)
+        if redactor.truncated and stream not in self._capped:
+            self._capped.add(stream)
+            if self._on_capped is not None:
+                try:
+                    self._on_capped(stream)
+                except Exception as exc:
+                    log.warning("on_capped raised %s", type(exc).__name__)
 
     def finish(self, captures: tuple[StreamCapture, StreamCapture] | None) -> None:
         """What was held back, once (later calls do nothing). ``captures`` None: the capture did not end

@@ -19,7 +19,13 @@ from typing import Any
 
 from orchestrator.approvals.base import ApprovalProvider, SettlesInStore, decide, is_suspend
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
-from orchestrator.backends.base import InteractiveBackend, OutputCallback, SandboxBackend, SandboxHandle
+from orchestrator.backends.base import (
+    InteractiveBackend,
+    OutputCallback,
+    OutputStream,
+    SandboxBackend,
+    SandboxHandle,
+)
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult, Decision
 from orchestrator.domain.errors import (
     ApprovalAborted,
@@ -424,10 +430,12 @@ class Orchestrator:
         on_output: OutputCallback | None = None,
         session: bool = False,
         on_started: Callable[[SandboxHandle, ResolvedProfile], None] | None = None,
+        on_capped: Callable[[OutputStream], None] | None = None,
     ) -> ExecutionResult:
         """Run an authorized request in a fresh sandbox. ``session``: an interactive session's sandbox
         (its stdin open for the backend's send_input from ``on_started`` on, its deadline the profile's
-        session lifetime); see :mod:`orchestrator.service.sessions`."""
+        session lifetime); see :mod:`orchestrator.service.sessions`. ``on_capped(stream)``: with
+        ``on_output``, once a stream passed the profile's cap (nothing more of it is shown)."""
         if self.backend is None or self.profiles is None:
             raise InternalError("this orchestrator has no sandbox backend")
         request, gate = auth.request, auth.gate
@@ -507,6 +515,7 @@ class Orchestrator:
                     before=before,
                     on_output=on_output,
                     on_started=on_started,
+                    on_capped=on_capped,
                 )
         except asyncio.CancelledError as cancel:
             reason = _cancel_reason(cancel, "cancelled while running")

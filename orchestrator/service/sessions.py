@@ -86,6 +86,8 @@ class SessionReply:
     pending_bytes: int = 0  # output already produced that did not fit this answer
     dropped_bytes: int = 0  # output lost because nobody took it before the buffer filled
     error: OrchestratorError | None = None
+    # streams that passed the profile's output cap: nothing more of them is shown (sticky once set)
+    output_capped: tuple[OutputStream, ...] = ()
 
     def to_wire(self) -> SessionAnswer:
         return SessionAnswer(
@@ -98,6 +100,7 @@ class SessionReply:
             pending_bytes=self.pending_bytes,
             dropped_bytes=self.dropped_bytes,
             error=None if self.error is None else ErrorBody.of(self.error),
+            output_capped=list(self.output_capped),
         )
 
 
@@ -110,6 +113,7 @@ class _Session:
     chunks: collections.deque[tuple[OutputStream, bytes]] = field(default_factory=collections.deque)
     buffered: int = 0
     dropped: int = 0
+    capped: list[OutputStream] = field(default_factory=list)
     last_active: float = field(default_factory=time.monotonic)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -142,6 +146,13 @@ class _Session:
             self.dropped += len(oldest)
         self.last_active = time.monotonic()
         self.changed.set()
+
+    def cap_reached(self, stream: OutputStream) -> None:
+        """The execution's live output says ``stream`` passed its cap (with a terminal: stdout)."""
+        shown: OutputStream = "stdout" if self.tty else stream
+        if shown not in self.capped:
+            self.capped.append(shown)
+            self.changed.set()
 
     def take(self, limit: int) -> tuple[bytes, bytes]:
         out = {"stdout": bytearray(), "stderr": bytearray()}
@@ -335,6 +346,7 @@ class Sessions:
                 on_output=session.feed,
                 session=True,
                 on_started=started,
+                on_capped=session.cap_reached,
             )
         except OrchestratorError as err:
             session.error = err
@@ -464,6 +476,7 @@ class Sessions:
             pending_bytes=session.buffered,
             dropped_bytes=session.dropped,
             error=session.error if session.ended else None,
+            output_capped=tuple(session.capped),
         )
 
     def _digest(self, data: bytes) -> str:

@@ -89,6 +89,9 @@ async def sessions(where: Where, tmp_path: Path) -> AsyncIterator[Sessions]:
         "name: brief\ndescription: short sessions\nextends: workspace-write\n"
         "sessions:\n  idle_timeout_s: 2\n  max_lifetime_s: 4\n"
     )
+    (profiles_dir / "capped.yaml").write_text(
+        "name: capped\ndescription: little output\nextends: workspace-write\nlimits:\n  stdout_max_bytes: 4k\n"
+    )
     config = tmp_path / "config.yaml"
     config.write_text(where.config)
     o = build_orchestrator(
@@ -193,6 +196,31 @@ async def test_stdout_and_stderr_stay_apart_without_a_terminal(
         await sessions.write({"tool": "write_stdin", "session_id": opened.session_id, "chars": "late\n"})
     closing = [r for r in events(tmp_path, opened.session_id) if r.event == "session_closed"]
     assert [(r.data["reason"], r.data["exit_code"]) for r in closing] == [("exit", 0)]
+
+
+async def test_an_answer_says_when_the_output_passed_its_cap(sessions: Sessions, where: Where) -> None:
+    opened = await sessions.open(
+        {
+            "tool": "exec_command",
+            "cmd": "head -c 10000 /dev/zero | tr '\\0' x; echo tail >&2; read line",
+            "profile": "capped",
+            "yield_time_ms": 200,
+        },
+        workspace=where.workspace,
+    )
+    assert opened.running
+    reply, shown, err = opened, opened.stdout, opened.stderr
+    for _ in range(50):
+        if "stdout" in reply.output_capped and reply.pending_bytes == 0 and err:
+            break
+        reply = await sessions.write({"tool": "write_stdin", "session_id": opened.session_id, "yield_time_ms": 200})
+        shown, err = shown + reply.stdout, err + reply.stderr
+    # the session runs on; its stdout stops at the cap, and every answer from then on says so
+    assert reply.running and reply.output_capped == ("stdout",), reply
+    assert shown == b"x" * 4096 and err == b"tail\n"
+    assert reply.to_wire().output_capped == ["stdout"]
+    closed = await sessions.close(opened.session_id, tenant="default", subject="anonymous")
+    assert closed.output_capped == ("stdout",)
 
 
 async def test_idle_and_lifetime_end_a_session(sessions: Sessions, where: Where, tmp_path: Path) -> None:
