@@ -31,14 +31,13 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from kube_fixtures import CLAIM, Cluster, SandboxSpace, cluster_script, env_value, space_manifests  # noqa: E402
+from kube_fixtures import Cluster, close_space, cluster_script, env_value, open_space  # noqa: E402
 from kubernetes import client as k8s_client  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
 from kubernetes import stream as k8s_stream  # noqa: E402
@@ -166,12 +165,8 @@ async def main() -> int:
     args = parser.parse_args()
 
     cl = cluster()
-    namespace = f"so-bench-{uuid.uuid4().hex[:6]}"
-    root = Path(tempfile.mkdtemp(prefix=f"{namespace}-", dir="/var/tmp"))
-    root.chmod(0o755)
-    cl.apply(*space_manifests(namespace, root))
-    cl.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Bound", f"pvc/{CLAIM}", "--timeout=60s")
-    space = SandboxSpace(cl, namespace, root)
+    space = open_space(cl, "so-bench")
+    namespace = space.namespace
     workspace = space.workspace("bench")
     tmp = Path(tempfile.mkdtemp(prefix="so-bench-"))
     (tmp / "config.yaml").write_text(POLICY)
@@ -253,9 +248,7 @@ async def main() -> int:
         print(f"{'pods left with our labels':<34} {len(leaked)}")
     finally:
         await orch.aclose()
-        cl.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s", check=False)
-        cl.kubectl("delete", "pv", f"{namespace}-workspaces", "--wait=false", check=False)
-        shutil.rmtree(root, ignore_errors=True)
+        close_space(space)
         shutil.rmtree(tmp, ignore_errors=True)
     return 1 if leaked else 0
 

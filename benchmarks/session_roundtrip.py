@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from kube_fixtures import CLAIM, Cluster, SandboxSpace, cluster_script, env_value, space_manifests
+from kube_fixtures import Cluster, close_space, cluster_script, env_value, open_space
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import stream as k8s_stream
@@ -145,12 +145,8 @@ def kubernetes_sides(tmp: Path) -> tuple[SandboxBackend, Path, Callable[[], Base
         raise SystemExit("the test cluster did not start: make k8s-up")
     env = cluster_script("env").stdout
     cluster = Cluster(Path(env_value(env, "KUBECONFIG")), Path(env_value(env, "PATH").split(":", 1)[0]), "")
-    namespace = f"so-bench-{uuid.uuid4().hex[:6]}"
-    root = Path(tempfile.mkdtemp(prefix=f"{namespace}-", dir="/var/tmp"))
-    root.chmod(0o755)
-    cluster.apply(*space_manifests(namespace, root))
-    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Bound", f"pvc/{CLAIM}", "--timeout=60s")
-    space = SandboxSpace(cluster, namespace, root)
+    space = open_space(cluster, "so-bench")
+    namespace = space.namespace
     workspace = space.workspace("bench")
 
     def baseline() -> Baseline:
@@ -163,9 +159,7 @@ def kubernetes_sides(tmp: Path) -> tuple[SandboxBackend, Path, Callable[[], Base
         return KubeExecCat(cluster.kubeconfig, namespace, pod_manifest(spec, space.settings()))
 
     def cleanup() -> None:
-        cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s", check=False)
-        cluster.kubectl("delete", "pv", f"{namespace}-workspaces", "--wait=false", check=False)
-        shutil.rmtree(root, ignore_errors=True)
+        close_space(space)
 
     return KubernetesBackend(space.settings()), workspace, baseline, cleanup
 

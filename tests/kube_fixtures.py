@@ -214,18 +214,29 @@ def space_manifests(namespace: str, root: Path) -> list[dict[str, object]]:
     ]
 
 
-@pytest.fixture(scope="module")
-def sandbox_space(k8s_cluster: Cluster) -> Iterator[SandboxSpace]:
-    namespace = f"so-test-{uuid.uuid4().hex[:8]}"
+def open_space(cluster: Cluster, prefix: str = "so-test") -> SandboxSpace:
+    """A fresh namespace (Pod Security "restricted", default-deny NetworkPolicy) with its workspace claim,
+    bound to a directory of this host; ``close_space`` removes it all."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
     root = Path(tempfile.mkdtemp(prefix=f"{namespace}-", dir="/var/tmp"))
     root.chmod(0o755)
-    k8s_cluster.apply(*space_manifests(namespace, root))
-    k8s_cluster.kubectl(
+    cluster.apply(*space_manifests(namespace, root))
+    cluster.kubectl(
         "wait", "-n", namespace, "--for=jsonpath={.status.phase}=Bound", f"pvc/{CLAIM}", "--timeout=60s"
     )
+    return SandboxSpace(cluster=cluster, namespace=namespace, root=root)
+
+
+def close_space(space: SandboxSpace) -> None:
+    space.cluster.kubectl("delete", "namespace", space.namespace, "--wait=true", "--timeout=120s", check=False)
+    space.cluster.kubectl("delete", "pv", f"{space.namespace}-workspaces", "--wait=false", check=False)
+    shutil.rmtree(space.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sandbox_space(k8s_cluster: Cluster) -> Iterator[SandboxSpace]:
+    space = open_space(k8s_cluster)
     try:
-        yield SandboxSpace(cluster=k8s_cluster, namespace=namespace, root=root)
+        yield space
     finally:
-        k8s_cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s", check=False)
-        k8s_cluster.kubectl("delete", "pv", f"{namespace}-workspaces", "--wait=false", check=False)
-        shutil.rmtree(root, ignore_errors=True)
+        close_space(space)

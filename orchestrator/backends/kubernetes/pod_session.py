@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 from orchestrator.backends._support.input_feed import InputFeed
@@ -21,16 +19,11 @@ from orchestrator.backends._support.threads import in_daemon_thread
 from orchestrator.backends.kubernetes.channels import STDERR, STDOUT, ChannelError, Channels
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError, exit_code
 from orchestrator.backends.kubernetes.manifest import CONTAINER
+from orchestrator.backends.kubernetes.sinks import Deliver, Sinks, SinksClosed
 from orchestrator.backends.kubernetes.start_barrier import session_command, session_marker
 from orchestrator.domain.errors import SandboxUnavailable
 
 log = logging.getLogger(__name__)
-
-Deliver = Callable[[bytes], None]
-
-
-class _Closed(Exception):
-    """The session was closed while its output waited for the sinks."""
 
 
 class PodSession:
@@ -43,9 +36,7 @@ class PodSession:
         self._name = name
         self._command = command
         self.tty = tty
-        self._ready = threading.Condition()
-        self._sinks: tuple[Deliver, Deliver] | None = None
-        self._closed = False
+        self._sinks = Sinks()
         self._channels: Channels | None = None
         self.feed: InputFeed | None = None
         self._reader: asyncio.Future[None] | None = None
@@ -66,12 +57,14 @@ class PodSession:
             if exc.started:  # never opened again: that would run it twice
                 raise SandboxUnavailable(f"the stdio of {self._name} could not be read: {exc}") from exc
             raise KubeError("unreachable" if exc.status is None else "server", "exec", str(exc)) from exc
-        with self._ready:
-            if self._closed:  # closed while it opened (a cancelled start): nothing may keep it open
-                channels.close()
-                raise SandboxUnavailable(f"the session of {self._name} was closed while it started")
+
+        def keep() -> None:
             self._channels = channels
             self.feed = InputFeed(self._name, channels.write_stdin, self._end_input)
+
+        if not self._sinks.if_open(keep):  # closed while it opened (a cancelled start): nothing keeps it open
+            channels.close()
+            raise SandboxUnavailable(f"the session of {self._name} was closed while it started")
 
     def start_reading(self) -> None:
         """Read the stream from now on (on the event loop: its end is awaited by ``until_done``)."""
@@ -97,24 +90,15 @@ class PodSession:
         self._channels.resize(rows, cols)
 
     def deliver_to(self, stdout: Deliver, stderr: Deliver) -> None:
-        with self._ready:
-            self._sinks = (stdout, stderr)
-            self._ready.notify_all()
-
-    def _deliver(self, index: int, data: bytes) -> None:
-        with self._ready:
-            while self._sinks is None and not self._closed:
-                self._ready.wait()
-            if self._closed or self._sinks is None:
-                raise _Closed
-            sink = self._sinks[index]
-        sink(data)
+        self._sinks.attach(stdout, stderr)
 
     def _read(self) -> None:
         assert self._channels is not None
         try:
-            self._channels.pump(lambda data: self._deliver(0, data), lambda data: self._deliver(1, data))
-        except _Closed:
+            self._channels.pump(
+                lambda data: self._sinks.deliver("stdout", data), lambda data: self._sinks.deliver("stderr", data)
+            )
+        except SinksClosed:
             return
         finally:
             self.exit_code = exit_code(self._channels.status)
@@ -132,9 +116,7 @@ class PodSession:
             await self._reader
 
     def close(self) -> None:
-        with self._ready:
-            self._closed = True
-            self._ready.notify_all()
+        self._sinks.close()
         if self.feed is not None:
             self.feed.abandon()
         if self._channels is not None:

@@ -13,11 +13,11 @@ import functools
 import io
 import logging
 import threading
-from collections.abc import Callable
 
 from orchestrator.backends._support.threads import in_daemon_thread
 from orchestrator.backends.kubernetes.channels import ChannelError, Channels
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError, exit_code
+from orchestrator.backends.kubernetes.sinks import Deliver, Sinks, SinksClosed
 from orchestrator.backends.kubernetes.start_barrier import (
     PIPES,
     READY_MARKER,
@@ -29,13 +29,8 @@ from orchestrator.domain.errors import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
-Deliver = Callable[[bytes], None]
 #: what is kept of a relay's own stderr (its diagnostics, never the command's output)
 RELAY_STDERR_MAX = 4096
-
-
-class _Closed(Exception):
-    """The stdio was closed while output waited for its sinks."""
 
 
 class PodStdio:
@@ -45,9 +40,7 @@ class PodStdio:
         self._kube = kube
         self._namespace = namespace
         self._name = name
-        self._ready = threading.Condition()
-        self._sinks: dict[str, Deliver] | None = None
-        self._closed = False
+        self._sinks = Sinks()
         self._channels: dict[str, Channels] = {}
         self.readers: list[asyncio.Future[None]] = []
 
@@ -95,14 +88,10 @@ class PodStdio:
             log.debug("stdin of %s: the relay exited %s: %s", self._name, code, stderr[-500:])
 
     def deliver_to(self, stdout: Deliver, stderr: Deliver) -> None:
-        with self._ready:
-            self._sinks = {"stdout": stdout, "stderr": stderr}
-            self._ready.notify_all()
+        self._sinks.attach(stdout, stderr)
 
     def close(self) -> None:
-        with self._ready:
-            self._closed = True
-            self._ready.notify_all()
+        self._sinks.close()
         for channels in self._channels.values():
             channels.close()
 
@@ -113,8 +102,8 @@ class PodStdio:
             diagnostics.extend(data[: max(0, RELAY_STDERR_MAX - len(diagnostics))])
 
         try:
-            channels.pump(lambda data: self._deliver(stream, data), keep)
-        except _Closed:
+            channels.pump(lambda data: self._sinks.deliver(stream, data), keep)
+        except SinksClosed:
             return
         finally:
             channels.close()
@@ -123,15 +112,6 @@ class PodStdio:
             # a relay that failed (its pipe never appeared, the pod was stopped): logged, never output
             text = diagnostics.decode("utf-8", "replace").strip()
             log.info("the %s relay of %s ended with exit %s: %s", stream, self._name, code, text)
-
-    def _deliver(self, stream: str, data: bytes) -> None:
-        with self._ready:
-            while self._sinks is None and not self._closed:
-                self._ready.wait()
-            if self._closed or self._sinks is None:
-                raise _Closed
-            sink = self._sinks[stream]
-        sink(data)
 
     async def until_done(self) -> None:
         """Until both outputs ended; a broken relay raises ``ChannelError``."""
