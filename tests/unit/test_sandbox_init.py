@@ -1,0 +1,147 @@
+"""The pooled sandbox's init (images/init/sandbox-init.c), compiled here as the image build does and run
+with launch messages from ``launch_message``: what it applies, and that anything malformed runs nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator.backends._support.launch_message import MAGIC, MAX_ITEMS, MAX_PAYLOAD, launch_message
+from orchestrator.domain.errors import InputInvalid
+
+SOURCE = Path(__file__).resolve().parents[2] / "images" / "init" / "sandbox-init.c"
+FLAGS = ["-static", "-Os", "-s", "-Wall", "-Wextra", "-Werror", "-Wconversion"]  # as scripts/build-images.sh
+
+
+@pytest.fixture(scope="module")
+def init(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    binary = tmp_path_factory.mktemp("init") / "sandbox-init"
+    subprocess.run(["gcc", *FLAGS, "-o", str(binary), str(SOURCE)], check=True, capture_output=True)
+    return binary
+
+
+def run(init: Path, data: bytes, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+    # its own environment is not the command's: the message's is
+    env = {"PATH": "/usr/bin:/bin", "LEAK": "from-the-image"}
+    return subprocess.run([str(init)], input=data, capture_output=True, timeout=10, env=env, cwd=cwd, check=False)
+
+
+def raw(*parts: bytes) -> bytes:
+    payload = b"".join(part + b"\0" for part in parts)
+    return MAGIC + struct.pack(">I", len(payload)) + payload
+
+
+def test_the_command_gets_exactly_the_messages_argv_env_and_directory(init: Path, tmp_path: Path) -> None:
+    script = 'printf "%s|" "$0" "$@"; echo; pwd; env | sort'
+    message = launch_message(
+        ["sh", "-c", script, "zero", "a b", "$HOME", "*"],
+        {"PATH": "/bin:/usr/bin", "X": "1 2"},
+        str(tmp_path),
+        with_stdin=False,
+    )
+    done = run(init, message)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.decode().splitlines()
+    assert lines[0] == "zero|a b|$HOME|*|"
+    assert lines[1] == str(tmp_path)
+    assert "LEAK=from-the-image" not in lines and "X=1 2" in lines and "PATH=/bin:/usr/bin" in lines
+
+
+def test_with_stdin_the_command_reads_exactly_what_follows_the_message(init: Path) -> None:
+    rest = b"\x00binary\xff\nafter the message\n" * 1000
+    done = run(init, launch_message(["cat"], {"PATH": "/bin"}, "/", with_stdin=True) + rest)
+    assert (done.returncode, done.stdout) == (0, rest)
+
+
+def test_without_stdin_the_command_reads_dev_null_not_the_stream(init: Path) -> None:
+    done = run(init, launch_message(["wc", "-c"], {"PATH": "/usr/bin:/bin"}, "/", with_stdin=False) + b"unseen")
+    assert (done.returncode, done.stdout.strip()) == (0, b"0")
+
+
+@pytest.mark.parametrize(
+    ("argv", "cwd", "status", "said"),
+    [
+        (["no-such-program-7f3e"], "/", 127, b"No such file"),
+        (["./not-a-program"], "{tmp}", 126, b"Permission denied"),  # never run through a shell instead
+        (["script-without-shebang"], "/", 126, b"Exec format error"),
+        (["true"], "/no/such/dir", 125, b"working directory"),
+    ],
+)
+def test_a_command_that_cannot_run_says_why_like_a_shell(
+    init: Path, tmp_path: Path, argv: list[str], cwd: str, status: int, said: bytes
+) -> None:
+    (tmp_path / "not-a-program").write_text("echo ran\n")
+    script = tmp_path / "bin" / "script-without-shebang"
+    script.parent.mkdir()
+    script.write_text("echo ran\n")
+    script.chmod(0o755)
+    env = {"PATH": f"/usr/bin:/bin:{script.parent}"}
+    done = run(init, launch_message(argv, env, cwd.format(tmp=tmp_path), with_stdin=False))
+    assert done.returncode == status and said in done.stderr and done.stderr.startswith(b"sandbox-init: ")
+
+
+def canary_message(canary: Path) -> list[bytes]:
+    return [b"null", b"/", b"2", b"touch", str(canary).encode(), b"1", b"PATH=/usr/bin:/bin"]
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda parts: b"SBX2" + raw(*parts)[4:],  # magic
+        lambda parts: MAGIC + struct.pack(">I", 0),  # empty payload
+        lambda parts: MAGIC + struct.pack(">I", MAX_PAYLOAD + 1) + b"x" * 64,  # too long
+        lambda parts: raw(*parts)[:-3],  # cut short
+        lambda parts: raw(*parts)[:8],  # header only
+        lambda parts: raw(*parts[:-1]),  # a string missing
+        lambda parts: raw(*parts) + b"",  # (well formed: the control case, see below)
+        lambda parts: raw(b"both", *parts[1:]),  # stdin mode
+        lambda parts: raw(parts[0], b"relative", *parts[2:]),
+        lambda parts: raw(*parts[:2], b"-2", *parts[3:]),  # counts: sign, junk, zero, too many
+        lambda parts: raw(*parts[:2], b"+2", *parts[3:]),
+        lambda parts: raw(*parts[:2], b"2x", *parts[3:]),
+        lambda parts: raw(*parts[:2], b"0", *parts[3:]),
+        lambda parts: raw(*parts[:2], str(MAX_ITEMS + 1).encode(), *parts[3:]),
+        lambda parts: raw(*parts[:2], b"1", b"", *parts[4:]),  # an empty program name
+        lambda parts: raw(*parts[:-1], b"NO_EQUALS"),
+        lambda parts: raw(*parts[:-1], b"=value"),
+        lambda parts: raw(*parts, b"trailing"),
+    ],
+)
+def test_a_malformed_message_runs_nothing(init: Path, tmp_path: Path, mangle: object) -> None:
+    canary = tmp_path / "ran"
+    parts = canary_message(canary)
+    data = mangle(parts)  # type: ignore[operator]
+    done = run(init, data)
+    if data == raw(*parts):  # the control: well formed, it runs
+        assert done.returncode == 0 and canary.exists()
+        return
+    assert done.returncode == 125, done
+    assert not canary.exists()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=st.binary(max_size=300))
+def test_any_payload_ends_in_an_exit_never_a_crash(init: Path, payload: bytes) -> None:
+    done = run(init, MAGIC + struct.pack(">I", len(payload)) + payload)
+    assert done.returncode >= 0  # no signal: it parsed or refused, whatever it was given
+
+
+def test_what_the_init_cannot_carry_is_refused_before_it_is_sent() -> None:
+    with pytest.raises(InputInvalid):
+        launch_message(["x"] * (MAX_ITEMS + 1), {}, "/", with_stdin=False)
+    with pytest.raises(InputInvalid):
+        launch_message(["x", "a" * MAX_PAYLOAD], {}, "/", with_stdin=False)
+    with pytest.raises(InputInvalid):
+        launch_message(["x\0y"], {}, "/", with_stdin=False)
+    with pytest.raises(InputInvalid):
+        launch_message(["x"], {}, "relative", with_stdin=False)
+    assert os.path.basename(str(SOURCE)) == "sandbox-init.c"
