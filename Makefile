@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s clean
+.PHONY: all venv lint typecheck importlint unit integration test demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool clean
 
 all: test
 
@@ -87,6 +87,10 @@ bench-session: $(STAMP) setup
 
 bench-session-k8s: $(STAMP) setup
 	$(BIN)/python benchmarks/session_roundtrip.py --kubernetes
+
+# pre-started sandboxes: execute() from a ready pool vs a bare docker run (runc, runsc); a burst with and without
+bench-pool: $(STAMP) setup
+	$(BIN)/python benchmarks/pool_launch.py
 
 # the Kubernetes backend against the same pod through the client, on the test cluster (started if needed)
 bench-k8s: $(STAMP) setup

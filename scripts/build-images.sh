@@ -6,6 +6,8 @@
 #   2. sandbox-orchestrator/<name>:latest for every images/<name>/Dockerfile (FROM the base),
 #      built with `docker build --network host` (the engine has no default bridge). Skipped when the
 #      image exists and carries the same Dockerfile hash, build-context hash and base image id.
+#      The context is images/<name> plus sandbox-init, the init of pre-started sandboxes, compiled
+#      here from images/init/sandbox-init.c (static; its source is part of the context hash).
 #
 # Engine: $DOCKER_HOST, else the one recorded by setup.sh in $SANDBOX_STATE_DIR/docker-host.
 # Knobs: SANDBOX_REBUILD_IMAGES=1 rebuilds the Dockerfile images without the layer cache (picks up
@@ -98,12 +100,20 @@ build_base() {
     so_say "built $SO_BASE_IMAGE in $(( $(date +%s) - started ))s"
 }
 
+INIT_SOURCE="$IMAGES_DIR/init/sandbox-init.c"
+INIT_FLAGS=(-static -Os -s -Wall -Wextra -Werror -Wconversion)  # tests/unit/test_sandbox_init.py: the same
+
+build_init() {
+    command -v gcc >/dev/null 2>&1 || so_die "gcc is needed for images/init/sandbox-init.c (make setup installs it)"
+    gcc "${INIT_FLAGS[@]}" -o "$BUILD_TMP/sandbox-init" "$INIT_SOURCE" || so_die "compiling sandbox-init failed"
+}
+
 build_one() {
-    local dir="$1" name tag df_sha ctx_sha base_id started
+    local dir="$1" name tag df_sha ctx_sha base_id started context
     name="$(basename "$dir")"
     tag="$(so_sandbox_image "$name")"
     df_sha="$(sha256sum "$dir/Dockerfile" | cut -d' ' -f1)"
-    ctx_sha="$(so_tree_sha "$dir" .)"
+    ctx_sha="$( { so_tree_sha "$dir" .; sha256sum "$INIT_SOURCE" | cut -d' ' -f1; } | sha256sum | cut -d' ' -f1)"
     base_id="$(docker image inspect --format '{{.Id}}' "$SO_BASE_IMAGE")"
     if [ "${SANDBOX_REBUILD_IMAGES:-0}" != 1 ] && so_image_exists "$tag" \
         && [ "$(so_image_label "$tag" "$SO_LABEL_NS.dockerfile-sha256")" = "$df_sha" ] \
@@ -113,6 +123,11 @@ build_one() {
         return 0
     fi
     started=$(date +%s)
+    [ -e "$BUILD_TMP/sandbox-init" ] || build_init
+    context="$BUILD_TMP/context-$name"
+    mkdir -p "$context"
+    cp -a "$dir/." "$context/"
+    install -m 0755 "$BUILD_TMP/sandbox-init" "$context/sandbox-init"
     local cache=()
     # A forced rebuild is a real one (fresh apt-get upgrade), not a layer-cache replay.
     [ "${SANDBOX_REBUILD_IMAGES:-0}" = 1 ] && cache=(--no-cache)
@@ -122,7 +137,7 @@ build_one() {
         --label "$SO_LABEL_NS.dockerfile-sha256=$df_sha" \
         --label "$SO_LABEL_NS.context-sha256=$ctx_sha" \
         --label "$SO_LABEL_NS.base-image-id=$base_id" \
-        -t "$tag" "$dir" >"$BUILD_TMP/build-$name.log" 2>&1; then
+        -t "$tag" "$context" >"$BUILD_TMP/build-$name.log" 2>&1; then
         tail -n 40 "$BUILD_TMP/build-$name.log" >&2
         so_die "docker build of $tag failed"
     fi

@@ -99,6 +99,10 @@ install_engine_packages() {
     if [ -d /sys/kernel/security/apparmor ] && ! command -v apparmor_parser >/dev/null 2>&1; then
         pkgs+=(apparmor)
     fi
+    # the images' sandbox-init (images/init) is a static C program compiled here
+    if ! command -v gcc >/dev/null 2>&1 || [ ! -e "$(gcc -print-file-name=libc.a)" ]; then
+        pkgs+=(gcc libc6-dev)
+    fi
     [ "${#pkgs[@]}" = 0 ] && return 0
     apt_install "${pkgs[@]}"
     if [ "$fresh_docker" = 1 ]; then

@@ -15,7 +15,9 @@
  *     cwd      the working directory, absolute
  *     argc     decimal, 1..MAX_ITEMS, then that many arguments (the first names the program, found
  *              in the message's PATH like the engine's runtime would, never run through a shell)
- *     envc     decimal, 0..MAX_ITEMS, then that many "NAME=value": the command's whole environment
+ *     envc     decimal, 0..MAX_ITEMS, then that many "NAME=value", set over the environment the engine
+ *              gave this process (the image's, HOSTNAME, HOME: the container was created with no
+ *              variables of its own), so the command's is what a container created with them has
  *
  * Exit statuses when the command never ran: 125 a bad or missing message, or a working directory that
  * cannot be entered; 126 the program cannot be executed; 127 it was not found (as a shell says). The
@@ -168,8 +170,11 @@ int main(void) {
     }
     if (chdir(cwd) != 0)
         die(125, "cannot enter the working directory", strerror(errno));
-    /* the command's environment is the message's, wholly: nothing of the image's or the engine's stays */
-    int failure = exec_in_path(argv, env);
+    /* the message's variables over the engine's, as the engine merges a container's over its image's */
+    for (size_t i = 0; i < envc; i++)
+        if (putenv(env[i]) != 0)
+            die(125, "cannot set the environment", strerror(errno));
+    int failure = exec_in_path(argv, environ);
     die(failure == ENOENT || failure == ENOTDIR ? 127 : 126, argv[0], strerror(failure));
     return 125;
 }

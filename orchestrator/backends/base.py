@@ -53,6 +53,9 @@ class LaunchSpec:
     # a session: stdin stays open for what send_input() brings while the command runs (with ``tty``, the
     # command's terminal); never together with ``stdin`` bytes
     interactive: bool = False
+    # a pre-started sandbox (PooledBackend): its command is sandbox-init, waiting for launch(); argv, env,
+    # workdir and stdin here are unused (the launch's spec brings them), everything else is the sandbox's
+    pooled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +229,19 @@ class InteractiveBackend(Protocol):
 
     async def resize(self, handle: SandboxHandle, rows: int, cols: int) -> None:
         """Set the terminal's window size (a sandbox with ``tty``): the command gets SIGWINCH."""
+        ...
+
+
+@runtime_checkable
+class PooledBackend(Protocol):
+    """What a backend adds for pre-started sandboxes: one created (and started) with ``LaunchSpec.pooled``
+    runs our init (``images/init/sandbox-init.c``), waiting for its command on a channel only this backend
+    holds; ``launch`` sends it, once: the command replaces the init in a sandbox no one has used. From
+    then on the sandbox is driven like any other (capture, wait, inspect, destroy)."""
+
+    async def launch(self, handle: SandboxHandle, spec: LaunchSpec) -> None:
+        """Hand the pooled sandbox ``spec``'s argv, env, workdir and stdin (its other settings must be the
+        sandbox's: the caller's pool key guarantees it). SANDBOX.UNAVAILABLE if it cannot take it."""
         ...
 
 

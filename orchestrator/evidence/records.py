@@ -56,6 +56,10 @@ class EventType(StrEnum):
     SESSION_INPUT = "session_input"
     SESSION_OUTPUT = "session_output"
     SESSION_CLOSED = "session_closed"
+    # a pre-started sandbox (service/pool.py), under its own pool id: ready, then taken or thrown away
+    SANDBOX_POOLED = "sandbox_pooled"
+    SANDBOX_CLAIMED = "sandbox_claimed"
+    SANDBOX_DISCARDED = "sandbox_discarded"
     # written by the evidence writer itself (no execution): a torn last line was quarantined
     EVIDENCE_RECOVERED = "evidence_recovered"
 

@@ -262,6 +262,16 @@ class Limits(_Model):
         return value
 
 
+class Pool(_Model):
+    """Pre-started sandboxes (the config's ``pool:``) for this profile's runs."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Whether runs of this profile may take a pre-started sandbox when the config's pool is on "
+        "(false: every run starts its sandbox cold).",
+    )
+
+
 class Sessions(_Model):
     """Interactive sessions (exec_command + write_stdin) with this profile."""
 
@@ -327,6 +337,7 @@ class Profile(_Model):
     )
     limits: Limits = Field(default_factory=Limits, description="Resource limits.")
     sessions: Sessions = Field(default_factory=Sessions, description="Interactive sessions.")
+    pool: Pool = Field(default_factory=Pool, description="Pre-started sandboxes.")
     seccomp: ProfileName = Field(
         default="default", description="Seccomp profile: the name of a file in profiles/seccomp/ (without .json)."
     )
@@ -557,6 +568,7 @@ class ResolvedProfile(_Model):
     session_lifetime_s: float = Field(
         default=3600.0, gt=0, description="A session's deadline (its sandbox's wall_timeout_s when it is one)."
     )
+    pool_enabled: bool = Field(default=True, description="Whether a run may take a pre-started sandbox.")
     profile_hash: str = Field(
         default="",
         pattern=r"^([0-9a-f]{64})?$",

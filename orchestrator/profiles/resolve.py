@@ -123,4 +123,5 @@ def resolve(
         interactive_shells=profile.sessions.interactive_shells,
         session_idle_timeout_s=profile.sessions.idle_timeout_s,
         session_lifetime_s=float(wall) if session else float(lifetime),
+        pool_enabled=profile.pool.enabled,
     )

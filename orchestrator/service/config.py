@@ -102,6 +102,16 @@ class ServiceSection(BaseModel):
     limits: ServiceLimits = Field(default_factory=ServiceLimits)
 
 
+class PoolSettings(BaseModel):
+    """``pool:`` in the config: pre-started sandboxes (off unless enabled)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    enabled: bool = Field(default=False, description="Pre-start sandboxes for the keys runs use.")
+    per_key: int = Field(default=2, ge=1, le=64, description="Ready sandboxes kept per key.")
+    max_total: int = Field(default=16, ge=1, le=1024, description="Ready (and filling) sandboxes, all keys.")
+    ttl_s: float = Field(default=300.0, gt=0, le=86_400, description="An unclaimed sandbox is destroyed after this.")
+
+
 class BackendSection(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     kind: Literal["docker", "kubernetes"] = Field(
@@ -118,6 +128,9 @@ class OrchestratorConfig(BaseModel):
     evidence: EvidenceSection = Field(default_factory=EvidenceSection)
     service: ServiceSection = Field(default_factory=ServiceSection, description="`sandboxctl serve` only.")
     backend: BackendSection = Field(default_factory=BackendSection)
+    pool: PoolSettings = Field(
+        default_factory=PoolSettings, description="Pre-started sandboxes (off unless enabled; see service/pool.py)."
+    )
     caps: ProfileCaps | None = Field(
         default=None,
         description="Policy caps: the most any profile may get (memory, cpus, pids, wall time, output,"

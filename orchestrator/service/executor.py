@@ -24,6 +24,7 @@ from orchestrator.backends.base import (
     LifecycleEvent,
     OutputCallback,
     OutputStream,
+    PooledBackend,
     ResourceUsage,
     SandboxBackend,
     SandboxHandle,
@@ -43,6 +44,7 @@ from orchestrator.profiles import ResolvedProfile
 from orchestrator.results import CollectLimits, Redactor, SideEffects, Snapshot, collect
 from orchestrator.results.write_meter import MeterReport, WorkspaceMeter, WriteBudget
 from orchestrator.service.live_output import LiveOutput
+from orchestrator.service.pool import PooledSandbox
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,8 @@ RECORDED_ATTRIBUTES = ("reason", "node")
 OUTPUT_END_WAIT_S = 10.0
 # how long teardown waits for the engine to report the destroy event before moving on
 DESTROY_EVENT_WAIT_S = 5.0
+#: what a pooled sandbox's own records hold already (service/pool.py), not repeated on the execution's
+POOL_RECORDED = frozenset({"create", "schedule", "start"})
 
 Record = Callable[..., Awaitable[None]]
 
@@ -121,13 +125,22 @@ class RunOutcome:
 
 
 async def _follow_events(
-    backend: SandboxBackend, execution_id: str, record: Record, seen: dict[str, asyncio.Event], ready: asyncio.Event
+    backend: SandboxBackend,
+    execution_id: str,
+    record: Record,
+    seen: dict[str, asyncio.Event],
+    ready: asyncio.Event,
+    *,
+    recorded_before: frozenset[str] = frozenset(),
 ) -> None:
+    """The sandbox's lifecycle (its label ``execution_id``: a pooled one's pool id) onto this execution's
+    record, but for the kinds in ``recorded_before`` (a pooled sandbox's create and start, on its own)."""
     events = backend.events(execution_id)
     try:
         ready.set()
         async for event in events:
-            await _record_lifecycle(event, record)
+            if event.kind not in recorded_before:
+                await _record_lifecycle(event, record)
             seen.setdefault(event.kind, asyncio.Event()).set()
             if event.kind == "destroy":
                 return
@@ -198,6 +211,7 @@ async def run_in_sandbox(
     on_output: OutputCallback | None = None,
     on_started: Callable[[SandboxHandle, ResolvedProfile], None] | None = None,
     on_capped: Callable[[OutputStream], None] | None = None,
+    pooled: PooledSandbox | None = None,
 ) -> RunOutcome:
     """Run ``spec`` once. ``record(event_type, **fields)`` appends evidence for this execution;
     ``before`` is the workspace as it was before the sandbox existed. ``on_output`` gets the output while
@@ -206,7 +220,11 @@ async def run_in_sandbox(
     profile: ResolvedProfile = spec.profile
     seen: dict[str, asyncio.Event] = {"destroy": asyncio.Event()}
     ready = asyncio.Event()
-    follower = asyncio.create_task(_follow_events(backend, spec.execution_id, record, seen, ready))
+    if pooled is not None:  # its create and start were recorded when it was filled, under its pool id
+        follow = _follow_events(backend, pooled.pool_id, record, seen, ready, recorded_before=POOL_RECORDED)
+    else:
+        follow = _follow_events(backend, spec.execution_id, record, seen, ready)
+    follower = asyncio.create_task(follow)
     await ready.wait()
     handle: SandboxHandle | None = None
     timed_out = False
@@ -226,7 +244,7 @@ async def run_in_sandbox(
     try:
         if meter is not None:  # the watches are set up while the engine creates the container
             meter_started = asyncio.ensure_future(asyncio.to_thread(meter.start))
-        handle = await backend.create(spec)
+        handle = pooled.handle if pooled is not None else await backend.create(spec)
         capture_task = asyncio.create_task(
             backend.capture(
                 handle,
@@ -238,7 +256,11 @@ async def run_in_sandbox(
         try:
             if meter_started is not None:
                 await meter_started
-            await backend.start(handle)
+            if pooled is not None:
+                assert isinstance(backend, PooledBackend)
+                await backend.launch(handle, spec)
+            else:
+                await backend.start(handle)
             if on_started is not None:
                 on_started(handle, profile)  # a session's input may go in from now on
             try:

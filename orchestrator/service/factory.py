@@ -91,6 +91,7 @@ def build_orchestrator(
         profiles=profiles,
         caps=config.caps,
         governing=governing,
+        pool=config.pool,
     )
 
 

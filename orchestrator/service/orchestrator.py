@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,10 @@ from orchestrator.approvals.base import ApprovalProvider, SettlesInStore, decide
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
 from orchestrator.backends.base import (
     InteractiveBackend,
+    LaunchSpec,
     OutputCallback,
     OutputStream,
+    PooledBackend,
     SandboxBackend,
     SandboxHandle,
 )
@@ -50,6 +53,7 @@ from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
 from orchestrator.results import Redactor, Snapshot, snapshot
+from orchestrator.service.config import PoolSettings
 from orchestrator.service.end_record import failed_side_effects, finished_fields
 from orchestrator.service.executor import RunOutcome, run_in_sandbox, workspace_changes
 from orchestrator.service.governing import Governing, governing_paths
@@ -61,6 +65,7 @@ from orchestrator.service.launch import (
     launch_spec,
     refuse_unavailable_escalations,
 )
+from orchestrator.service.pool import PooledSandbox, PoolKey, SandboxPool
 from orchestrator.service.tasks import Guarded
 
 log = logging.getLogger(__name__)
@@ -140,6 +145,7 @@ class Orchestrator:
         profiles: ProfileRegistry | None = None,
         caps: ProfileCaps | None = None,
         governing: tuple[Governing, ...] = (),
+        pool: PoolSettings | None = None,
     ) -> None:
         # what is typed into sessions is digested under a key kept beside the evidence (evidence.input_key)
         self.gate = Gate(policy, workspace=workspace, input_key=functools.cache(lambda: load_input_key(evidence.path)))
@@ -154,6 +160,13 @@ class Orchestrator:
         self.caps = caps
         self.telemetry = Telemetry()
         self.background = Guarded()  # e.g. the orphan reaper (service.factory.open_orchestrator)
+        # pre-started sandboxes (service/pool.py): when the config enables them and the backend can
+        self.pool: SandboxPool | None = None
+        if pool is not None and pool.enabled and isinstance(backend, PooledBackend):
+            self.pool = SandboxPool(backend, pool, self._record_pooled)
+
+    async def _record_pooled(self, event: EventType, pool_id: str, *, tenant: str, **fields: Any) -> None:
+        await self._record(event, pool_id, None, tenant=tenant, subject="pool", **fields)
 
     # -- evidence helpers ------------------------------------------------------------------
     async def _record(
@@ -486,10 +499,11 @@ class Orchestrator:
             workspace=workspace,
             redactor=redactor,
         )
+        pooled = self._claim_pooled(spec, gate, session=session)
         # From the begin record on, every way out ends with an end record: execution_finished below,
         # run_failed here (the begin record too may be interrupted once queued: it is written all the same)
         try:
-            # the begin record is on disk before the sandbox is created
+            # the begin record is on disk before the sandbox is created (or, pooled, used)
             await record(
                 EventType.EXECUTION_STARTED,
                 durable=True,
@@ -502,9 +516,13 @@ class Orchestrator:
                     "workdir": spec.workdir,
                     "deadline_unix": round(spec.deadline_unix),
                     "env_keys": sorted(spec.env),
+                    **({} if pooled is None else {"pooled": _pooled_fields(pooled)}),
                 },
             )
+            if pooled is not None and self.pool is not None:
+                await self.pool.claimed(pooled, execution_id)
             _tell(observer, "running", execution_id, profile)
+            handed, pooled = pooled, None  # from here on run_in_sandbox owns it: its teardown destroys it
             with active_execution(execution_id, workspace):
                 outcome = await run_in_sandbox(
                     self.backend,
@@ -516,6 +534,7 @@ class Orchestrator:
                     on_output=on_output,
                     on_started=on_started,
                     on_capped=on_capped,
+                    pooled=handed,
                 )
         except asyncio.CancelledError as cancel:
             reason = _cancel_reason(cancel, "cancelled while running")
@@ -529,6 +548,9 @@ class Orchestrator:
         except (KeyboardInterrupt, SystemExit):  # leaving the interpreter: the end record first
             await _despite_cancellation(failed(InternalError("interrupted while running")))
             raise
+        finally:
+            if pooled is not None and self.pool is not None:  # claimed, never used: never handed out again
+                self.pool.discard(pooled, "unused")
 
         error = outcome.error
         if error is None and outcome.truncated:
@@ -544,6 +566,16 @@ class Orchestrator:
             if task is not None:
                 task.uncancel()
         return ExecutionResult(auth, outcome, error)
+
+    def _claim_pooled(self, spec: LaunchSpec, gate: GateResult, *, session: bool) -> PooledSandbox | None:
+        """A pre-started sandbox for exactly this run's key, if one is ready (the key is filled again,
+        ready or not: the next run of it finds one)."""
+        if self.pool is None or session or spec.tty or not spec.profile.pool_enabled:
+            return None
+        key = PoolKey(spec.profile.profile_hash, spec.workspace.local_path, gate.sanitized.context.tenant)
+        pooled = self.pool.claim(key)
+        self.pool.want(key, spec)
+        return pooled
 
     def _governing_paths(self) -> list[Governing]:
         profile_dirs = self.profiles.search_path if self.profiles is not None else ()
@@ -579,6 +611,8 @@ class Orchestrator:
 
     async def aclose(self) -> None:
         await self.background.cancel_all()
+        if self.pool is not None:
+            await self.pool.aclose()
         await self.evidence.close()
         if self.backend is not None:
             await self.backend.close()
@@ -594,6 +628,15 @@ async def _kept_answer(provider: ApprovalProvider | None, ask: ApprovalRequest) 
     except (asyncio.CancelledError, Exception):
         return None
     return result
+
+
+def _pooled_fields(pooled: PooledSandbox) -> dict[str, object]:
+    """What the begin record says of a pre-started sandbox: its own records' id and when it was made."""
+    return {
+        "pool_id": pooled.pool_id,
+        "sandbox_id": pooled.handle.sandbox_id,
+        "filled_at": datetime.fromtimestamp(pooled.filled_unix, UTC).isoformat(),
+    }
 
 
 def _cancel_reason(cancel: asyncio.CancelledError, default: str) -> str:

@@ -30,8 +30,8 @@ def init(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(init: Path, data: bytes, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
-    # its own environment is not the command's: the message's is
-    env = {"PATH": "/usr/bin:/bin", "LEAK": "from-the-image"}
+    # its own environment stands for what the engine gives a container created with no variables
+    env = {"PATH": "/usr/bin:/bin", "FROM_IMAGE": "kept", "LANG": "C"}
     return subprocess.run([str(init)], input=data, capture_output=True, timeout=10, env=env, cwd=cwd, check=False)
 
 
@@ -40,11 +40,11 @@ def raw(*parts: bytes) -> bytes:
     return MAGIC + struct.pack(">I", len(payload)) + payload
 
 
-def test_the_command_gets_exactly_the_messages_argv_env_and_directory(init: Path, tmp_path: Path) -> None:
+def test_the_command_gets_the_messages_argv_env_and_directory(init: Path, tmp_path: Path) -> None:
     script = 'printf "%s|" "$0" "$@"; echo; pwd; env | sort'
     message = launch_message(
         ["sh", "-c", script, "zero", "a b", "$HOME", "*"],
-        {"PATH": "/bin:/usr/bin", "X": "1 2"},
+        {"PATH": "/bin:/usr/bin", "X": "1 2", "LANG": "C.UTF-8"},
         str(tmp_path),
         with_stdin=False,
     )
@@ -53,7 +53,8 @@ def test_the_command_gets_exactly_the_messages_argv_env_and_directory(init: Path
     lines = done.stdout.decode().splitlines()
     assert lines[0] == "zero|a b|$HOME|*|"
     assert lines[1] == str(tmp_path)
-    assert "LEAK=from-the-image" not in lines and "X=1 2" in lines and "PATH=/bin:/usr/bin" in lines
+    # the message's variables over the engine's, as the engine merges a container's over its image's
+    assert {"X=1 2", "PATH=/bin:/usr/bin", "LANG=C.UTF-8", "FROM_IMAGE=kept"} <= set(lines) and "LANG=C" not in lines
 
 
 def test_with_stdin_the_command_reads_exactly_what_follows_the_message(init: Path) -> None:

@@ -1,8 +1,9 @@
 """The launch message a pooled sandbox's init waits for (``images/init/sandbox-init.c``, its format).
 
 The orchestrator writes it to the sandbox's stdin, the engine's attach stream it opened before the
-container started: argv, the whole environment, the working directory, and whether the command reads the
-rest of that stream (its stdin) or /dev/null. Encoded here, checked again by the init.
+container started: argv, the environment (set over what the engine gave the init: the image's), the
+working directory, and whether the command reads the rest of that stream (its stdin) or /dev/null.
+Encoded here, checked again by the init.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ MAX_ITEMS = 4096
 
 
 def launch_message(argv: Sequence[str], env: Mapping[str, str], cwd: str, *, with_stdin: bool) -> bytes:
-    """The message for ``argv`` run in ``cwd`` with exactly ``env``; INPUT.INVALID past the init's
+    """The message for ``argv`` run in ``cwd`` with ``env``; INPUT.INVALID past the init's
     bounds (MAX_ITEMS arguments or variables, MAX_PAYLOAD bytes) or for what it cannot carry (NUL)."""
     if not argv or not argv[0]:
         raise InputInvalid("argv must not be empty", details={"field": "argv"})

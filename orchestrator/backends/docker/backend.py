@@ -26,7 +26,9 @@ from typing import ParamSpec, TypeVar
 
 from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.input_feed import InputFeed, send_to
+from orchestrator.backends._support.launch_message import launch_message
 from orchestrator.backends._support.output_relay import OutputRelay
+from orchestrator.backends._support.spec_checks import check_spec
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends._support.threads import ThreadPump, in_daemon_thread
 from orchestrator.backends.base import (
@@ -60,7 +62,7 @@ from orchestrator.backends.docker.engine import (
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, managed_sandbox
 from orchestrator.backends.docker.exit_watch import ExitWatch
 from orchestrator.backends.docker.sandbox_etc import etc_directory
-from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
+from orchestrator.domain.errors import InputInvalid, OrchestratorError, SandboxStartFailed, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,8 @@ class _Sandbox:
     sampler_task: asyncio.Task[None] | None = None
     exit_watch: ExitWatch | None = None
     feed: InputFeed | None = None  # a session's stdin (LaunchSpec.interactive), once started
+    pooled: bool = False  # pre-started: its init waits for launch()
+    launched: bool = False
 
 
 def _since(now_ns: int) -> str:
@@ -287,7 +291,8 @@ class DockerBackend:
             raise self._create_error(exc, spec, name) from exc
         if warnings:
             log.info("engine warnings creating %s: %s", name, "; ".join(warnings))
-        attach_call = functools.partial(engine.attach, container_id, stdin=spec.stdin is not None or spec.interactive)
+        with_stdin = spec.stdin is not None or spec.interactive or spec.pooled
+        attach_call = functools.partial(engine.attach, container_id, stdin=with_stdin)
         attaching = loop.run_in_executor(self._pool(), attach_call)
         try:
             attach = await asyncio.shield(attaching)
@@ -305,7 +310,7 @@ class DockerBackend:
             raise
         handle = SandboxHandle(execution_id=spec.execution_id, sandbox_id=container_id, name=name)
         self._sandboxes[container_id] = _Sandbox(
-            handle=handle, attach=attach, stdin=spec.stdin, tty=spec.tty, runtime=profile.runtime
+            handle=handle, attach=attach, stdin=spec.stdin, tty=spec.tty, runtime=profile.runtime, pooled=spec.pooled
         )
         if spec.interactive:  # written from the start on: what comes before the command reads is queued
             self._sandboxes[container_id].feed = InputFeed(name, attach.send, attach.end_input)
@@ -595,6 +600,27 @@ class DockerBackend:
 
     async def send_input(self, handle: SandboxHandle, data: bytes) -> None:
         send_to(self._feed(handle), handle.name, data)
+
+    # -- pre-started sandboxes (PooledBackend) ------------------------------------------------------------
+
+    async def launch(self, handle: SandboxHandle, spec: LaunchSpec) -> None:
+        """The launch message (then ``spec.stdin``, then EOF) down the attach stream the container's init
+        reads: written on a thread of its own, like a cold run's stdin (the command reads it at its pace)."""
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is None or not sandbox.pooled or sandbox.launched:
+            raise SandboxUnavailable(
+                f"{handle.name} takes no launch: it is gone, was not pre-started, or was launched already",
+                details={"sandbox": handle.name},
+            )
+        if spec.tty or spec.interactive:
+            raise InputInvalid(
+                "a pooled sandbox runs a command without a terminal or session", details={"field": "tty"}
+            )
+        check_spec(spec)
+        message = launch_message(spec.argv, spec.env, spec.workdir, with_stdin=spec.stdin is not None)
+        sandbox.launched = True  # exactly once, whatever happens next
+        data, attach = message + (spec.stdin or b""), sandbox.attach
+        threading.Thread(target=attach.write_stdin, args=(data,), name=f"launch-{handle.name}", daemon=True).start()
 
     async def end_input(self, handle: SandboxHandle) -> None:
         sandbox = self._sandboxes.get(handle.sandbox_id)

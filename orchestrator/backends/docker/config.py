@@ -32,6 +32,7 @@ Decisions beyond a one-to-one mapping of the resolved profile:
 
 from __future__ import annotations
 
+from orchestrator.backends._support.launch_message import INIT_PATH
 from orchestrator.backends._support.spec_checks import check_spec
 from orchestrator.backends.base import (
     LABEL_DEADLINE,
@@ -88,7 +89,12 @@ def container_config(spec: LaunchSpec, *, etc_dir: str) -> dict[str, object]:
         # a terminal echoes its input and the engine ends a TTY's output when its input ends: piped stdin
         # cannot keep its meaning there; a session's input comes later, through send_input
         raise InputInvalid("stdin cannot be combined with tty or a session", details={"field": "stdin"})
-    with_stdin = spec.stdin is not None or spec.interactive
+    if spec.pooled and (spec.tty or spec.interactive or spec.stdin is not None):
+        raise InputInvalid(
+            "a pooled sandbox takes its stdin at launch, without a terminal", details={"field": "pooled"}
+        )
+    # a pooled sandbox's stdin carries its launch message (then the command's own stdin, or nothing)
+    with_stdin = spec.stdin is not None or spec.interactive or spec.pooled
     host_config: dict[str, object] = {
         "Runtime": profile.runtime,
         "NetworkMode": profile.network,  # always "none"
@@ -140,10 +146,11 @@ def container_config(spec: LaunchSpec, *, etc_dir: str) -> dict[str, object]:
     return {
         "Image": profile.image,
         "Entrypoint": [],
-        "Cmd": list(spec.argv),
+        "Cmd": [INIT_PATH] if spec.pooled else list(spec.argv),
         "User": profile.user,
-        "WorkingDir": spec.workdir,
-        "Env": [f"{key}={value}" for key, value in spec.env.items()],
+        # pooled: the launch message brings the workdir and the variables (set over the image's by the init)
+        "WorkingDir": profile.workspace.container_path if spec.pooled else spec.workdir,
+        "Env": [] if spec.pooled else [f"{key}={value}" for key, value in spec.env.items()],
         "Labels": container_labels(spec),
         "Hostname": HOSTNAME,
         "Tty": spec.tty,

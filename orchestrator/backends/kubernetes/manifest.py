@@ -124,6 +124,7 @@ PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
     ("env", "Env", "containers[].env; the kubelet's API server variables removed (env -u)"),
     ("env_allowlist", "(checked before launch)", "(checked before launch)"),
     ("sessions_enabled", "(checked before launch)", "(checked before launch)"),
+    ("pool_enabled", "(checked before launch)", "(checked before launch)"),
     ("interactive_shells", "(checked before launch)", "(checked before launch)"),
     ("session_idle_timeout_s", "closed by the controller", "closed by the controller"),
     ("session_lifetime_s", "a session's wall_timeout_s", "a session's wall_timeout_s"),

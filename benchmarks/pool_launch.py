@@ -1,0 +1,188 @@
+"""Pre-started sandboxes (issue 11): a governed run from a ready pool against a bare ``docker run``.
+
+* **pooled vs bare**, per runtime (runc: profile workspace-write, runsc: untrusted) -- (A) ``execute()`` of
+  ``true`` in process, its sandbox taken from a ready pool (the pool is refilled between rounds, untimed),
+  against (B) ``docker run --rm`` of ``true`` with the same hardening (the CLI: what an ungoverned user
+  runs). Rounds interleaved (A B, B A); p50/p95, the median of the pairwise ratios A/B. Targets: <= 0.35
+  (runc), <= 0.25 (runsc). Beside them (C) the same ``execute()`` cold (no pool), for reference.
+* **burst** -- 20 executions at once with a pool of 5 (per key) against 20 with none: throughput, p50, p95.
+* **served twice** -- from the evidence's engine records: sandboxes that ran more than one command (0).
+
+Not a test: it prints figures and a last line ``pool summary: {...}`` (JSON).
+
+    .venv/bin/python benchmarks/pool_launch.py [--runs 20] [--runtime runc|runsc|both]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sandbox_overhead import docker_run_argv, pct, timed
+
+from orchestrator.backends.docker import DockerBackend
+from orchestrator.evidence import iter_records
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.factory import build_orchestrator
+from orchestrator.service.orchestrator import Orchestrator
+
+PROFILES = {"runc": "workspace-write", "runsc": "untrusted"}
+TARGETS = {"runc": 0.35, "runsc": 0.25}
+POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
+
+
+def line(name: str, samples: list[float]) -> str:
+    return f"    {name:<36} p50 {pct(samples, 0.5) * 1000:8.1f} ms   p95 {pct(samples, 0.95) * 1000:8.1f} ms"
+
+
+def orchestrator(tmp: Path, name: str, pool: str) -> Orchestrator:
+    config = tmp / f"{name}.yaml"
+    config.write_text(POLICY + f"pool: {pool}\n")
+    return build_orchestrator(
+        config, evidence_path=tmp / f"{name}.jsonl", backend=DockerBackend(), profiles=ProfileRegistry()
+    )
+
+
+async def until_ready(o: Orchestrator, count: int, timeout: float = 60.0) -> None:
+    assert o.pool is not None
+    deadline = time.monotonic() + timeout
+    while o.pool.describe()["ready"] < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the pool did not fill: {o.pool.describe()}")
+        await asyncio.sleep(0.02)
+
+
+async def pooled_vs_bare(tmp: Path, workspace: Path, runtime: str, runs: int) -> dict[str, float]:
+    profile = ProfileRegistry().resolve(PROFILES[runtime])
+    seccomp = tmp / f"seccomp-{runtime}.json"
+    seccomp.write_text(profile.seccomp_json)
+    argv = docker_run_argv(shutil.which("docker") or "docker", profile, workspace, seccomp)
+    env = dict(os.environ)
+    pooled = orchestrator(tmp, f"pooled-{runtime}", "{enabled: true, per_key: 1, ttl_s: 600}")
+    cold = orchestrator(tmp, f"cold-{runtime}", "{enabled: false}")
+    request = {"tool": "shell_exec", "argv": ["true"], "profile": PROFILES[runtime]}
+    try:
+
+        async def from_pool() -> None:
+            result = await pooled.execute(request, workspace=workspace)
+            assert result.ok, result.to_json()
+
+        async def cold_run() -> None:
+            result = await cold.execute(request, workspace=workspace)
+            assert result.ok, result.to_json()
+
+        async def bare() -> None:
+            await asyncio.to_thread(timed, argv, env)
+
+        await pooled.execute(request, workspace=workspace)  # the key's first run: the pool fills from here
+        samples: list[list[float]] = [[], [], []]
+        sides = (from_pool, bare, cold_run)
+        for _ in range(2):  # warm every side
+            for side in sides:
+                await until_ready(pooled, 1)
+                await side()
+        for i in range(runs):
+            order = (0, 1, 2) if i % 2 == 0 else (2, 1, 0)
+            for k in order:
+                await until_ready(pooled, 1)  # the fill happens between rounds, as it would between commands
+                began = time.perf_counter()
+                await sides[k]()
+                samples[k].append(time.perf_counter() - began)
+        a, b, c = samples
+        ratio = statistics.median(x / y for x, y in zip(a, b, strict=True))
+        print(f"  {runtime} (profile {PROFILES[runtime]}, {runs} interleaved rounds)")
+        print(line("A execute() from a ready pool", a))
+        print(line("B docker run --rm, same hardening", b))
+        print(line("C execute() cold", c))
+        target = TARGETS[runtime]
+        print(f"    median ratio A/B {ratio:.2f} (target <= {target}: {'met' if ratio <= target else 'NOT met'})")
+        cold_ratio = statistics.median(x / y for x, y in zip(c, b, strict=True))
+        print(f"    median ratio C/B {cold_ratio:.2f} (cold, for reference)")
+        return {f"pooled/bare {runtime}": round(ratio, 2), f"pooled p50 ms {runtime}": round(pct(a, 0.5) * 1000, 1)}
+    finally:
+        await pooled.aclose()
+        await cold.aclose()
+
+
+async def one_burst(o: Orchestrator, workspace: Path, size: int) -> tuple[float, list[float]]:
+    """``size`` executions of ``true`` at once: (wall seconds, each one's latency)."""
+    request = {"tool": "shell_exec", "argv": ["true"]}
+    latencies: list[float] = []
+
+    async def one() -> None:
+        began = time.perf_counter()
+        result = await o.execute(request, workspace=workspace)
+        assert result.ok, result.to_json()
+        latencies.append(time.perf_counter() - began)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(size)))
+    return time.perf_counter() - began, latencies
+
+
+async def burst(tmp: Path, workspace: Path, size: int, pool_size: int) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    sides = {"no pool": "{enabled: false}", f"pool of {pool_size}": f"{{enabled: true, per_key: {pool_size}}}"}
+    for index, (name, pool) in enumerate(sides.items()):
+        o = orchestrator(tmp, f"burst-{index}", pool)
+        try:
+            await o.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=workspace)  # warm; fills the pool
+            if o.pool is not None:
+                await until_ready(o, pool_size)
+            wall, latencies = await one_burst(o, workspace, size)
+            p50, p95 = pct(latencies, 0.5) * 1000, pct(latencies, 0.95) * 1000
+            print(f"  burst of {size}, {name}: {size / wall:5.2f} executions/s, p50 {p50:.0f} ms, p95 {p95:.0f} ms")
+            figures[f"burst {name} per s"] = round(size / wall, 2)
+            figures[f"burst {name} p95 ms"] = round(p95)
+        finally:
+            await o.aclose()
+    return figures
+
+
+def served_twice(tmp: Path) -> int:
+    """Sandboxes whose engine reported more than one death across every run of this benchmark."""
+    deaths: Counter[str] = Counter()
+    for evidence in tmp.glob("*.jsonl"):
+        for record in iter_records(evidence):
+            if record.event == "container_died" and record.data:
+                deaths[str(record.data["sandbox_id"])] += 1
+    return sum(1 for count in deaths.values() if count > 1)
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--runtime", choices=["runc", "runsc", "both"], default="both")
+    parser.add_argument("--burst", type=int, default=20)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="so-bench-pool-"))
+    workspace = tmp / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000)
+    summary: dict[str, float] = {}
+    try:
+        print("pooled execute() vs a bare docker run")
+        for runtime in ("runc", "runsc") if args.runtime == "both" else (args.runtime,):
+            summary.update(await pooled_vs_bare(tmp, workspace, runtime, args.runs))
+        summary.update(await burst(tmp, workspace, args.burst, 5))
+        summary["sandboxes served twice"] = served_twice(tmp)
+        print(f"  sandboxes served twice (engine records): {summary['sandboxes served twice']}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("pool summary: " + json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))

@@ -1,0 +1,272 @@
+"""Pre-started sandboxes: the next run's sandbox is created and started before it is asked for.
+
+A pooled sandbox is created and started with every setting of its profile and its workspace (the
+backend's ``LaunchSpec.pooled``: our init waits in it for one launch message); a run whose key matches
+claims it — popped from the pool, so it is handed out exactly once — and the backend's ``launch`` execs
+the run's command in it. After that run it is destroyed like any sandbox: it never comes back.
+
+The key is everything fixed when a sandbox starts: the resolved profile (its hash covers image, runtime,
+user, limits, mounts), the workspace, the tenant. A claim can only ever receive a sandbox built for
+exactly its own. The pool is bounded per key and in total; an unclaimed sandbox is destroyed after its
+TTL; a key is filled on demand (its first run, cold, asks for it) and again after each claim.
+
+Evidence: a pooled sandbox has records of its own under its pool id (an execution id that no request
+has): the engine's ``container_created`` / ``container_started`` as they happened at fill time,
+``sandbox_pooled`` once it waits, then ``sandbox_claimed`` (which execution took it) or
+``sandbox_discarded`` (why it was destroyed unclaimed). The execution that claims it says so in its own
+``execution_started`` record (``pooled``: the pool id, the sandbox, when it was filled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.backends.base import (
+    LABEL_DEADLINE,
+    LABEL_EXECUTION_ID,
+    LaunchSpec,
+    LifecycleEvent,
+    PooledBackend,
+    SandboxBackend,
+    SandboxHandle,
+)
+from orchestrator.domain.ids import new_execution_id
+from orchestrator.evidence import EventType
+from orchestrator.service.config import PoolSettings
+
+log = logging.getLogger(__name__)
+
+#: how often expired sandboxes are looked for
+SWEEP_S = 1.0
+#: how long a fill waits for the engine to report its sandbox's start (its records are written by then)
+FILL_EVENTS_WAIT_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolKey:
+    """What a sandbox is fixed to once started: only a run with the same key may claim it."""
+
+    profile_hash: str  # the resolved profile: image, runtime, user, limits, mounts, seccomp
+    workspace: str
+    tenant: str
+
+
+@dataclass(eq=False)
+class PooledSandbox:
+    key: PoolKey
+    pool_id: str  # its own records' id
+    handle: SandboxHandle
+    filled_unix: float
+    expires: float  # monotonic
+
+
+Record = Callable[..., Awaitable[None]]
+"""``record(event, pool_id, *, tenant=..., data=..., engine_ts=...)``: one evidence record of a pooled sandbox."""
+
+
+@dataclass(eq=False)
+class _Demand:
+    template: LaunchSpec  # a run's spec of this key: what a sandbox for it is created from
+    ready: collections.deque[PooledSandbox] = field(default_factory=collections.deque)
+    filling: int = 0
+
+
+class SandboxPool:
+    """Pre-started sandboxes of ``backend`` (a PooledBackend), per key; ``record`` writes their evidence."""
+
+    def __init__(self, backend: SandboxBackend, settings: PoolSettings, record: Record) -> None:
+        if not isinstance(backend, PooledBackend):
+            raise TypeError(f"{type(backend).__name__} cannot pre-start sandboxes")
+        self.backend = backend
+        self.settings = settings
+        self._record = record
+        self._keys: dict[PoolKey, _Demand] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
+        self.served: list[str] = []  # sandbox ids handed out, in order (each once: tests and benchmarks check)
+
+    # -- claims ------------------------------------------------------------------------------------------
+
+    def claim(self, key: PoolKey) -> PooledSandbox | None:
+        """A ready sandbox of exactly ``key``, removed from the pool (never handed out again); None if
+        none is ready (the caller starts one cold). Synchronous: no other claim can interleave."""
+        demand = self._keys.get(key)
+        now = time.monotonic()
+        while demand is not None and demand.ready:
+            pooled = demand.ready.popleft()
+            if pooled.expires > now:
+                self.served.append(pooled.handle.sandbox_id)
+                return pooled
+            self._spawn(self._discard(pooled, "expired"))
+        return None
+
+    def want(self, key: PoolKey, template: LaunchSpec) -> None:
+        """A run of ``key`` happened (cold or from the pool): fill the key up to ``per_key`` again,
+        within ``max_total``. ``template``: that run's spec (argv, env, stdin are not used)."""
+        if self._closed:
+            return
+        demand = self._keys.get(key)
+        if demand is None:
+            demand = self._keys[key] = _Demand(template)
+        demand.template = template
+        while len(demand.ready) + demand.filling < self.settings.per_key and self._size() < self.settings.max_total:
+            demand.filling += 1
+            self._spawn(self._fill(key, demand))
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep(), name="pool-sweeper")
+
+    def _size(self) -> int:
+        return sum(len(d.ready) + d.filling for d in self._keys.values())
+
+    def ready(self, key: PoolKey) -> int:
+        demand = self._keys.get(key)
+        return 0 if demand is None else len(demand.ready)
+
+    # -- filling -----------------------------------------------------------------------------------------
+
+    async def _fill(self, key: PoolKey, demand: _Demand) -> None:
+        pool_id = new_execution_id()
+        ttl = self.settings.ttl_s
+        deadline = time.time() + ttl + demand.template.profile.wall_timeout_s
+        spec = dataclasses.replace(
+            demand.template,
+            execution_id=pool_id,
+            argv=("sandbox-init",),
+            env={},
+            stdin=None,
+            tty=False,
+            interactive=False,
+            pooled=True,
+            deadline_unix=deadline,
+            labels={
+                **demand.template.labels,
+                LABEL_EXECUTION_ID: pool_id,
+                LABEL_DEADLINE: f"{deadline:.0f}",
+            },
+        )
+        handle: SandboxHandle | None = None
+        events = asyncio.create_task(self._record_start(key, pool_id))
+        try:
+            handle = await self.backend.create(spec)
+            await self.backend.start(handle)
+        except Exception as exc:  # the key stays cold; the next run asks again
+            log.warning("pre-starting a sandbox failed: %s: %s", type(exc).__name__, exc)
+            events.cancel()
+            if handle is not None:
+                with contextlib.suppress(Exception):
+                    await self.backend.destroy(handle)
+            demand.filling -= 1
+            return
+        except asyncio.CancelledError:
+            events.cancel()
+            if handle is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.backend.destroy(handle))
+            demand.filling -= 1
+            raise
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            async with asyncio.timeout(FILL_EVENTS_WAIT_S):
+                await events  # its create and start are on the record before anyone can claim it
+        pooled = PooledSandbox(key, pool_id, handle, time.time(), time.monotonic() + ttl)
+        await self._record(
+            EventType.SANDBOX_POOLED,
+            pool_id,
+            tenant=key.tenant,
+            data={"sandbox_id": handle.sandbox_id, "profile_hash": key.profile_hash, "ttl_s": ttl},
+        )
+        demand.filling -= 1
+        if self._closed:
+            self._spawn(self._discard(pooled, "closed"))
+            return
+        demand.ready.append(pooled)
+
+    async def _record_start(self, key: PoolKey, pool_id: str) -> None:
+        """The engine's create and start of the sandbox being filled, under its pool id."""
+        stream = self.backend.events(pool_id)
+        try:
+            async for event in stream:
+                await self._record_event(key, pool_id, event)
+                if event.kind == "start":
+                    return
+        finally:
+            await stream.aclose()
+
+    async def _record_event(self, key: PoolKey, pool_id: str, event: LifecycleEvent) -> None:
+        kinds: dict[str, EventType] = {
+            "create": EventType.CONTAINER_CREATED,
+            "schedule": EventType.CONTAINER_SCHEDULED,
+            "start": EventType.CONTAINER_STARTED,
+        }
+        if event.kind in kinds:
+            await self._record(
+                kinds[event.kind],
+                pool_id,
+                tenant=key.tenant,
+                engine_ts=event.engine_ts.isoformat(),
+                data={"sandbox_id": event.sandbox_id},
+            )
+
+    # -- ends ----------------------------------------------------------------------------------------------
+
+    async def claimed(self, pooled: PooledSandbox, execution_id: str) -> None:
+        """On the pooled sandbox's own record: which execution took it."""
+        await self._record(
+            EventType.SANDBOX_CLAIMED, pooled.pool_id, tenant=pooled.key.tenant, data={"execution_id": execution_id}
+        )
+
+    def discard(self, pooled: PooledSandbox, reason: str) -> None:
+        """Destroy a claimed sandbox that was not used after all (it is never handed out again)."""
+        self._spawn(self._discard(pooled, reason))
+
+    async def _discard(self, pooled: PooledSandbox, reason: str) -> None:
+        try:
+            await self.backend.destroy(pooled.handle)
+        except Exception as exc:  # the orphan collector removes it (our labels, its deadline)
+            log.warning("could not destroy pooled sandbox %s: %s", pooled.handle.name, exc)
+        await self._record(
+            EventType.SANDBOX_DISCARDED,
+            pooled.pool_id,
+            tenant=pooled.key.tenant,
+            data={"sandbox_id": pooled.handle.sandbox_id, "reason": reason},
+        )
+
+    async def _sweep(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(SWEEP_S)
+            now = time.monotonic()
+            for demand in self._keys.values():
+                while demand.ready and demand.ready[0].expires <= now:
+                    self._spawn(self._discard(demand.ready.popleft(), "expired"))
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        """Destroy every ready sandbox (fills under way destroy theirs when they end)."""
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for demand in self._keys.values():
+            while demand.ready:
+                self._spawn(self._discard(demand.ready.popleft(), "closed"))
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "keys": len(self._keys),
+            "ready": sum(len(d.ready) for d in self._keys.values()),
+            "filling": sum(d.filling for d in self._keys.values()),
+            "served": len(self.served),
+        }

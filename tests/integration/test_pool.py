@@ -1,0 +1,186 @@
+"""Pre-started sandboxes on the real engine: a pooled run is a cold run's equal, each sandbox is served
+once, a claim only ever gets its own key, and nothing outlives its TTL or the pool."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.backends.docker import DockerBackend
+from orchestrator.domain.errors import SandboxUnavailable
+from orchestrator.evidence import iter_records, verify
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.factory import build_orchestrator
+from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
+
+pytestmark = pytest.mark.integration
+POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"
+
+
+def workspace(root: Path, name: str = "ws") -> Path:
+    ws = root / name
+    ws.mkdir(exist_ok=True)
+    os.chown(ws, 1000, 1000)
+    return ws
+
+
+async def pooled_orchestrator(tmp_path: Path, pool: str, extra_profiles: Path | None = None) -> Orchestrator:
+    backend = DockerBackend()
+    try:
+        await backend.info()
+    except SandboxUnavailable as err:
+        await backend.close()
+        pytest.skip(f"no container engine ({err.message}); run `make setup`")
+    config = tmp_path / "config.yaml"
+    config.write_text(POLICY + f"pool: {pool}\n")
+    return build_orchestrator(
+        config,
+        evidence_path=tmp_path / "evidence.jsonl",
+        backend=backend,
+        profiles=ProfileRegistry(extra_dirs=[extra_profiles] if extra_profiles else []),
+    )
+
+
+@pytest.fixture
+async def orch(tmp_path: Path) -> AsyncIterator[Orchestrator]:
+    o = await pooled_orchestrator(tmp_path, "{enabled: true, per_key: 1, ttl_s: 60}")
+    yield o
+    backend = o.backend
+    await o.aclose()
+    assert backend is not None
+    check = DockerBackend()
+    try:  # the pool destroyed what it held: nothing of this run is left on the engine
+        ids = {r.execution_id for r in iter_records(tmp_path / "evidence.jsonl")}
+        assert [s.name for s in await check.list_managed() if s.execution_id in ids] == []
+    finally:
+        await check.close()
+    assert verify(tmp_path / "evidence.jsonl").ok
+
+
+def records(tmp_path: Path, execution_id: str) -> list[Any]:
+    return list(iter_records(tmp_path / "evidence.jsonl", execution_id=execution_id))
+
+
+async def until_ready(o: Orchestrator, count: int = 1) -> None:
+    assert o.pool is not None
+    for _ in range(200):
+        if o.pool.describe()["ready"] >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the pool never got {count} ready: {o.pool.describe()}")
+
+
+def started(tmp_path: Path, result: ExecutionResult) -> dict[str, Any]:
+    begin = next(r for r in records(tmp_path, str(result.authorization.execution_id)) if r.event == "execution_started")
+    assert begin.data is not None
+    return dict(begin.data)
+
+
+async def test_a_pooled_run_is_a_cold_runs_equal(orch: Orchestrator, tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    (ws / "sub").mkdir()
+    os.chown(ws / "sub", 1000, 1000)
+    script = 'echo "$GREETING|$(pwd)|$(id -u):$(id -g)|$HOSTNAME|$HOME"; cat; echo err >&2; touch made; exit 3'
+    request = {"tool": "shell_command", "command": script, "cwd": "sub", "env": {"GREETING": "hi there"}}
+    cold = await orch.execute({**request, "stdin": "from stdin\n"}, workspace=ws)
+    await until_ready(orch)
+    warm = await orch.execute({**request, "stdin": "from stdin\n"}, workspace=ws)
+    assert "pooled" not in started(tmp_path, cold) and "pooled" in started(tmp_path, warm)
+    for result in (cold, warm):
+        out = result.to_json()
+        assert out["exit_code"] == 3, out
+        assert out["stdout"] == "hi there|/workspace/sub|1000:1000|sandbox|/tmp\nfrom stdin\n"
+        assert out["stderr"] == "err\n"
+        # the workspace's changes, measured from the claim: the file the command made, nothing else
+        assert [c["path"] for c in out["side_effects"]["changes"]] == ["sub/made"]
+        (ws / "sub" / "made").unlink()
+    # the pooled sandbox's own records: made and started at fill time, then taken by exactly this run
+    pooled = started(tmp_path, warm)["pooled"]
+    own = [r.event for r in records(tmp_path, pooled["pool_id"])]
+    assert own[:2] == ["container_created", "container_started"] and own[2:] == ["sandbox_pooled", "sandbox_claimed"]
+    claimed = next(r for r in records(tmp_path, pooled["pool_id"]) if r.event == "sandbox_claimed")
+    assert claimed.data == {"execution_id": str(warm.authorization.execution_id)}
+    # the run's own lifecycle: from its claim on, with the engine's timestamps, and the same end record
+    events = [r.event for r in records(tmp_path, str(warm.authorization.execution_id))]
+    assert "container_created" not in events and "container_started" not in events
+    assert {"container_died", "container_destroyed", "execution_finished"} <= set(events)
+    died = next(r for r in records(tmp_path, str(warm.authorization.execution_id)) if r.event == "container_died")
+    assert died.data is not None and died.data["sandbox_id"] == pooled["sandbox_id"] and died.data["exit_code"] == 3
+
+
+async def test_no_sandbox_is_ever_served_twice(tmp_path: Path) -> None:
+    o = await pooled_orchestrator(tmp_path, "{enabled: true, per_key: 2, ttl_s: 60}")
+    ws = workspace(tmp_path)
+    try:
+        results = []
+        for index in range(12):
+            results.append(await o.execute({"tool": "shell_exec", "argv": ["echo", str(index)]}, workspace=ws))
+            if index % 3 == 0:
+                await asyncio.sleep(0.3)  # let the pool refill now and then: a mix of cold and pooled runs
+        assert [r.to_json()["stdout"] for r in results] == [f"{i}\n" for i in range(12)]
+        assert o.pool is not None
+        pooled_runs = [r for r in results if "pooled" in started(tmp_path, r)]
+        assert len(pooled_runs) >= 3, o.pool.describe()
+    finally:
+        await o.aclose()
+    # from the engine's own records: every sandbox that ran a command died once, in one execution
+    died = [r for r in iter_records(tmp_path / "evidence.jsonl") if r.event == "container_died"]
+    per_sandbox = Counter(str(r.data["sandbox_id"]) for r in died if r.data)
+    assert len(died) == 12 and set(per_sandbox.values()) == {1}, per_sandbox
+    assert len(set(o.pool.served)) == len(o.pool.served) == len(pooled_runs)
+
+
+async def test_a_claim_only_ever_gets_a_sandbox_of_its_own_key(orch: Orchestrator, tmp_path: Path) -> None:
+    first, second = workspace(tmp_path, "a"), workspace(tmp_path, "b")
+    await orch.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=first)
+    await until_ready(orch)
+    other_workspace = await orch.execute({"tool": "shell_exec", "argv": ["ls", "/workspace"]}, workspace=second)
+    other_profile = await orch.execute(
+        {"tool": "shell_exec", "argv": ["true"], "profile": "read-only"}, workspace=first
+    )
+    other_tenant = await orch.execute({"tool": "shell_exec", "argv": ["true"], "tenant": "t2"}, workspace=first)
+    for result in (other_workspace, other_profile, other_tenant):
+        assert "pooled" not in started(tmp_path, result)
+    mine = await orch.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=first)
+    assert "pooled" in started(tmp_path, mine)
+
+
+async def test_an_unclaimed_sandbox_is_destroyed_after_its_ttl(tmp_path: Path) -> None:
+    o = await pooled_orchestrator(tmp_path, "{enabled: true, per_key: 1, ttl_s: 1}")
+    ws = workspace(tmp_path)
+    check = DockerBackend()
+    try:
+        await o.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=ws)
+        await until_ready(o)
+        await asyncio.sleep(3)
+        assert o.pool is not None and o.pool.describe()["ready"] == 0
+        discarded = [r for r in iter_records(tmp_path / "evidence.jsonl") if r.event == "sandbox_discarded"]
+        assert discarded and discarded[0].data is not None and discarded[0].data["reason"] == "expired"
+        gone = str(discarded[0].data["sandbox_id"])
+        assert gone not in {s.sandbox_id for s in await check.list_managed()}
+    finally:
+        await check.close()
+        await o.aclose()
+
+
+async def test_a_profile_can_keep_its_runs_cold(tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "cold.yaml").write_text(
+        "name: cold\ndescription: no pool\nextends: workspace-write\npool:\n  enabled: false\n"
+    )
+    o = await pooled_orchestrator(tmp_path, "{enabled: true, per_key: 1, ttl_s: 60}", extra_profiles=profiles)
+    ws = workspace(tmp_path)
+    try:
+        for _ in range(2):
+            result = await o.execute({"tool": "shell_exec", "argv": ["true"], "profile": "cold"}, workspace=ws)
+            assert "pooled" not in started(tmp_path, result)
+        assert o.pool is not None and o.pool.describe()["keys"] == 0
+    finally:
+        await o.aclose()
