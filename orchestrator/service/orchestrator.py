@@ -499,7 +499,8 @@ class Orchestrator:
             workspace=workspace,
             redactor=redactor,
         )
-        pooled = self._claim_pooled(spec, gate, session=session)
+        pool_key = self._pool_key(spec, gate, session=session)
+        pooled = None if pool_key is None or self.pool is None else self.pool.claim(pool_key)
         # From the begin record on, every way out ends with an end record: execution_finished below,
         # run_failed here (the begin record too may be interrupted once queued: it is written all the same)
         try:
@@ -551,6 +552,10 @@ class Orchestrator:
         finally:
             if pooled is not None and self.pool is not None:  # claimed, never used: never handed out again
                 self.pool.discard(pooled, "unused")
+            if pool_key is not None and self.pool is not None:
+                # the key filled again once this run is over: a fill beside it would slow it down (the
+                # engine's work is most of a run), and the next command of an agent comes later than that
+                self.pool.want(pool_key, spec)
 
         error = outcome.error
         if error is None and outcome.truncated:
@@ -567,15 +572,12 @@ class Orchestrator:
                 task.uncancel()
         return ExecutionResult(auth, outcome, error)
 
-    def _claim_pooled(self, spec: LaunchSpec, gate: GateResult, *, session: bool) -> PooledSandbox | None:
-        """A pre-started sandbox for exactly this run's key, if one is ready (the key is filled again,
-        ready or not: the next run of it finds one)."""
+    def _pool_key(self, spec: LaunchSpec, gate: GateResult, *, session: bool) -> PoolKey | None:
+        """The pool key of this run, when it may take a pre-started sandbox (not a session, no terminal,
+        its profile allows it, the config's pool is on)."""
         if self.pool is None or session or spec.tty or not spec.profile.pool_enabled:
             return None
-        key = PoolKey(spec.profile.profile_hash, spec.workspace.local_path, gate.sanitized.context.tenant)
-        pooled = self.pool.claim(key)
-        self.pool.want(key, spec)
-        return pooled
+        return PoolKey(spec.profile.profile_hash, spec.workspace.local_path, gate.sanitized.context.tenant)
 
     def _governing_paths(self) -> list[Governing]:
         profile_dirs = self.profiles.search_path if self.profiles is not None else ()
