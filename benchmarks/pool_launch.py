@@ -6,6 +6,8 @@
   runs). Rounds interleaved (A B, B A); p50/p95, the median of the pairwise ratios A/B. Targets: <= 0.35
   (runc), <= 0.25 (runsc). Beside them (C) the same ``execute()`` cold (no pool), for reference.
 * **burst** -- 20 executions at once with a pool of 5 (per key) against 20 with none: throughput, p50, p95.
+* **leaks** -- 500 executions in a row from a pool of 2: sandboxes of ours left on the engine after the
+  pool closed (0), the process's open files and threads against before.
 * **served twice** -- from the evidence's engine records: sandboxes that ran more than one command (0).
 
 Not a test: it prints figures and a last line ``pool summary: {...}`` (JSON).
@@ -29,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sandbox_overhead import docker_run_argv, pct, timed
+from sandbox_overhead import docker_run_argv, open_fds, os_threads, pct, timed
 
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.evidence import iter_records
@@ -150,6 +152,30 @@ async def burst(tmp: Path, workspace: Path, size: int, pool_size: int) -> dict[s
     return figures
 
 
+async def leaks(tmp: Path, workspace: Path, runs: int) -> dict[str, float]:
+    fds, threads = open_fds(), os_threads()
+    o = orchestrator(tmp, "leaks", "{enabled: true, per_key: 2}")
+    request = {"tool": "shell_exec", "argv": ["true"]}
+    try:
+        for _ in range(runs):
+            result = await o.execute(request, workspace=workspace)
+            assert result.ok, result.to_json()
+        assert o.pool is not None
+        served = len(o.pool.served)
+    finally:
+        await o.aclose()
+    await asyncio.sleep(1.0)  # threads of the closed backend end
+    ids = {r.execution_id for r in iter_records(tmp / "leaks.jsonl")}
+    check = DockerBackend()
+    try:
+        left = [s.name for s in await check.list_managed() if s.execution_id in ids]
+    finally:
+        await check.close()
+    print(f"  {runs} runs in a row, pool of 2: {served} from the pool; sandboxes left {len(left)};"
+          f" open files {fds} -> {open_fds()}, threads {threads} -> {os_threads()}")  # fmt: skip
+    return {"leak runs": runs, "sandboxes left": len(left), "fds delta": open_fds() - fds}
+
+
 def served_twice(tmp: Path) -> int:
     """Sandboxes whose engine reported more than one death across every run of this benchmark."""
     deaths: Counter[str] = Counter()
@@ -165,6 +191,7 @@ async def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--runtime", choices=["runc", "runsc", "both"], default="both")
     parser.add_argument("--burst", type=int, default=20)
+    parser.add_argument("--leak-runs", type=int, default=500)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="so-bench-pool-"))
     workspace = tmp / "ws"
@@ -176,6 +203,7 @@ async def main() -> int:
         for runtime in ("runc", "runsc") if args.runtime == "both" else (args.runtime,):
             summary.update(await pooled_vs_bare(tmp, workspace, runtime, args.runs))
         summary.update(await burst(tmp, workspace, args.burst, 5))
+        summary.update(await leaks(tmp, workspace, args.leak_runs))
         summary["sandboxes served twice"] = served_twice(tmp)
         print(f"  sandboxes served twice (engine records): {summary['sandboxes served twice']}")
     finally:

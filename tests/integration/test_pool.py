@@ -187,3 +187,67 @@ async def test_a_profile_can_keep_its_runs_cold(tmp_path: Path) -> None:
         assert o.pool is not None and o.pool.describe()["keys"] == 0
     finally:
         await o.aclose()
+
+
+def test_a_killed_controllers_pooled_sandboxes_are_collected(tmp_path: Path) -> None:
+    """The process holding a ready pool is killed outright: the orphan collector removes its sandboxes."""
+    import signal
+    import subprocess
+    import sys
+
+    ws = workspace(tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text(POLICY + "pool: {enabled: true, per_key: 2, ttl_s: 600}\n")
+    evidence = tmp_path / "evidence.jsonl"
+    holder = f"""
+import asyncio
+from pathlib import Path
+from orchestrator.backends.docker import DockerBackend
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.factory import build_orchestrator
+
+async def main():
+    o = build_orchestrator(Path({str(config)!r}), evidence_path=Path({str(evidence)!r}), backend=DockerBackend(),
+                           profiles=ProfileRegistry())
+    await o.execute({{"tool": "shell_exec", "argv": ["true"]}}, workspace=Path({str(ws)!r}))
+    while o.pool.describe()["ready"] < 2:
+        await asyncio.sleep(0.05)
+    await o.evidence.flush()
+    print("ready", flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    pooled = {
+        str(r.data["sandbox_id"]): r.execution_id
+        for r in iter_records(evidence)
+        if r.event == "sandbox_pooled" and r.data is not None
+    }
+    assert len(pooled) == 2
+
+    async def collect() -> list[str]:
+        from orchestrator.evidence import EvidenceWriter
+        from orchestrator.service.reaper import collect_orphans
+
+        backend = DockerBackend()
+        writer = EvidenceWriter(evidence)
+        try:
+            reaped = await collect_orphans(backend, writer)
+            assert not set(pooled) & {s.sandbox_id for s in await backend.list_managed()}
+            return [r.sandbox.sandbox_id for r in reaped]
+        finally:
+            await writer.close()
+            await backend.close()
+
+    assert set(pooled) <= set(asyncio.run(collect()))
+    for pool_id in pooled.values():  # each on its own record: pooled, then abandoned with its controller
+        kinds = [r.event for r in iter_records(evidence, execution_id=pool_id)]
+        assert kinds[-2:] == ["sandbox_pooled", "execution_abandoned"], kinds
+    assert verify(evidence).ok
