@@ -457,13 +457,7 @@ class Orchestrator:
         try:
             check_workspace(workspace, governing=self._governing_paths())
             refuse_unavailable_escalations(request)
-            profile = self.profiles.resolve(
-                request.profile or self.gate.default_profile,
-                request_timeout_s=request.timeout_ms / 1000 if request.timeout_ms else None,
-                caps=self.caps,
-                writable_root=request.sandbox_permissions.writable_root,
-                session=session,
-            )
+            profile = self._resolve(request, session=session)
             spec = launch_spec(execution_id, request, profile, workspace, interactive=session)
             if session:
                 check_session_allowed(profile, spec.argv)
@@ -572,12 +566,46 @@ class Orchestrator:
                 task.uncancel()
         return ExecutionResult(auth, outcome, error)
 
+    def _resolve(self, request: Request, *, session: bool) -> ResolvedProfile:
+        """The profile a run of ``request`` gets: its own or the default, narrowed by the request and caps."""
+        assert self.profiles is not None
+        return self.profiles.resolve(
+            request.profile or self.gate.default_profile,
+            request_timeout_s=request.timeout_ms / 1000 if request.timeout_ms else None,
+            caps=self.caps,
+            writable_root=request.sandbox_permissions.writable_root,
+            session=session,
+        )
+
     def _pool_key(self, spec: LaunchSpec, gate: GateResult, *, session: bool) -> PoolKey | None:
         """The pool key of this run, when it may take a pre-started sandbox (not a session, no terminal,
         its profile allows it, the config's pool is on)."""
         if self.pool is None or session or spec.tty or not spec.profile.pool_enabled:
             return None
         return PoolKey(spec.profile.profile_hash, spec.workspace.local_path, gate.sanitized.context.tenant)
+
+    def prestart(self, raw: Any, *, workspace: Path) -> bool:
+        """Have the pool start a sandbox for runs like ``raw`` in ``workspace`` now, before the first one
+        comes (nothing is decided, recorded or run: a run still goes through the gate). False when such a
+        run would not take a pooled sandbox (no pool, a terminal, a profile that keeps its runs cold) or
+        would be refused (the run says why, on the record)."""
+        if self.pool is None or self.profiles is None:
+            return False
+        try:
+            return self._prestart(raw, workspace)
+        except OrchestratorError:
+            return False
+
+    def _prestart(self, raw: Any, workspace: Path) -> bool:
+        assert self.pool is not None
+        request = parse_request(raw)
+        spec = launch_spec(
+            new_execution_id(), request, self._resolve(request, session=False), Path(workspace).resolve()
+        )
+        if spec.tty or not spec.profile.pool_enabled:
+            return False
+        self.pool.want(PoolKey(spec.profile.profile_hash, spec.workspace.local_path, request.tenant), spec)
+        return True
 
     def _governing_paths(self) -> list[Governing]:
         profile_dirs = self.profiles.search_path if self.profiles is not None else ()

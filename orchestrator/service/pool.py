@@ -181,6 +181,7 @@ class SandboxPool:
             EventType.SANDBOX_POOLED,
             pool_id,
             tenant=key.tenant,
+            profile_hash=key.profile_hash,
             data={"sandbox_id": handle.sandbox_id, "profile_hash": key.profile_hash, "ttl_s": ttl},
         )
         demand.filling -= 1
@@ -211,6 +212,7 @@ class SandboxPool:
                 kinds[event.kind],
                 pool_id,
                 tenant=key.tenant,
+                profile_hash=key.profile_hash,
                 engine_ts=event.engine_ts.isoformat(),
                 data={"sandbox_id": event.sandbox_id},
             )
@@ -220,7 +222,11 @@ class SandboxPool:
     async def claimed(self, pooled: PooledSandbox, execution_id: str) -> None:
         """On the pooled sandbox's own record: which execution took it."""
         await self._record(
-            EventType.SANDBOX_CLAIMED, pooled.pool_id, tenant=pooled.key.tenant, data={"execution_id": execution_id}
+            EventType.SANDBOX_CLAIMED,
+            pooled.pool_id,
+            tenant=pooled.key.tenant,
+            profile_hash=pooled.key.profile_hash,
+            data={"execution_id": execution_id},
         )
 
     def discard(self, pooled: PooledSandbox, reason: str) -> None:
@@ -236,6 +242,7 @@ class SandboxPool:
             EventType.SANDBOX_DISCARDED,
             pooled.pool_id,
             tenant=pooled.key.tenant,
+            profile_hash=pooled.key.profile_hash,
             data={"sandbox_id": pooled.handle.sandbox_id, "reason": reason},
         )
 
@@ -251,6 +258,16 @@ class SandboxPool:
         task: asyncio.Task[None] = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Destroy every ready sandbox, once the fills under way ended (e.g. after the profiles changed)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        for demand in self._keys.values():
+            while demand.ready:
+                self._spawn(self._discard(demand.ready.popleft(), "drained"))
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def aclose(self) -> None:
         """Destroy every ready sandbox (fills under way destroy theirs when they end)."""

@@ -42,12 +42,17 @@ RUNTIME = {"workspace-write": "runc", "untrusted": "runsc"}
 # the Docker params need the engine (marker `integration`), the Kubernetes ones the test cluster (`k8s`)
 BACKENDS = [
     pytest.param("docker", marks=pytest.mark.integration),
+    # every sandbox pre-started (the config's pool): the same battery, unchanged, on pooled sandboxes
+    pytest.param("docker-pooled", marks=pytest.mark.integration),
     pytest.param("kubernetes", marks=pytest.mark.k8s),
 ]
 # mode allow lets through only what the gate fully sees; the probes run code it cannot read (python3 from
 # a here-document), so they are asked, and a rule approves every ask: the approval is recorded like any other
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"
+POOLED = "pool: {enabled: true, per_key: 1, ttl_s: 600}\n"
 LIFECYCLE = {
+    # (docker-pooled: a pooled sandbox's create and start are on its own records, under its pool id; the
+    # harness shows them with the execution that claimed it)
     "docker": ("container_created", "container_started", "container_died", "container_destroyed"),
     # a pod is placed on a node before it starts: PodScheduled, with the node
     "kubernetes": (
@@ -231,7 +236,7 @@ class Harness:
     def __post_init__(self) -> None:
         self.workspace = self.new_workspace("ws")
         self.config = self.tmp_path / "config.yaml"
-        self.config.write_text(POLICY)
+        self.config.write_text(POLICY + (POOLED if self.pooled else ""))
         self.evidence_path = self.tmp_path / "evidence.jsonl"
         self.backend: DockerBackend | KubernetesBackend
         self.kube: KubeClient | None = None
@@ -252,8 +257,30 @@ class Harness:
     def k8s(self) -> bool:
         return self.kind == "kubernetes"
 
+    @property
+    def pooled(self) -> bool:
+        return self.kind == "docker-pooled"
+
+    @property
+    def engine(self) -> str:
+        """docker | kubernetes: what the backend-specific expectations are keyed by."""
+        return "docker" if self.pooled else self.kind
+
+    async def _prestarted(self, raw: dict[str, Any], workspace: Path) -> None:
+        """Pooled: a sandbox of exactly this run's key ready before it comes (its first run of a key would
+        otherwise start cold)."""
+        assert self.orch.pool is not None
+        await self.orch.pool.drain()  # only this run's sandbox may be waiting: the battery counts sandboxes
+        if not self.orch.prestart(raw, workspace=workspace):
+            return  # a run that is refused (the run's own error says why)
+        for _ in range(600):
+            if self.orch.pool.describe()["ready"]:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no pooled sandbox became ready: {self.orch.pool.describe()}")
+
     def lifecycle(self) -> tuple[str, ...]:
-        return LIFECYCLE[self.kind]
+        return LIFECYCLE[self.engine]
 
     def new_workspace(self, name: str) -> Path:
         if self.space is not None:  # below the claim's root, which every test of the module shares
@@ -273,6 +300,8 @@ class Harness:
         registry = self.profiles if self.profiles is not None else ProfileRegistry()
         wall_s = request.get("timeout_ms", 0) / 1000 or registry.resolve(profile).wall_timeout_s
         try:
+            if self.pooled:
+                await self._prestarted(raw, workspace or self.workspace)
             # an execution that never ends is a failure here, not a hung suite (the sandbox's own timeout, then
             # a generous margin for the kill and the teardown)
             async with asyncio.timeout(wall_s + EXECUTION_MARGIN_S):
@@ -286,11 +315,27 @@ class Harness:
         execution_id = str(result.authorization.execution_id)
         self._started(execution_id)
         records = list(iter_records(self.evidence_path, execution_id=execution_id))
+        if self.pooled:
+            records = self._with_pooled_start(records)
+            assert self.orch.pool is not None
+            await self.orch.pool.drain()  # the refill after the run: not waiting beside the next test's
         created = [r for r in records if r.event == "container_created"]
         sandbox_id = str(created[0].data["sandbox_id"]) if created and created[0].data else None
-        run = Run(self.kind, result, result.to_json(), records, sandbox_id)
+        run = Run(self.engine, result, result.to_json(), records, sandbox_id)
         await self.assert_gone(run)
         return run
+
+    def _with_pooled_start(self, records: list[EvidenceRecord]) -> list[EvidenceRecord]:
+        """The execution's records with its pooled sandbox's create and start (from the sandbox's own
+        records) right after its begin record: the lifecycle a cold run's records hold."""
+        begin = next(i for i, r in enumerate(records) if r.event == "execution_started")
+        pooled = (records[begin].data or {}).get("pooled")
+        assert pooled, "the run did not take its pre-started sandbox"
+        own = list(iter_records(self.evidence_path, execution_id=str(pooled["pool_id"])))
+        start = [r for r in own if r.event in ("container_created", "container_started")]
+        claims = [r.data for r in own if r.event == "sandbox_claimed"]
+        assert claims == [{"execution_id": records[begin].execution_id}], claims  # served once, to this run
+        return [*records[: begin + 1], *start, *records[begin + 1 :]]
 
     async def assert_gone(self, run: Run) -> None:
         """Nothing of the execution left: not in the backend's listing, no host process of it.
@@ -308,7 +353,7 @@ class Harness:
             assert missing.value.kind == "not_found", missing.value
 
         sandbox_id = run.sandbox_id
-        deadline = time.monotonic() + GONE_WITHIN_S[self.kind]
+        deadline = time.monotonic() + GONE_WITHIN_S[self.engine]
         while (left := self.host_processes_of(sandbox_id)) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert not left, f"host processes of {run.sandbox_id[:12]} after teardown: {left}"
@@ -340,7 +385,7 @@ def open_harness(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest, profiles: ProfileRegistry | None = None
 ) -> Harness:
     """A harness on backend ``kind``, with the fixtures that backend needs (skips as they skip)."""
-    if kind == "docker":
+    if kind in ("docker", "docker-pooled"):
         return Harness(kind, tmp_path, sandboxes=request.getfixturevalue("run_sandboxes"), profiles=profiles)
     return Harness(kind, tmp_path, space=request.getfixturevalue("sandbox_space"), profiles=profiles)
 
