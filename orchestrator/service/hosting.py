@@ -88,6 +88,7 @@ class Service:
                 profiles=ProfileRegistry(),
                 caps=config.caps,
                 governing=governing,
+                pool=config.pool,
             )
             uid, gid = (int(x) for x in section.workspace_owner.split(":"))
             root = Path(section.workspaces) if section.workspaces else Path(state_dir()) / "workspaces"
