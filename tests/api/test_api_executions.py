@@ -266,3 +266,30 @@ async def test_an_asks_stored_request_is_gone_however_it_ends(harness: Harness, 
             break
         await asyncio.sleep(0.05)
     assert stored() is None
+
+
+async def test_with_the_pool_on_the_service_runs_a_command_in_a_pre_started_sandbox(
+    tmp_path: Path, engine: Any
+) -> None:
+    h = await start_service(write_config(tmp_path, pool={"enabled": True, "per_key": 1, "ttl_s": 60}))
+    try:
+        agent = h.client("agent-a")
+
+        async def begin_of(view: ExecutionView) -> dict[str, Any]:
+            records = (await agent.evidence(view.execution_id)).records
+            return dict(next(r for r in records if r["event"] == "execution_started")["data"])
+
+        first = await agent.run({"tool": "shell", "command": ["echo", "one"]})  # cold: the key fills from here
+        pool = h.service.orchestrator.pool
+        assert pool is not None
+        for _ in range(200):
+            if pool.describe()["ready"]:
+                break
+            await asyncio.sleep(0.05)
+        second = await agent.run({"tool": "shell", "command": ["echo", "two"]})
+        for view, text in ((first, "one\n"), (second, "two\n")):
+            assert view.state is ExecutionState.SUCCEEDED and view.result is not None and view.result.stdout == text
+        assert "pooled" not in await begin_of(first)
+        assert (await begin_of(second))["pooled"]["pool_id"]  # its sandbox was pre-started
+    finally:
+        await h.stop()  # the pool's sandboxes go with the service (the engine fixture checks none is left)
