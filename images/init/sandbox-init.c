@@ -85,7 +85,8 @@ static size_t next_count(struct cursor *c, size_t least) {
 
 /* execve argv[0] as given when it holds a '/', else found in the message's PATH (the default one when it
  * has none), as the engine's runtime does: never through a shell (execvp would run a file that is not a
- * program with /bin/sh). Returns the errno of the failure that says most (a file found but refused). */
+ * program with /bin/sh), and never in the working directory for an empty PATH entry (the workspace is the
+ * workload's own). Returns the errno of the failure that says most (a file found but refused). */
 static int exec_in_path(char **argv, char **env) {
     if (strchr(argv[0], '/') != NULL) {
         execve(argv[0], argv, env);
@@ -101,10 +102,9 @@ static int exec_in_path(char **argv, char **env) {
         const char *end = strchrnul(dir, ':');
         size_t len = (size_t)(end - dir);
         char candidate[4096];
-        if (len + 1 + name + 1 <= sizeof candidate) {
+        /* dir, '/', name, NUL */
+        if (len > 0 && len < sizeof candidate && name < sizeof candidate - len - 1) {
             memcpy(candidate, dir, len);
-            if (len == 0) /* an empty entry is the working directory */
-                candidate[len++] = '.';
             candidate[len] = '/';
             memcpy(candidate + len + 1, argv[0], name + 1);
             execve(candidate, argv, env);

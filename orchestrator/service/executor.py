@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -225,8 +226,8 @@ async def run_in_sandbox(
     else:
         follow = _follow_events(backend, spec.execution_id, record, seen, ready)
     follower = asyncio.create_task(follow)
-    await ready.wait()
-    handle: SandboxHandle | None = None
+    # a pooled sandbox is this run's from the first line on: whatever ends the run, its teardown removes it
+    handle: SandboxHandle | None = None if pooled is None else pooled.handle
     timed_out = False
     exit_code: int | None = None
     state: ExitState | None = None
@@ -241,7 +242,9 @@ async def run_in_sandbox(
     # a margin past the caps: a secret the cap cuts in two is still seen whole, and redacted
     margin = redactor.margin
     live = None if on_output is None else LiveOutput(redactor, profile, on_output, on_capped)
+    launched_at: datetime | None = None
     try:
+        await ready.wait()
         if meter is not None:  # the watches are set up while the engine creates the container
             meter_started = asyncio.ensure_future(asyncio.to_thread(meter.start))
         handle = pooled.handle if pooled is not None else await backend.create(spec)
@@ -258,6 +261,7 @@ async def run_in_sandbox(
                 await meter_started
             if pooled is not None:
                 assert isinstance(backend, PooledBackend)
+                launched_at = datetime.now(UTC)
                 await backend.launch(handle, spec)
             else:
                 await backend.start(handle)
@@ -289,6 +293,13 @@ async def run_in_sandbox(
                     await capture_task
         state = await backend.inspect(handle)
         usage = await backend.usage(handle)
+        if launched_at is not None and state.finished_at is not None and state.finished_at < launched_at:
+            # the pre-started sandbox had ended before its command was sent (its init killed meanwhile):
+            # what the engine reports is not this command's, and nothing may say it ran
+            error = SandboxUnavailable(
+                "the pre-started sandbox had ended before the command was sent to it; the command did not run",
+                details={"sandbox": handle.name},
+            )
     finally:
         if live is not None:
             live.finish(None)  # no capture to end with (it failed): only what was settled was shown
@@ -309,7 +320,9 @@ async def run_in_sandbox(
     pids_hits = usage.pids_limit_hits if usage else None
     side_effects, side_effects_error = await workspace_changes(before, workspace, redactor, profile)
     # the first that applies: how the sandbox ended, then what the workspace record says, then a note
-    if timed_out:
+    if error is not None:  # set above: the run cannot be told as any other
+        pass
+    elif timed_out:
         error = SandboxTimeout(f"killed after the {profile.wall_timeout_s:g}s deadline")
     elif oom:
         error = SandboxOOM(f"killed for exceeding the {profile.memory_bytes} byte memory limit")

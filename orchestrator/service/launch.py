@@ -92,6 +92,16 @@ def active_execution(execution_id: str, workspace: str | os.PathLike[str] | None
         _ACTIVE.discard(execution_id)
 
 
+def hold_active(sandbox_key: str) -> None:
+    """A sandbox labelled ``sandbox_key`` (a pre-started one's pool id) is this process's until released:
+    the orphan collector leaves it alone (see ``reaper.orphan_reason``)."""
+    _ACTIVE.add(sandbox_key)
+
+
+def release_active(sandbox_key: str) -> None:
+    _ACTIVE.discard(sandbox_key)
+
+
 def is_active_here(execution_id: str | None) -> bool:
     return execution_id in _ACTIVE
 

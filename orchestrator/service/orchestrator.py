@@ -20,6 +20,7 @@ from typing import Any
 
 from orchestrator.approvals.base import ApprovalProvider, SettlesInStore, decide, is_suspend
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
+from orchestrator.backends._support.launch_message import launch_message
 from orchestrator.backends.base import (
     InteractiveBackend,
     LaunchSpec,
@@ -493,8 +494,9 @@ class Orchestrator:
             workspace=workspace,
             redactor=redactor,
         )
-        pool_key = self._pool_key(spec, gate, session=session)
-        pooled = None if pool_key is None or self.pool is None else self.pool.claim(pool_key)
+        pool_key = self._pool_key(spec, gate.sanitized.context.tenant, session=session)
+        pooled = None if pool_key is None or self.pool is None else await self.pool.claim(pool_key)
+        handed: PooledSandbox | None = None
         # From the begin record on, every way out ends with an end record: execution_finished below,
         # run_failed here (the begin record too may be interrupted once queued: it is written all the same)
         try:
@@ -546,6 +548,8 @@ class Orchestrator:
         finally:
             if pooled is not None and self.pool is not None:  # claimed, never used: never handed out again
                 self.pool.discard(pooled, "unused")
+            if handed is not None:  # its run destroyed it
+                SandboxPool.release(handed)
             if pool_key is not None and self.pool is not None:
                 # the key filled again once this run is over: a fill beside it would slow it down (the
                 # engine's work is most of a run), and the next command of an agent comes later than that
@@ -577,12 +581,20 @@ class Orchestrator:
             session=session,
         )
 
-    def _pool_key(self, spec: LaunchSpec, gate: GateResult, *, session: bool) -> PoolKey | None:
-        """The pool key of this run, when it may take a pre-started sandbox (not a session, no terminal,
-        its profile allows it, the config's pool is on)."""
+    def _pool_key(self, spec: LaunchSpec, tenant: str, *, session: bool) -> PoolKey | None:
+        """The pool key of this run, when it may take a pre-started sandbox: not a session, no terminal,
+        its profile allows it, the config's pool is on, and what it runs fits a launch message (else it
+        would fail pooled where it runs cold)."""
         if self.pool is None or session or spec.tty or not spec.profile.pool_enabled:
             return None
-        return PoolKey(spec.profile.profile_hash, spec.workspace.local_path, gate.sanitized.context.tenant)
+        try:
+            launch_message(spec.argv, spec.env, spec.workdir, with_stdin=spec.stdin is not None)
+            found = os.stat(spec.workspace.local_path)
+        except (OrchestratorError, OSError):
+            return None
+        # the directory itself, not only its path: a workspace replaced since a sandbox was filled with it
+        # (its bind mount is the old directory) is another key
+        return PoolKey(spec.profile.profile_hash, spec.workspace.local_path, (found.st_dev, found.st_ino), tenant)
 
     def prestart(self, raw: Any, *, workspace: Path) -> bool:
         """Have the pool start a sandbox for runs like ``raw`` in ``workspace`` now, before the first one
@@ -599,12 +611,15 @@ class Orchestrator:
     def _prestart(self, raw: Any, workspace: Path) -> bool:
         assert self.pool is not None
         request = parse_request(raw)
-        spec = launch_spec(
-            new_execution_id(), request, self._resolve(request, session=False), Path(workspace).resolve()
-        )
-        if spec.tty or not spec.profile.pool_enabled:
+        workspace = Path(workspace).resolve()
+        # what a run would check before anything starts: never a sandbox a run would be refused
+        check_workspace(workspace, governing=self._governing_paths())
+        refuse_unavailable_escalations(request)
+        spec = launch_spec(new_execution_id(), request, self._resolve(request, session=False), workspace)
+        key = self._pool_key(spec, request.tenant, session=False)
+        if key is None:
             return False
-        self.pool.want(PoolKey(spec.profile.profile_hash, spec.workspace.local_path, request.tenant), spec)
+        self.pool.want(key, spec)
         return True
 
     def _governing_paths(self) -> list[Governing]:

@@ -41,13 +41,16 @@ from orchestrator.backends.base import (
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.evidence import EventType
 from orchestrator.service.config import PoolSettings
+from orchestrator.service.launch import DEADLINE_GRACE_S, hold_active, release_active
 
 log = logging.getLogger(__name__)
 
 #: how often expired sandboxes are looked for
 SWEEP_S = 1.0
-#: how long a fill waits for the engine to report its sandbox's start (its records are written by then)
-FILL_EVENTS_WAIT_S = 2.0
+#: how long a fill waits for the engine to report its sandbox's start (its records are written by then; a
+#: sandbox whose start is not on the record within it is destroyed, never handed out)
+FILL_EVENTS_WAIT_S = 5.0
+SERVED_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,7 @@ class PoolKey:
 
     profile_hash: str  # the resolved profile: image, runtime, user, limits, mounts, seccomp
     workspace: str
+    workspace_id: tuple[int, int]  # (st_dev, st_ino): the directory the bind mount holds, not only its path
     tenant: str
 
 
@@ -92,22 +96,38 @@ class SandboxPool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
-        self.served: list[str] = []  # sandbox ids handed out, in order (each once: tests and benchmarks check)
+        # sandbox ids handed out, the latest (each once: tests and benchmarks check)
+        self.served: collections.deque[str] = collections.deque(maxlen=SERVED_KEPT)
 
     # -- claims ------------------------------------------------------------------------------------------
 
-    def claim(self, key: PoolKey) -> PooledSandbox | None:
-        """A ready sandbox of exactly ``key``, removed from the pool (never handed out again); None if
-        none is ready (the caller starts one cold). Synchronous: no other claim can interleave."""
+    async def claim(self, key: PoolKey) -> PooledSandbox | None:
+        """A ready sandbox of exactly ``key``, removed from the pool (never handed out again) and seen
+        still waiting (its init alive: one that died meanwhile is discarded, never handed out); None if
+        none is (the caller starts one cold). The caller ``release``s it once it was destroyed."""
         demand = self._keys.get(key)
-        now = time.monotonic()
         while demand is not None and demand.ready:
-            pooled = demand.ready.popleft()
-            if pooled.expires > now:
-                self.served.append(pooled.handle.sandbox_id)
-                return pooled
-            self._spawn(self._discard(pooled, "expired"))
+            pooled = demand.ready.popleft()  # popped before any await: no other claim can take it
+            if pooled.expires <= time.monotonic():
+                self._spawn(self._discard(pooled, "expired"))
+                continue
+            try:
+                state = await self.backend.inspect(pooled.handle)
+            except Exception as exc:  # gone, or the engine cannot say: not to be trusted with a command
+                log.info("pooled sandbox %s cannot be inspected: %s", pooled.handle.name, exc)
+                self._spawn(self._discard(pooled, "unreachable"))
+                continue
+            if state.exit_code is not None or state.started_at is None:
+                self._spawn(self._discard(pooled, "ended"))
+                continue
+            self.served.append(pooled.handle.sandbox_id)
+            return pooled
         return None
+
+    @staticmethod
+    def release(pooled: PooledSandbox) -> None:
+        """A claimed sandbox was destroyed by its run: the orphan collector may treat its id as any."""
+        release_active(pooled.pool_id)
 
     def want(self, key: PoolKey, template: LaunchSpec) -> None:
         """A run of ``key`` happened (cold or from the pool): fill the key up to ``per_key`` again,
@@ -136,7 +156,8 @@ class SandboxPool:
     async def _fill(self, key: PoolKey, demand: _Demand) -> None:
         pool_id = new_execution_id()
         ttl = self.settings.ttl_s
-        deadline = time.time() + ttl + demand.template.profile.wall_timeout_s
+        # its deadline label: a run that claims it at the end of its TTL still has its wall time and grace
+        deadline = time.time() + ttl + demand.template.profile.wall_timeout_s + DEADLINE_GRACE_S
         spec = dataclasses.replace(
             demand.template,
             execution_id=pool_id,
@@ -153,42 +174,41 @@ class SandboxPool:
                 LABEL_DEADLINE: f"{deadline:.0f}",
             },
         )
+        # this process runs it from now until it is destroyed: the orphan collector leaves it alone
+        hold_active(pool_id)
         handle: SandboxHandle | None = None
         events = asyncio.create_task(self._record_start(key, pool_id))
+        ready = False
         try:
             handle = await self.backend.create(spec)
             await self.backend.start(handle)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FILL_EVENTS_WAIT_S):
+                    await asyncio.shield(events)  # its create and start on the record before anyone claims it
+            if not events.done() or events.cancelled() or events.exception() is not None:
+                log.warning("pooled sandbox %s: its start is not on the record; not used", handle.name)
+                return
+            pooled = PooledSandbox(key, pool_id, handle, time.time(), time.monotonic() + ttl)
+            await self._record(
+                EventType.SANDBOX_POOLED,
+                pool_id,
+                tenant=key.tenant,
+                profile_hash=key.profile_hash,
+                data={"sandbox_id": handle.sandbox_id, "profile_hash": key.profile_hash, "ttl_s": ttl},
+            )
+            if not self._closed:
+                demand.ready.append(pooled)
+                ready = True
         except Exception as exc:  # the key stays cold; the next run asks again
             log.warning("pre-starting a sandbox failed: %s: %s", type(exc).__name__, exc)
-            events.cancel()
-            if handle is not None:
-                with contextlib.suppress(Exception):
-                    await self.backend.destroy(handle)
+        finally:
             demand.filling -= 1
-            return
-        except asyncio.CancelledError:
             events.cancel()
-            if handle is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self.backend.destroy(handle))
-            demand.filling -= 1
-            raise
-        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-            async with asyncio.timeout(FILL_EVENTS_WAIT_S):
-                await events  # its create and start are on the record before anyone can claim it
-        pooled = PooledSandbox(key, pool_id, handle, time.time(), time.monotonic() + ttl)
-        await self._record(
-            EventType.SANDBOX_POOLED,
-            pool_id,
-            tenant=key.tenant,
-            profile_hash=key.profile_hash,
-            data={"sandbox_id": handle.sandbox_id, "profile_hash": key.profile_hash, "ttl_s": ttl},
-        )
-        demand.filling -= 1
-        if self._closed:
-            self._spawn(self._discard(pooled, "closed"))
-            return
-        demand.ready.append(pooled)
+            if not ready:  # whatever stopped it: its sandbox is destroyed, never left running unlisted
+                if handle is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(self.backend.destroy(handle))
+                release_active(pool_id)
 
     async def _record_start(self, key: PoolKey, pool_id: str) -> None:
         """The engine's create and start of the sandbox being filled, under its pool id."""
@@ -238,6 +258,8 @@ class SandboxPool:
             await self.backend.destroy(pooled.handle)
         except Exception as exc:  # the orphan collector removes it (our labels, its deadline)
             log.warning("could not destroy pooled sandbox %s: %s", pooled.handle.name, exc)
+        finally:
+            release_active(pooled.pool_id)
         await self._record(
             EventType.SANDBOX_DISCARDED,
             pooled.pool_id,

@@ -251,3 +251,32 @@ asyncio.run(main())
         kinds = [r.event for r in iter_records(evidence, execution_id=pool_id)]
         assert kinds[-2:] == ["sandbox_pooled", "execution_abandoned"], kinds
     assert verify(evidence).ok
+
+
+async def test_a_pooled_sandbox_that_died_is_never_handed_out(orch: Orchestrator, tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    await orch.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=ws)
+    await until_ready(orch)
+    assert orch.pool is not None and orch.backend is not None
+    (waiting,) = [p for d in orch.pool._keys.values() for p in d.ready]
+    await orch.backend.kill(waiting.handle)  # its init dies before anyone claims it (OOM, a kill, ...)
+    await asyncio.sleep(0.5)
+    result = await orch.execute({"tool": "shell_exec", "argv": ["echo", "ran"]}, workspace=ws)
+    assert result.to_json()["stdout"] == "ran\n" and "pooled" not in started(tmp_path, result)  # cold instead
+    discarded = [r.data for r in records(tmp_path, waiting.pool_id) if r.event == "sandbox_discarded"]
+    assert discarded == [{"sandbox_id": waiting.handle.sandbox_id, "reason": "ended"}]
+
+
+async def test_the_orphan_collector_leaves_this_processs_pool_alone(orch: Orchestrator, tmp_path: Path) -> None:
+    from orchestrator.service.reaper import collect_orphans
+
+    ws = workspace(tmp_path)
+    await orch.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=ws)
+    await until_ready(orch)
+    assert orch.backend is not None
+    assert orch.pool is not None
+    waiting = {p.handle.sandbox_id for d in orch.pool._keys.values() for p in d.ready}
+    reaped = await collect_orphans(orch.backend, orch.evidence)  # as the service's reaper runs every minute
+    assert waiting and not waiting & {r.sandbox.sandbox_id for r in reaped}
+    result = await orch.execute({"tool": "shell_exec", "argv": ["echo", "pooled"]}, workspace=ws)
+    assert result.to_json()["stdout"] == "pooled\n" and "pooled" in started(tmp_path, result)

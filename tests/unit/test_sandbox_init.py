@@ -146,3 +146,42 @@ def test_what_the_init_cannot_carry_is_refused_before_it_is_sent() -> None:
     with pytest.raises(InputInvalid):
         launch_message(["x"], {}, "relative", with_stdin=False)
     assert os.path.basename(str(SOURCE)) == "sandbox-init.c"
+
+
+@pytest.fixture(scope="module")
+def init_asan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The init built with AddressSanitizer and UBSan: a memory error fails the run loudly."""
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    binary = tmp_path_factory.mktemp("asan") / "sandbox-init"
+    built = subprocess.run(
+        ["gcc", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-Wall", "-Wextra", "-Werror",
+         "-Wconversion", "-o", str(binary), str(SOURCE)],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    if built.returncode != 0:
+        pytest.skip(f"no sanitizer build here: {built.stderr.decode()[-300:]}")
+    return binary
+
+
+@pytest.mark.parametrize("path", ["", ":", "::/bin", "/bin::", "/usr/bin"])
+@pytest.mark.parametrize("length", [1, 4093, 4094, 4095, 5000])
+def test_long_names_and_empty_path_entries_are_memory_safe(init_asan: Path, path: str, length: int) -> None:
+    done = run(init_asan, launch_message(["x" * length], {"PATH": path}, "/", with_stdin=False))
+    assert b"Sanitizer" not in done.stderr and b"runtime error" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode in (126, 127), done
+
+
+def test_an_empty_path_entry_never_means_the_working_directory(init: Path, tmp_path: Path) -> None:
+    program = tmp_path / "planted"
+    program.write_text("#!/bin/sh\necho ran\n")
+    program.chmod(0o755)
+    done = run(init, launch_message(["planted"], {"PATH": ":/nonexistent"}, str(tmp_path), with_stdin=False))
+    assert done.returncode == 127 and done.stdout == b""
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=st.binary(max_size=300))
+def test_any_payload_is_memory_safe(init_asan: Path, payload: bytes) -> None:
+    done = run(init_asan, MAGIC + struct.pack(">I", len(payload)) + payload)
+    assert b"Sanitizer" not in done.stderr and b"runtime error" not in done.stderr, done.stderr[-2000:]
