@@ -7,7 +7,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from orchestrator.backends.base import ManagedSandbox
+import pytest
+
+from orchestrator.backends.base import ManagedSandbox, SandboxBackend
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import SandboxUnavailable
 
@@ -38,3 +40,12 @@ def list_managed(attempts: int = 10) -> list[ManagedSandbox]:
                 raise
             time.sleep(1)
     raise AssertionError("unreachable")
+
+
+async def answering_or_skip(backend: SandboxBackend, what: str) -> None:
+    """Skips the test (closing ``backend``) when ``backend`` does not answer: its engine or cluster is not up."""
+    try:
+        await backend.info()
+    except SandboxUnavailable as err:
+        await backend.close()
+        pytest.skip(f"no {what} ({err.message}); run `make setup`")

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_helpers import answering_or_skip
 
 from orchestrator.backends.docker import DockerBackend
-from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.evidence import iter_records, verify
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.factory import build_orchestrator
@@ -32,11 +32,7 @@ def workspace(root: Path, name: str = "ws") -> Path:
 
 async def pooled_orchestrator(tmp_path: Path, pool: str, extra_profiles: Path | None = None) -> Orchestrator:
     backend = DockerBackend()
-    try:
-        await backend.info()
-    except SandboxUnavailable as err:
-        await backend.close()
-        pytest.skip(f"no container engine ({err.message}); run `make setup`")
+    await answering_or_skip(backend, "container engine")
     config = tmp_path / "config.yaml"
     config.write_text(POLICY + f"pool: {pool}\n")
     return build_orchestrator(

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_helpers import answering_or_skip
 
 from orchestrator.backends.base import SandboxBackend
-from orchestrator.domain.errors import PolicyDenied, SandboxUnavailable, SessionLimit, SessionNotFound
+from orchestrator.domain.errors import PolicyDenied, SessionLimit, SessionNotFound
 from orchestrator.evidence import iter_records, verify
 from orchestrator.evidence.input_key import load_input_key
 from orchestrator.profiles import ProfileRegistry
@@ -74,11 +75,7 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
 @pytest.fixture
 async def sessions(where: Where, tmp_path: Path) -> AsyncIterator[Sessions]:
     backend = where.backend()
-    try:
-        await backend.info()
-    except SandboxUnavailable as err:
-        await backend.close()
-        pytest.skip(f"no {where.kind} backend ({err.message}); run `make setup`")
+    await answering_or_skip(backend, f"{where.kind} backend")
     profiles_dir = tmp_path / "profiles"
     profiles_dir.mkdir()
     # one-shot only: no interactive shells; short: idle after 2 s
