@@ -244,6 +244,11 @@ class PooledBackend(Protocol):
         sandbox's: the caller's pool key guarantees it). SANDBOX.UNAVAILABLE if it cannot take it."""
         ...
 
+    def still_waiting(self, handle: SandboxHandle) -> bool | None:
+        """Whether the pooled sandbox's init still waits, when this process can tell without asking the
+        engine (its pid, watched); None when it cannot (the caller inspects)."""
+        ...
+
 
 #: input a session may have queued and not yet read by its command: past it, send_input refuses
 INPUT_BACKLOG_BYTES = 4 * 1024 * 1024

@@ -111,18 +111,27 @@ class SandboxPool:
             if pooled.expires <= time.monotonic():
                 self._spawn(self._discard(pooled, "expired"))
                 continue
+            if not await self._waiting(pooled):
+                continue
+            self.served.append(pooled.handle.sandbox_id)
+            return pooled
+        return None
+
+    async def _waiting(self, pooled: PooledSandbox) -> bool:
+        """Whether its init still waits (the backend's own watch, else the engine's state); one that
+        ended or cannot be seen is discarded."""
+        waiting = self.backend.still_waiting(pooled.handle)
+        if waiting is None:
             try:
                 state = await self.backend.inspect(pooled.handle)
             except Exception as exc:  # gone, or the engine cannot say: not to be trusted with a command
                 log.info("pooled sandbox %s cannot be inspected: %s", pooled.handle.name, exc)
                 self._spawn(self._discard(pooled, "unreachable"))
-                continue
-            if state.exit_code is not None or state.started_at is None:
-                self._spawn(self._discard(pooled, "ended"))
-                continue
-            self.served.append(pooled.handle.sandbox_id)
-            return pooled
-        return None
+                return False
+            waiting = state.exit_code is None and state.started_at is not None
+        if not waiting:
+            self._spawn(self._discard(pooled, "ended"))
+        return waiting
 
     @staticmethod
     def release(pooled: PooledSandbox) -> None:

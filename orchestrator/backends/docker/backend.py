@@ -16,6 +16,8 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
+import select
 import threading
 import time
 from collections import OrderedDict
@@ -108,6 +110,16 @@ class _Sandbox:
     feed: InputFeed | None = None  # a session's stdin (LaunchSpec.interactive), once started
     pooled: bool = False  # pre-started: its init waits for launch()
     launched: bool = False
+    init_pidfd: int | None = None  # a pooled sandbox's init, when this process sees its pid
+
+
+def _in_container(pid: int, container_id: str) -> bool:
+    """Whether process ``pid`` belongs to the container (its cgroup path names the container's id)."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as cgroup:
+            return container_id in cgroup.read()
+    except OSError:
+        return False
 
 
 def _since(now_ns: int) -> str:
@@ -393,6 +405,8 @@ class DockerBackend:
             threading.Thread(target=attach.write_stdin, args=(data,), name=f"stdin-{handle.name}", daemon=True).start()
         if self._endpoint.is_local_socket:
             sandbox.sampler_task = asyncio.create_task(self._sample(sandbox), name=f"usage-{handle.name}")
+            if sandbox.pooled:  # pre-started: whether its init still waits is then known here (still_waiting)
+                await self._watch_init(sandbox)
 
     async def _sample(self, sandbox: _Sandbox) -> None:
         try:
@@ -559,6 +573,10 @@ class DockerBackend:
             ) from exc
 
     def _forget(self, sandbox: _Sandbox) -> None:
+        if sandbox.init_pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(sandbox.init_pidfd)
+            sandbox.init_pidfd = None
         if sandbox.feed is not None:
             sandbox.feed.abandon()
         sandbox.attach.abort()
@@ -602,6 +620,35 @@ class DockerBackend:
         send_to(self._feed(handle), handle.name, data)
 
     # -- pre-started sandboxes (PooledBackend) ------------------------------------------------------------
+
+    async def _watch_init(self, sandbox: _Sandbox) -> None:
+        """A pooled sandbox's init as a pidfd (a local engine, the host's PID namespace): whether it still
+        waits is then known here, without a round trip to the engine at claim time."""
+        engine = await self._engine()
+        try:
+            raw = await self._call(engine.inspect, sandbox.handle.sandbox_id)
+            pid = jobj(raw, "State").get("Pid")
+            if not isinstance(pid, int) or pid <= 0:
+                return
+            fd = os.pidfd_open(pid)
+        except (EngineError, OSError) as exc:
+            log.debug("no pidfd for the init of %s: %s", sandbox.handle.name, exc)
+            return
+        # the pid could have been reused between the inspect and the open: only a process of this very
+        # container counts (its cgroup names the container)
+        if not _in_container(pid, sandbox.handle.sandbox_id):
+            os.close(fd)
+            return
+        sandbox.init_pidfd = fd
+
+    def still_waiting(self, handle: SandboxHandle) -> bool | None:
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is None:
+            return False
+        if sandbox.init_pidfd is None or sandbox.launched:
+            return None
+        ready, _, _ = select.select([sandbox.init_pidfd], [], [], 0)
+        return not ready  # a pidfd is readable once its process exited
 
     async def launch(self, handle: SandboxHandle, spec: LaunchSpec) -> None:
         """The launch message (then ``spec.stdin``, then EOF) down the attach stream the container's init
