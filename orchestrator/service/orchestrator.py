@@ -165,6 +165,10 @@ class Orchestrator:
         self.pool: SandboxPool | None = None
         if pool is not None and pool.enabled and isinstance(backend, PooledBackend):
             self.pool = SandboxPool(backend, pool, self._record_pooled)
+        elif pool is not None and pool.enabled and backend is not None:
+            log.warning(
+                "pool.enabled: the %s cannot pre-start sandboxes; every run starts cold", type(backend).__name__
+            )
 
     async def _record_pooled(self, event: EventType, pool_id: str, *, tenant: str, **fields: Any) -> None:
         await self._record(event, pool_id, None, tenant=tenant, subject="pool", **fields)
