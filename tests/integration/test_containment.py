@@ -728,12 +728,15 @@ MEMORY_BOMB = "b = []\nwhile True:\n    b.append(bytearray(8 * 1024 * 1024))\n"
 async def test_memory_bomb_is_oom_killed_and_recorded(harness: Harness, profile: str) -> None:
     """The OOM comes from the engine (State.OOMKilled and its `oom` event), never from the exit code:
     runc: the kernel's OOM killer SIGKILLs the process, exit 137.
-    gVisor: the host's OOM killer kills the sandbox; runsc reports the container's exit as 1, with no
-    output at all (no MemoryError traceback): only the engine's flag tells it was an OOM."""
+    gVisor: the host's OOM killer kills a process of the sandbox; runsc reports the container's exit as 1
+    (its sandbox ended under the command) or 137 (the killed process was the one it reports), whichever the
+    host's OOM killer chose (both seen on the same machine, 2026-11-25), with no output at all (no
+    MemoryError traceback): only the engine's flag tells it was an OOM."""
     run = await harness.run(f"python3 -c '{MEMORY_BOMB}'", profile)
     out = run.out
-    exit_code = 1 if gvisor(profile) else 137
-    assert (out["exit_code"], out["oom_killed"], out["timed_out"]) == (exit_code, True, False)
+    expected = (1, 137) if gvisor(profile) else (137,)
+    assert out["exit_code"] in expected and (out["oom_killed"], out["timed_out"]) == (True, False), out
+    exit_code = out["exit_code"]
     assert out["error"]["code"] == "SANDBOX.OOM"
     assert str(resolved(profile).memory_bytes) in out["error"]["message"]
     assert out["stdout"] == ""
