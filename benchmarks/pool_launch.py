@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,10 +38,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sandbox_overhead import docker_run_argv, open_fds, os_threads, pct, timed
+from service_overhead import free_port, wait_up
 
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.client import AsyncClient
-from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.evidence import iter_records
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.factory import build_orchestrator
@@ -148,9 +147,7 @@ async def through_service(tmp: Path, workspace: Path, runs: int) -> dict[str, fl
             }
         )
     )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+    port = free_port()
     env = {**os.environ, "SANDBOX_STATE_DIR": str(root / "state")}
     argv = [sys.executable, "-m", "orchestrator.cli.main", "serve", "--config", str(config), "--port", str(port)]
     server = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
@@ -161,12 +158,7 @@ async def through_service(tmp: Path, workspace: Path, runs: int) -> dict[str, fl
     request = {"tool": "shell_exec", "argv": ["true"], "tenant": "bench", "subject": "bench"}
     try:
         async with AsyncClient(f"http://127.0.0.1:{port}", TOKEN) as client:
-            for _ in range(300):
-                try:
-                    await client.list(limit=1)
-                    break
-                except SandboxUnavailable:
-                    await asyncio.sleep(0.1)
+            await wait_up(client)
 
             async def via_service() -> float:
                 began = time.perf_counter()

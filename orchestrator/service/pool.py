@@ -156,10 +156,6 @@ class SandboxPool:
     def _size(self) -> int:
         return sum(len(d.ready) + d.filling for d in self._keys.values())
 
-    def ready(self, key: PoolKey) -> int:
-        demand = self._keys.get(key)
-        return 0 if demand is None else len(demand.ready)
-
     # -- filling -----------------------------------------------------------------------------------------
 
     async def _fill(self, key: PoolKey, demand: _Demand) -> None:
