@@ -239,6 +239,18 @@ class PooledBackend(Protocol):
     holds; ``launch`` sends it, once: the command replaces the init in a sandbox no one has used. From
     then on the sandbox is driven like any other (capture, wait, inspect, destroy)."""
 
+    @property
+    def can_pool(self) -> bool:
+        """Whether this backend, as configured, can pre-start sandboxes at all."""
+        ...
+
+    @property
+    def launch_confirmed(self) -> bool:
+        """True: ``launch`` returns only once a live init holds the message (else SANDBOX.UNAVAILABLE), so
+        the sandbox's end is its command's. False: the caller compares the end's time with the launch's
+        (a sandbox that ended before it was launched ran nothing)."""
+        ...
+
     async def launch(self, handle: SandboxHandle, spec: LaunchSpec) -> None:
         """Hand the pooled sandbox ``spec``'s argv, env, workdir and stdin (its other settings must be the
         sandbox's: the caller's pool key guarantees it). SANDBOX.UNAVAILABLE if it cannot take it."""

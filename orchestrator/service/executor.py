@@ -261,8 +261,10 @@ async def run_in_sandbox(
                 await meter_started
             if pooled is not None:
                 assert isinstance(backend, PooledBackend)
-                launched_at = datetime.now(UTC)
+                sent_at = datetime.now(UTC)
                 await backend.launch(handle, spec)
+                # a launch that does not confirm a live init: the sandbox's end is checked against it below
+                launched_at = None if backend.launch_confirmed else sent_at
             else:
                 await backend.start(handle)
             if on_started is not None:

@@ -163,11 +163,12 @@ class Orchestrator:
         self.background = Guarded()  # e.g. the orphan reaper (service.factory.open_orchestrator)
         # pre-started sandboxes (service/pool.py): when the config enables them and the backend can
         self.pool: SandboxPool | None = None
-        if pool is not None and pool.enabled and isinstance(backend, PooledBackend):
+        if pool is not None and pool.enabled and isinstance(backend, PooledBackend) and backend.can_pool:
             self.pool = SandboxPool(backend, pool, self._record_pooled)
         elif pool is not None and pool.enabled and backend is not None:
             log.warning(
-                "pool.enabled: the %s cannot pre-start sandboxes; every run starts cold", type(backend).__name__
+                "pool.enabled: the %s cannot pre-start sandboxes as configured; every run starts cold",
+                type(backend).__name__,
             )
 
     async def _record_pooled(self, event: EventType, pool_id: str, *, tenant: str, **fields: Any) -> None:

@@ -621,6 +621,9 @@ class DockerBackend:
 
     # -- pre-started sandboxes (PooledBackend) ------------------------------------------------------------
 
+    can_pool = True
+    launch_confirmed = False  # the attach write does not say whether the init read it: the executor checks
+
     async def _watch_init(self, sandbox: _Sandbox) -> None:
         """A pooled sandbox's init as a pidfd (a local engine, the host's PID namespace): whether it still
         waits is then known here, without a round trip to the engine at claim time."""

@@ -31,7 +31,9 @@ from typing import ParamSpec, TypeVar
 
 from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.input_feed import send_to
+from orchestrator.backends._support.launch_message import launch_message
 from orchestrator.backends._support.output_relay import OutputRelay
+from orchestrator.backends._support.spec_checks import check_spec
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
     LABEL_DEADLINE,
@@ -69,6 +71,7 @@ from orchestrator.backends.kubernetes.preflight import cluster_checks, denies_al
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.backends.kubernetes.watch import PodWatch
 from orchestrator.domain.errors import (
+    InputInvalid,
     OrchestratorError,
     SandboxStartFailed,
     SandboxUnavailable,
@@ -117,6 +120,8 @@ class _Pod:
     # monotonic time of the first kill(): wait() is bounded from then; its workspace is not copied back
     killed_at: float | None = None
     copy_error: str | None = None
+    pooled: bool = False  # pre-started: its init waits for launch()
+    launched: bool = False
 
 
 class KubernetesBackend:
@@ -288,6 +293,7 @@ class KubernetesBackend:
             stdin=spec.stdin,
             session_argv=sandbox_argv(spec) if spec.interactive else None,
             tty=spec.tty,
+            pooled=spec.pooled,
         )
         log.debug("created pod %s (%s)", name, handle.sandbox_id)
         return handle
@@ -765,6 +771,73 @@ class KubernetesBackend:
                 f"could not resize the terminal of {handle.name}: {exc}", details={"sandbox": handle.name}
             ) from exc
 
+    # -- pre-started pods (PooledBackend) ----------------------------------------------------------------
+
+    @property
+    def can_pool(self) -> bool:
+        """pvc mode only: in copy mode a pod's workspace is copied in as it starts, long before a claim."""
+        return self.settings.workspace.mode == "pvc"
+
+    #: the launch's writer opens the pod's stdin pipe only while the init holds it
+    launch_confirmed = True
+
+    def still_waiting(self, handle: SandboxHandle) -> bool | None:
+        """From the pod watch (no round trip): its container runs (the init waits), or it ended."""
+        pod = self._pods.get(handle.name)
+        if pod is None or self._watch is None:
+            return False if pod is None else None
+        if pod.launched:
+            return None
+        last = self._watch.last(handle.name)
+        if _gone_or_ended(last, self._watch.gone(handle.name)):
+            return False
+        return None if last is None else pods.running(last) is not None
+
+    async def launch(self, handle: SandboxHandle, spec: LaunchSpec) -> None:
+        """The launch message (then ``spec.stdin``, then EOF) into the pod's stdin pipe, which its init
+        opens once the writer, exec'd in the sidecar, does (``start_barrier``). Returns once the writer
+        runs; tried again while it could not start (nothing sent), never once it did."""
+        pod = self._pods.get(handle.name)
+        if pod is None or not pod.pooled or pod.launched or not isinstance(pod.stdio, PodStdio):
+            raise SandboxUnavailable(
+                f"{handle.name} takes no launch: it is gone, was not pre-started, or was launched already",
+                details={"sandbox": handle.name},
+            )
+        if spec.tty or spec.interactive:
+            raise InputInvalid(
+                "a pooled sandbox runs a command without a terminal or session", details={"field": "tty"}
+            )
+        check_spec(spec)
+        message = launch_message(spec.argv, spec.env, spec.workdir, with_stdin=spec.stdin is not None)
+        pod.launched = True  # exactly once, whatever happens next
+        relays, data = pod.stdio, message + (spec.stdin or b"")
+        watch = await self._pod_watch()
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        while True:
+            attempt = asyncio.ensure_future(self._call(relays.launch, data, max(1.0, deadline - time.monotonic())))
+            ended = asyncio.ensure_future(watch.until(handle.name, _gone_or_ended, deadline - time.monotonic()))
+            try:
+                await asyncio.wait({attempt, ended}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                ended.cancel()
+            if not attempt.done():  # the pod ended (no init will read the message), or the watch failed
+                relays.abort_launch()
+                with contextlib.suppress(Exception):
+                    await attempt
+                failure = ended.exception()
+                why = "it had ended before the command was sent to it" if failure is None else repr(failure)
+                raise SandboxUnavailable(
+                    f"the pre-started sandbox {handle.name} could not be launched ({why}); the command did not run",
+                    details={"sandbox": handle.name},
+                )
+            try:
+                attempt.result()
+                return
+            except KubeError as exc:
+                if exc.kind in ("forbidden", "unauthorized") or time.monotonic() >= deadline:
+                    raise self._error(exc, f"could not launch the command in pod {handle.name}") from exc
+                await asyncio.sleep(STDIO_RETRY_S)
+
     # -- observation ------------------------------------------------------------------------------------
 
     def events(self, execution_id: str | None = None) -> AsyncGenerator[LifecycleEvent, None]:
@@ -827,6 +900,10 @@ def _fatal(pod: JsonObject) -> bool:
     """A container waits for a reason after which it never runs (the image missing, a bad config)."""
     blocked = pods.stuck(pod)
     return blocked is not None and blocked.get("reason") in pods.FATAL_WAITING
+
+
+def _gone_or_ended(last: JsonObject | None, gone: bool) -> bool:
+    return gone or (last is not None and (_ended(last) or pods.deleting(last)))
 
 
 def _ended(pod: JsonObject) -> bool:

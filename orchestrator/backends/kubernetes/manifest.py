@@ -22,14 +22,20 @@ server). Decisions beyond a one-to-one mapping of the resolved profile (the tabl
 * requests = limits for cpu, memory and ephemeral-storage (Guaranteed QoS): ephemeral storage bounds what
   the pod may write outside memory, its log included (past it the kubelet evicts the pod).
 * ``terminationGracePeriodSeconds: 0``: when we stop a pod nothing waits for the workload's consent.
+* a pre-started pod (``LaunchSpec.pooled``) runs our init behind the same barrier, ``env -u`` and
+  ``prlimit`` (its rlimits pass to the command it execs); the launch message brings argv, env and working
+  directory, so its container has neither; its deadline counts its wait in the pool (pvc mode only).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import posixpath
+import time
 from typing import Any
 
+from orchestrator.backends._support.launch_message import INIT_PATH
 from orchestrator.backends._support.spec_checks import check_spec
 from orchestrator.backends.base import (
     LABEL_DEADLINE,
@@ -47,11 +53,12 @@ from orchestrator.backends.kubernetes.start_barrier import (
     STDIO_VOLUME,
     barrier_command,
     idle_command,
+    pooled_barrier_command,
     sidecar_command,
 )
 from orchestrator.backends.kubernetes.workspace_copy import wait_for_copy_command
 from orchestrator.domain.canonical import sha256_hex
-from orchestrator.domain.errors import SandboxUnavailable
+from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
 from orchestrator.profiles import ResolvedProfile
 
 CONTAINER = "sandbox"
@@ -257,15 +264,34 @@ def sandbox_argv(spec: LaunchSpec) -> list[str]:
     ]
 
 
-def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, Any]:
-    """The pod for ``spec`` (validated: argv, workdir, env)."""
+def check_poolable(spec: LaunchSpec, settings: KubernetesSettings) -> None:
+    """A pre-started pod runs a one-shot command on the workspace itself: copy mode would give it the
+    workspace as it was when the pod was filled."""
+    if settings.workspace.mode != "pvc":
+        raise SandboxUnavailable(
+            "pre-started pods need the workspace mounted (backend.kubernetes.workspace.mode: pvc); in copy"
+            " mode the workspace goes in as the pod starts",
+            details={"field": "pooled"},
+        )
+    if spec.tty or spec.interactive or spec.stdin is not None:
+        raise InputInvalid(
+            "a pooled sandbox takes its stdin at launch, without a terminal", details={"field": "pooled"}
+        )
+
+
+def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | None = None) -> dict[str, Any]:
+    """The pod for ``spec`` (validated: argv, workdir, env); ``now`` (unix time) places a pooled pod's
+    deadline."""
     profile = spec.profile
+    now = time.time() if now is None else now
     check_spec(spec)
     if spec.tty and not spec.interactive:
         raise SandboxUnavailable(
             "the Kubernetes backend runs one-shot commands without a terminal (a session can have one)",
             details={"field": "tty"},
         )
+    if spec.pooled:
+        check_poolable(spec, settings)
     volume, sub_path = workspace_volume(spec, settings)
     volumes: list[dict[str, Any]] = [volume]
     mounts: list[dict[str, Any]] = [
@@ -295,8 +321,13 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
         "ephemeral-storage": _quantity_bytes(profile.fsize_bytes),
     }
     deadline_s = math.ceil(profile.wall_timeout_s) + DEADLINE_GRACE_S
+    if spec.pooled:  # it waits in the pool first: the kubelet's backstop is the pool's deadline
+        deadline_s = max(deadline_s, math.ceil(spec.deadline_unix - now))
     if spec.interactive:  # the session's command is exec'd into it (start_barrier)
         main = idle_command(deadline_s + 60)
+    elif spec.pooled:  # our init, its rlimits and env set as a command's would be; launch() brings the rest
+        init = dataclasses.replace(spec, argv=(INIT_PATH,), env={})
+        main = pooled_barrier_command(sandbox_argv(init))
     else:
         main = barrier_command(sandbox_argv(spec), with_stdin=spec.stdin is not None)
     container: dict[str, Any] = {
@@ -305,8 +336,9 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
         "imagePullPolicy": settings.image_pull_policy,
         "command": main,
         "args": [],
-        "workingDir": spec.workdir,
-        "env": [{"name": key, "value": value} for key, value in spec.env.items()],
+        # pooled: the launch message brings the working directory and the variables
+        "workingDir": profile.workspace.container_path if spec.pooled else spec.workdir,
+        "env": [] if spec.pooled else [{"name": key, "value": value} for key, value in spec.env.items()],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "volumeMounts": mounts,
         "securityContext": {
@@ -349,9 +381,8 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings) -> dict[str, An
         "containers": [container],
         "volumes": volumes,
     }
-    _add_helpers(
-        spec_body, container, profile, copy=settings.workspace.mode == "copy", with_stdin=spec.stdin is not None
-    )
+    with_stdin = spec.stdin is not None or spec.pooled
+    _add_helpers(spec_body, container, profile, copy=settings.workspace.mode == "copy", with_stdin=with_stdin)
     klass = runtime_class(profile, settings)
     if klass is not None:
         spec_body["runtimeClassName"] = klass

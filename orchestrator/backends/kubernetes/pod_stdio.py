@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 #: what is kept of a relay's own stderr (its diagnostics, never the command's output)
 RELAY_STDERR_MAX = 4096
+#: what one websocket frame of stdin carries at most
+WRITE_CHUNK = 64 * 1024
 
 
 class PodStdio:
@@ -42,6 +44,8 @@ class PodStdio:
         self._name = name
         self._sinks = Sinks()
         self._channels: dict[str, Channels] = {}
+        self._launcher: Channels | None = None
+        self._launch_aborted = False
         self.readers: list[asyncio.Future[None]] = []
 
     async def open(self, stdin: bytes | None, timeout_s: float) -> None:
@@ -76,6 +80,52 @@ class PodStdio:
             raise KubeError("unreachable" if exc.status is None else "server", "exec", str(exc)) from exc
         return channels
 
+    def launch(self, data: bytes, timeout_s: float) -> None:
+        """A pre-started pod: ``data`` (the launch message, then the command's stdin) into its stdin pipe,
+        once. Blocking: returns once the writer, exec'd in the sidecar, opened the pipe, which it can only
+        while the pod's init holds the other end: the message goes to a live init. The bytes go on a
+        thread of their own, at the pace the init and the command read them. ``KubeError`` when the
+        writer never started (nothing was sent: it may be tried again), ``SandboxUnavailable`` when it
+        started and failed or ``abort_launch`` stopped it (never again: the message may be half sent)."""
+        channels = self._launcher = self._kube.open_exec(
+            self._namespace, self._name, SIDECAR, writer_command(len(data)), stdin=True
+        )
+        try:
+            if self._launch_aborted:  # aborted while it connected
+                raise ChannelError("the launch was aborted", started=True)
+            channels.await_marker(READY_MARKER, timeout_s=timeout_s)
+        except ChannelError as exc:
+            channels.close()
+            if exc.started or self._launch_aborted:
+                raise SandboxUnavailable(f"the launch of {self._name} failed: {exc}") from exc
+            raise KubeError("unreachable" if exc.status is None else "server", "exec", str(exc)) from exc
+        threading.Thread(target=self._send, args=(channels, data), name=f"launch-{self._name}", daemon=True).start()
+
+    def abort_launch(self) -> None:
+        """Stop a launch still waiting for the pod's init (it ended: nothing will ever read the pipe)."""
+        self._launch_aborted = True
+        if self._launcher is not None:
+            self._launcher.close()
+
+    def _send(self, channels: Channels, data: bytes) -> None:
+        diagnostics = bytearray()
+
+        def keep(data: bytes) -> None:
+            diagnostics.extend(data[: max(0, RELAY_STDERR_MAX - len(diagnostics))])
+
+        try:
+            for offset in range(0, len(data), WRITE_CHUNK):
+                channels.write_stdin(data[offset : offset + WRITE_CHUNK])
+            channels.pump(lambda _data: None, keep)
+        except ChannelError as exc:  # the pod ended or was stopped meanwhile: its end says so
+            log.debug("launch of %s: %s", self._name, exc)
+            return
+        finally:
+            channels.close()
+        code = exit_code(channels.status)
+        if code not in (0, None):
+            log.info("the launch writer of %s exited %s: %s", self._name, code, bytes(diagnostics[-500:]))
+
     def _feed(self, data: bytes) -> None:
         try:
             code, stderr = self._kube.exec_in(
@@ -94,6 +144,8 @@ class PodStdio:
         self._sinks.close()
         for channels in self._channels.values():
             channels.close()
+        if self._launcher is not None:
+            self._launcher.close()
 
     def _read(self, stream: str, channels: Channels) -> None:
         diagnostics = bytearray()

@@ -56,6 +56,15 @@ def barrier_command(command: list[str], *, with_stdin: bool) -> list[str]:
     return [SHELL, "-c", script, NAME, *command]
 
 
+def pooled_barrier_command(init: list[str]) -> list[str]:
+    """A pre-started pod's command: ``init`` (our sandbox-init, behind ``env -u``/``prlimit``) once its
+    pipes have their other ends. stdout and stderr first (the relays connect as the pod is filled), stdin
+    last: it opens once the claim's writer does, and brings the launch message, then the command's stdin."""
+    paths = " ".join(f'"$d/{name}"' for name in _names(True))
+    script = f'd={STDIO_DIR}; {_wait_for(paths)} exec "$@" >"$d/stdout" 2>"$d/stderr" <"$d/stdin"'
+    return [SHELL, "-c", script, NAME, *init]
+
+
 #: what a reader writes to its own stderr once it runs and its pipe exists (the exec then surely started)
 READY_MARKER = b"sandbox-io-ready\n"
 
@@ -68,10 +77,13 @@ def reader_command(stream: str) -> list[str]:
 
 
 def writer_command(size: int) -> list[str]:
-    """Run by exec in the sidecar: exactly ``size`` bytes of the exec's stdin into the command's stdin pipe,
-    then its end (the command reads EOF)."""
+    """Run by exec in the sidecar: the command's stdin pipe opened (which waits for its reader: the
+    command's side holds it), READY_MARKER to the exec's stderr, then exactly ``size`` bytes of the exec's
+    stdin into the pipe, then its end (the command reads EOF)."""
+    ready = "printf 'sandbox-io-ready\\n' >&2;"
     # not exec'd: a head that is the exec's own process saw its stdin end after 32 KiB (measured)
-    return [SHELL, "-c", _wait_for('"$1"') + f' head -c {size} >"$1"', "relay-stdin", f"{STDIO_DIR}/stdin"]
+    script = _wait_for('"$1"') + f' exec 3>"$1" || exit 125; {ready} head -c {size} >&3'
+    return [SHELL, "-c", script, "relay-stdin", f"{STDIO_DIR}/stdin"]
 
 
 # -- sessions -------------------------------------------------------------------------------------------
