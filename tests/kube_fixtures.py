@@ -221,9 +221,7 @@ def open_space(cluster: Cluster, prefix: str = "so-test") -> SandboxSpace:
     root = Path(tempfile.mkdtemp(prefix=f"{namespace}-", dir="/var/tmp"))
     root.chmod(0o755)
     cluster.apply(*space_manifests(namespace, root))
-    cluster.kubectl(
-        "wait", "-n", namespace, "--for=jsonpath={.status.phase}=Bound", f"pvc/{CLAIM}", "--timeout=60s"
-    )
+    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Bound", f"pvc/{CLAIM}", "--timeout=60s")
     return SandboxSpace(cluster=cluster, namespace=namespace, root=root)
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
+from orchestrator.backends._support.launch_message import INIT_PATH
 from orchestrator.backends.base import LABEL_EXECUTION_ID, LABEL_MANAGED_BY, LABEL_OWNER, LaunchSpec, Workspace
 from orchestrator.backends.kubernetes.manifest import (
     ANNOTATION_OWNER,
@@ -258,3 +262,54 @@ def test_the_sidecar_cpu_comes_out_of_the_profile(cpus: float, expected: tuple[i
     command, sidecar = split_cpu(cpus)
     assert (command, sidecar) == expected
     assert command + sidecar == max(2, round(cpus * 1000))
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_a_pre_started_pod_is_the_cold_pod_with_our_init_waiting_in_it(name: str) -> None:
+    profile = ProfileRegistry().resolve(name)
+    now = 1_900_000_000.0
+    pooled = spec_for(profile, pooled=True, env={}, deadline_unix=now + 300 + profile.wall_timeout_s + 5)
+    pod = pod_manifest(pooled, settings(seccomp="localhost"), now=now)
+    cold = pod_manifest(spec_for(profile, stdin=b"x"), settings(seccomp="localhost"), now=now)
+    container, sidecar = pod["spec"]["containers"]
+    # everything fixed at start is the cold pod's: the hardening, limits, mounts, the sidecar with a stdin pipe
+    for field in ("image", "resources", "volumeMounts", "securityContext", "stdin", "tty"):
+        assert container[field] == cold["spec"]["containers"][0][field], field
+    cold_sidecar = cold["spec"]["containers"][1]
+    assert {**sidecar, "command": sidecar["command"][:-1]} == {**cold_sidecar, "command": cold_sidecar["command"][:-1]}
+    assert int(sidecar["command"][-1]) > pod["spec"]["activeDeadlineSeconds"]  # it idles past the pod's deadline
+    assert {k: v for k, v in pod["spec"].items() if k != "activeDeadlineSeconds"} == {
+        k: v for k, v in cold["spec"].items() if k != "activeDeadlineSeconds"
+    } | {"containers": pod["spec"]["containers"]}
+    # what the request brings comes with the launch: no variables, the workspace as working directory
+    assert (container["env"], container["workingDir"]) == ([], profile.workspace.container_path)
+    # the init behind the barrier, with the command's rlimits and without the kubelet's variables
+    command = container["command"]
+    assert command[:2] == ["/bin/sh", "-c"] and command[3] == "sandbox-start"
+    init = dataclasses.replace(pooled, argv=(INIT_PATH,))
+    assert command[4:] == sandbox_argv(init) and command[-1] == INIT_PATH
+    assert command[2].endswith('exec "$@" >"$d/stdout" 2>"$d/stderr" <"$d/stdin"')  # stdin last: the claim's
+    # its deadline counts its wait in the pool: the kubelet's backstop is the pool's deadline
+    assert pod["spec"]["activeDeadlineSeconds"] == math.ceil(300 + profile.wall_timeout_s + 5)
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"stdin": b"x"}, InputInvalid),
+        ({"tty": True, "interactive": True}, InputInvalid),
+    ],
+)
+def test_a_pre_started_pod_takes_no_stdin_or_terminal_of_its_own(
+    changes: dict[str, object], error: type[Exception]
+) -> None:
+    profile = ProfileRegistry().resolve("workspace-write")
+    with pytest.raises(error):
+        pod_manifest(spec_for(profile, pooled=True, **changes), settings())
+
+
+def test_copy_mode_cannot_pre_start_a_pod() -> None:
+    profile = ProfileRegistry().resolve("workspace-write")
+    copy = KubernetesSettings(workspace=WorkspaceDelivery(mode="copy"))
+    with pytest.raises(SandboxUnavailable, match="pvc"):
+        pod_manifest(spec_for(profile, pooled=True), copy)

@@ -4,15 +4,19 @@ ends after exactly what was sent, and without stdin it reads /dev/null."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from pathlib import Path
 
 import pytest
+from init_build import compile_init
 
+from orchestrator.backends._support.launch_message import launch_message
 from orchestrator.backends.kubernetes import start_barrier
 from orchestrator.backends.kubernetes.start_barrier import (
     barrier_command,
+    pooled_barrier_command,
     reader_command,
     sidecar_command,
     writer_command,
@@ -75,3 +79,69 @@ def test_the_sidecar_refuses_a_pipe_it_cannot_make(tmp_path: Path) -> None:
     (tmp_path / "stdout").write_text("a file already there")
     command = local(sidecar_command(0, with_stdin=False), tmp_path)
     assert subprocess.run(command, capture_output=True, check=False, timeout=10).returncode != 0
+
+
+# -- a pre-started pod: our init behind the barrier, its launch message through the stdin pipe ----------
+
+
+@pytest.fixture(scope="module")
+def init(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_init(tmp_path_factory.mktemp("init"))
+
+
+def start_readers(directory: Path) -> tuple[dict[str, bytes], list[threading.Thread]]:
+    """The sidecar's start with a stdin pipe (a pooled pod always has one), then its output relays."""
+    subprocess.run(local(sidecar_command(0, with_stdin=True), directory), check=True, timeout=10)
+    got: dict[str, bytes] = {}
+
+    def relay(stream: str) -> None:
+        got[stream] = subprocess.run(local(reader_command(stream), directory), capture_output=True, check=True).stdout
+
+    threads = [threading.Thread(target=relay, args=(stream,)) for stream in start_barrier.PIPES]
+    for thread in threads:
+        thread.start()
+    return got, threads
+
+
+@pytest.mark.parametrize("stdin", [b"fed \x00 in", None])
+def test_a_pooled_pods_init_waits_then_runs_the_launched_command(
+    init: Path, tmp_path: Path, stdin: bytes | None
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    pipes = tmp_path / "io"
+    pipes.mkdir()
+    proc = subprocess.Popen(local(pooled_barrier_command([str(init)]), pipes), stdout=subprocess.PIPE)
+    got, threads = start_readers(pipes)
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.5)  # its outputs held, the init waits for the message
+    script = 'printf "%s|%s|" "$(pwd)" "$GREETING"; cat; echo err >&2; exit 7'
+    message = launch_message(
+        ["/bin/sh", "-c", script], {"GREETING": "hi"}, str(workspace), with_stdin=stdin is not None
+    )
+    data = message + (stdin or b"")
+    writer = subprocess.run(
+        local(writer_command(len(data)), pipes), input=data, capture_output=True, check=True, timeout=20
+    )
+    assert writer.stderr == start_barrier.READY_MARKER
+    assert proc.wait(timeout=20) == 7
+    for thread in threads:
+        thread.join(timeout=20)
+    assert got["stdout"] == f"{workspace}|hi|".encode() + (stdin or b"")
+    assert got["stderr"] == b"err\n"
+
+
+def test_the_launch_writer_waits_for_a_live_reader_before_it_says_ready(tmp_path: Path) -> None:
+    subprocess.run(local(sidecar_command(0, with_stdin=True), tmp_path), check=True, timeout=10)
+    writer = subprocess.Popen(
+        local(writer_command(3), tmp_path), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    with pytest.raises(subprocess.TimeoutExpired):
+        writer.wait(timeout=0.5)  # nothing holds the pipe (the init is gone): no marker, nothing sent
+    assert writer.stderr is not None
+    os.set_blocking(writer.stderr.fileno(), False)
+    assert writer.stderr.read() is None  # nothing written yet (None: it would block)
+    reader = subprocess.Popen(["cat", str(tmp_path / "stdin")], stdout=subprocess.PIPE)
+    _, err = writer.communicate(b"abc", timeout=20)
+    assert (writer.returncode, err) == (0, start_barrier.READY_MARKER)
+    assert reader.communicate(timeout=20)[0] == b"abc"

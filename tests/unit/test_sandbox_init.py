@@ -12,21 +12,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from init_build import SOURCE, compile_init
 
 from orchestrator.backends._support.launch_message import MAGIC, MAX_ITEMS, MAX_PAYLOAD, launch_message
 from orchestrator.domain.errors import InputInvalid
 
-SOURCE = Path(__file__).resolve().parents[2] / "images" / "init" / "sandbox-init.c"
-FLAGS = ["-static", "-Os", "-s", "-Wall", "-Wextra", "-Werror", "-Wconversion"]  # as scripts/build-images.sh
-
 
 @pytest.fixture(scope="module")
 def init(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("gcc") is None:
-        pytest.skip("no gcc")
-    binary = tmp_path_factory.mktemp("init") / "sandbox-init"
-    subprocess.run(["gcc", *FLAGS, "-o", str(binary), str(SOURCE)], check=True, capture_output=True)
-    return binary
+    return compile_init(tmp_path_factory.mktemp("init"))
 
 
 def run(init: Path, data: bytes, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
