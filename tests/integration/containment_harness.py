@@ -45,6 +45,7 @@ BACKENDS = [
     # every sandbox pre-started (the config's pool): the same battery, unchanged, on pooled sandboxes
     pytest.param("docker-pooled", marks=pytest.mark.integration),
     pytest.param("kubernetes", marks=pytest.mark.k8s),
+    pytest.param("kubernetes-pooled", marks=pytest.mark.k8s),
 ]
 # mode allow lets through only what the gate fully sees; the probes run code it cannot read (python3 from
 # a here-document), so they are asked, and a rule approves every ask: the approval is recorded like any other
@@ -196,10 +197,16 @@ class Run:
     out: dict[str, Any]  # ExecutionResult.to_json()
     records: list[EvidenceRecord]
     sandbox_id: str | None
+    pool_id: str | None = None  # a pre-started sandbox's: its labels' execution id, its pod's name
 
     @property
     def execution_id(self) -> str:
         return str(self.result.authorization.execution_id)
+
+    @property
+    def sandbox_execution_id(self) -> str:
+        """The execution id the sandbox itself carries (its labels, its pod's name)."""
+        return self.pool_id or self.execution_id
 
     @property
     def verdict(self) -> dict[str, Any]:
@@ -255,16 +262,16 @@ class Harness:
 
     @property
     def k8s(self) -> bool:
-        return self.kind == "kubernetes"
+        return self.engine == "kubernetes"
 
     @property
     def pooled(self) -> bool:
-        return self.kind == "docker-pooled"
+        return self.kind.endswith("-pooled")
 
     @property
     def engine(self) -> str:
         """docker | kubernetes: what the backend-specific expectations are keyed by."""
-        return "docker" if self.pooled else self.kind
+        return self.kind.removesuffix("-pooled")
 
     async def _prestarted(self, raw: dict[str, Any], workspace: Path) -> None:
         """Pooled: a sandbox of exactly this run's key ready before it comes (its first run of a key would
@@ -321,7 +328,10 @@ class Harness:
             await self.orch.pool.drain()  # the refill after the run: not waiting beside the next test's
         created = [r for r in records if r.event == "container_created"]
         sandbox_id = str(created[0].data["sandbox_id"]) if created and created[0].data else None
-        run = Run(self.engine, result, result.to_json(), records, sandbox_id)
+        pooled = next((r.data or {} for r in records if r.event == "execution_started"), {}).get("pooled")
+        if pooled:  # its pod or container carries the pool id: checked gone at close like the others
+            self.execution_ids.add(str(pooled["pool_id"]))
+        run = Run(self.engine, result, result.to_json(), records, sandbox_id, pooled["pool_id"] if pooled else None)
         await self.assert_gone(run)
         return run
 
@@ -332,7 +342,7 @@ class Harness:
         pooled = (records[begin].data or {}).get("pooled")
         assert pooled, "the run did not take its pre-started sandbox"
         own = list(iter_records(self.evidence_path, execution_id=str(pooled["pool_id"])))
-        start = [r for r in own if r.event in ("container_created", "container_started")]
+        start = [r for r in own if r.event in ("container_created", "container_scheduled", "container_started")]
         claims = [r.data for r in own if r.event == "sandbox_claimed"]
         assert claims == [{"execution_id": records[begin].execution_id}], claims  # served once, to this run
         return [*records[: begin + 1], *start, *records[begin + 1 :]]
@@ -344,12 +354,13 @@ class Harness:
         cgroup (the container's, pause's; gVisor's sandbox and gofer), runsc's commands naming the pod,
         the containerd shims serving it."""
         managed = await self.backend.list_managed()
-        assert run.execution_id not in {m.execution_id for m in managed}
+        assert run.sandbox_execution_id not in {m.execution_id for m in managed}
         assert run.sandbox_id, "no container_created record"
         if self.kube is not None:
             assert self.space is not None
             with pytest.raises(KubeError) as missing:
-                await asyncio.to_thread(self.kube.get_pod, self.space.namespace, pod_name(run.execution_id))
+                name = pod_name(run.sandbox_execution_id)
+                await asyncio.to_thread(self.kube.get_pod, self.space.namespace, name)
             assert missing.value.kind == "not_found", missing.value
 
         sandbox_id = run.sandbox_id
@@ -385,7 +396,7 @@ def open_harness(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest, profiles: ProfileRegistry | None = None
 ) -> Harness:
     """A harness on backend ``kind``, with the fixtures that backend needs (skips as they skip)."""
-    if kind in ("docker", "docker-pooled"):
+    if kind.startswith("docker"):
         return Harness(kind, tmp_path, sandboxes=request.getfixturevalue("run_sandboxes"), profiles=profiles)
     return Harness(kind, tmp_path, space=request.getfixturevalue("sandbox_space"), profiles=profiles)
 
