@@ -45,6 +45,7 @@ from orchestrator.service.config import (
     ApprovalsSection,
     EvidenceSection,
     OrchestratorConfig,
+    PoolSettings,
     ServiceSection,
     load_config,
 )
@@ -145,9 +146,9 @@ def test_values_yaml_is_commented_and_schema_complete() -> None:
     closed(schema, "values")
     # the config sections the schema spells out have exactly the model's keys (less what the chart writes)
     config = schema["properties"]["config"]["properties"]
-    # backend: the chart writes it; pool: pre-started sandboxes are the Docker backend's only so far (the
-    # chart's controller runs the Kubernetes backend, where the pool would be off whatever it said)
-    assert set(config) == set(OrchestratorConfig.model_fields) - {"backend", "pool"}
+    # backend: the chart writes it
+    assert set(config) == set(OrchestratorConfig.model_fields) - {"backend"}
+    assert set(config["pool"]["properties"]) == set(PoolSettings.model_fields)
     assert set(config["approvals"]["properties"]) == set(ApprovalsSection.model_fields)
     assert set(config["evidence"]["properties"]) == set(EvidenceSection.model_fields)
     assert set(config["service"]["properties"]) == set(ServiceSection.model_fields) - {
@@ -472,10 +473,12 @@ def test_config_sections_from_values(tmp_path: Path) -> None:
             "caps": {"max_memory": "1g", "allowed_runtimes": ["runc", "runsc"]},
             "evidence": {"path": "/var/lib/sandbox-orchestrator/evidence/evidence.jsonl"},
             "service": {"allow_self_approval": True, "limits": {"max_page": 100}},
+            "pool": {"enabled": True, "per_key": 3, "ttl_s": 120},
         },
         "workspaces": {"owner": "1000:1000"},
     }
     config = validate_config(config_text(render(values)), tmp_path)
+    assert (config.pool.enabled, config.pool.per_key, config.pool.max_total, config.pool.ttl_s) == (True, 3, 16, 120)
     assert config.safety.approval_timeout_s == 120
     assert [r.name for r in config.approvals.rules] == ["tests"]
     assert config.caps is not None
@@ -484,6 +487,14 @@ def test_config_sections_from_values(tmp_path: Path) -> None:
     assert config.service.allow_self_approval is True
     assert config.service.limits.max_page == 100
     assert config.service.workspace_owner == "1000:1000"
+
+
+def test_a_pool_needs_pvc_workspaces() -> None:
+    """Pre-started pods get the workspace mounted; in copy mode it is copied in as a pod starts (the run
+    would see the workspace as it was at fill): refused at install, not left to a warning."""
+    values = {**VARIANTS["copy"], "config": {"pool": {"enabled": True}}}
+    assert "config.pool.enabled: pre-started pods need workspaces.mode pvc" in render_error(values)
+    render({**VARIANTS["copy"], "config": {"pool": {"enabled": False}}})  # off: no objection
 
 
 # -- tokens ------------------------------------------------------------------------------------------
