@@ -16,6 +16,8 @@ from orchestrator.backends._support.launch_message import launch_message
 from orchestrator.backends.kubernetes import start_barrier
 from orchestrator.backends.kubernetes.start_barrier import (
     barrier_command,
+    launch_header,
+    launch_writer_command,
     pooled_barrier_command,
     reader_command,
     sidecar_command,
@@ -103,7 +105,7 @@ def start_readers(directory: Path) -> tuple[dict[str, bytes], list[threading.Thr
     return got, threads
 
 
-@pytest.mark.parametrize("stdin", [b"fed \x00 in", None])
+@pytest.mark.parametrize("stdin", [b"fed \x00 in" * 20000, b"", None])
 def test_a_pooled_pods_init_waits_then_runs_the_launched_command(
     init: Path, tmp_path: Path, stdin: bytes | None
 ) -> None:
@@ -113,35 +115,59 @@ def test_a_pooled_pods_init_waits_then_runs_the_launched_command(
     pipes.mkdir()
     proc = subprocess.Popen(local(pooled_barrier_command([str(init)]), pipes), stdout=subprocess.PIPE)
     got, threads = start_readers(pipes)
+    # the pool's writer, connected as the pod is filled: ready once it holds the init's pipe
+    writer = subprocess.Popen(
+        local(launch_writer_command(), pipes), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert writer.stderr is not None and writer.stdin is not None
+    assert writer.stderr.readline() == start_barrier.READY_MARKER
     with pytest.raises(subprocess.TimeoutExpired):
-        proc.wait(timeout=0.5)  # its outputs held, the init waits for the message
-    script = 'printf "%s|%s|" "$(pwd)" "$GREETING"; cat; echo err >&2; exit 7'
+        proc.wait(timeout=0.5)  # the init waits for its message
+    script = 'printf "%s|%s|" "$(pwd)" "$GREETING"; wc -c; echo err >&2; exit 7'
     message = launch_message(
         ["/bin/sh", "-c", script], {"GREETING": "hi"}, str(workspace), with_stdin=stdin is not None
     )
-    data = message + (stdin or b"")
-    writer = subprocess.run(
-        local(writer_command(len(data)), pipes), input=data, capture_output=True, check=True, timeout=20
-    )
-    assert writer.stderr == start_barrier.READY_MARKER
-    assert proc.wait(timeout=20) == 7
+    # the claim: the header, the message, the stdin, on the writer's stream as it is
+    writer.stdin.write(launch_header(len(message), len(stdin or b"")) + message + (stdin or b""))
+    writer.stdin.flush()
+    assert writer.stderr.readline() == start_barrier.LAUNCHED_MARKER
+    assert proc.wait(timeout=20) == 7  # the stdin written, the pipe closed: the command read EOF
+    with pytest.raises(subprocess.TimeoutExpired):
+        writer.wait(timeout=0.2)  # it stays until its own stream ends (the pod's deletion)
+    writer.stdin.close()
+    assert writer.wait(timeout=20) == 0
     for thread in threads:
         thread.join(timeout=20)
-    assert got["stdout"] == f"{workspace}|hi|".encode() + (stdin or b"")
+    assert got["stdout"] == f"{workspace}|hi|{len(stdin or b'')}\n".encode()
     assert got["stderr"] == b"err\n"
 
 
-def test_the_launch_writer_waits_for_a_live_reader_before_it_says_ready(tmp_path: Path) -> None:
+def test_the_launch_writer_says_ready_only_while_the_init_holds_its_pipe(tmp_path: Path) -> None:
     subprocess.run(local(sidecar_command(0, with_stdin=True), tmp_path), check=True, timeout=10)
     writer = subprocess.Popen(
-        local(writer_command(3), tmp_path), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
+        local(launch_writer_command(), tmp_path), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
     )
     with pytest.raises(subprocess.TimeoutExpired):
-        writer.wait(timeout=0.5)  # nothing holds the pipe (the init is gone): no marker, nothing sent
+        writer.wait(timeout=0.5)  # nothing holds the pipe: no marker
     assert writer.stderr is not None
     os.set_blocking(writer.stderr.fileno(), False)
     assert writer.stderr.read() is None  # nothing written yet (None: it would block)
-    reader = subprocess.Popen(["cat", str(tmp_path / "stdin")], stdout=subprocess.PIPE)
-    _, err = writer.communicate(b"abc", timeout=20)
-    assert (writer.returncode, err) == (0, start_barrier.READY_MARKER)
+    reader = subprocess.Popen(["head", "-c", "3", str(tmp_path / "stdin")], stdout=subprocess.PIPE)
+    _, err = writer.communicate(launch_header(3, 2) + b"abcde", timeout=20)
+    assert (writer.returncode, err) == (0, start_barrier.READY_MARKER + start_barrier.LAUNCHED_MARKER)
     assert reader.communicate(timeout=20)[0] == b"abc"
+
+
+def test_a_launch_to_an_init_that_is_gone_is_never_said_to_have_landed(tmp_path: Path) -> None:
+    subprocess.run(local(sidecar_command(0, with_stdin=True), tmp_path), check=True, timeout=10)
+    writer = subprocess.Popen(
+        local(launch_writer_command(), tmp_path), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    with open(tmp_path / "stdin", "rb") as pipe:  # the init's side: held by the child alone from here on
+        init = subprocess.Popen(["sleep", "60"], stdin=pipe)
+    assert writer.stderr is not None and writer.stdin is not None
+    assert writer.stderr.readline() == start_barrier.READY_MARKER
+    init.kill()  # the init dies in the pool: nothing holds the pipe's other end any more
+    init.wait(timeout=10)
+    _, err = writer.communicate(launch_header(5, 0) + b"hello", timeout=20)
+    assert writer.returncode != 0 and start_barrier.LAUNCHED_MARKER not in err

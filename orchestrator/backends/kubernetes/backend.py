@@ -401,6 +401,8 @@ class KubernetesBackend:
 
             async def connect() -> None:
                 await relays.open(pod.stdin, max(1.0, deadline - time.monotonic()))
+                if pod.pooled:  # the init's stdin pipe held by our writer: a claim sends the message on it
+                    await self._call(relays.open_launcher, max(1.0, deadline - time.monotonic()))
 
         try:
             while True:
@@ -778,7 +780,7 @@ class KubernetesBackend:
         """pvc mode only: in copy mode a pod's workspace is copied in as it starts, long before a claim."""
         return self.settings.workspace.mode == "pvc"
 
-    #: the launch's writer opens the pod's stdin pipe only while the init holds it
+    #: launch() returns once its writer put the message into the pipe of a live init
     launch_confirmed = True
 
     def still_waiting(self, handle: SandboxHandle) -> bool | None:
@@ -794,9 +796,9 @@ class KubernetesBackend:
         return None if last is None else pods.running(last) is not None
 
     async def launch(self, handle: SandboxHandle, spec: LaunchSpec) -> None:
-        """The launch message (then ``spec.stdin``, then EOF) into the pod's stdin pipe, which its init
-        opens once the writer, exec'd in the sidecar, does (``start_barrier``). Returns once the writer
-        runs; tried again while it could not start (nothing sent), never once it did."""
+        """The launch message (then ``spec.stdin``, then EOF) into the init's stdin pipe, through the writer
+        exec'd in the sidecar when the pod was filled (``start_barrier``): no exec at claim time. Returns
+        once the whole message is in the pipe of a live init; SANDBOX.UNAVAILABLE if its init is gone."""
         pod = self._pods.get(handle.name)
         if pod is None or not pod.pooled or pod.launched or not isinstance(pod.stdio, PodStdio):
             raise SandboxUnavailable(
@@ -810,33 +812,7 @@ class KubernetesBackend:
         check_spec(spec)
         message = launch_message(spec.argv, spec.env, spec.workdir, with_stdin=spec.stdin is not None)
         pod.launched = True  # exactly once, whatever happens next
-        relays, data = pod.stdio, message + (spec.stdin or b"")
-        watch = await self._pod_watch()
-        deadline = time.monotonic() + self.settings.start_timeout_s
-        while True:
-            attempt = asyncio.ensure_future(self._call(relays.launch, data, max(1.0, deadline - time.monotonic())))
-            ended = asyncio.ensure_future(watch.until(handle.name, _gone_or_ended, deadline - time.monotonic()))
-            try:
-                await asyncio.wait({attempt, ended}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                ended.cancel()
-            if not attempt.done():  # the pod ended (no init will read the message), or the watch failed
-                relays.abort_launch()
-                with contextlib.suppress(Exception):
-                    await attempt
-                failure = ended.exception()
-                why = "it had ended before the command was sent to it" if failure is None else repr(failure)
-                raise SandboxUnavailable(
-                    f"the pre-started sandbox {handle.name} could not be launched ({why}); the command did not run",
-                    details={"sandbox": handle.name},
-                )
-            try:
-                attempt.result()
-                return
-            except KubeError as exc:
-                if exc.kind in ("forbidden", "unauthorized") or time.monotonic() >= deadline:
-                    raise self._error(exc, f"could not launch the command in pod {handle.name}") from exc
-                await asyncio.sleep(STDIO_RETRY_S)
+        await self._call(pod.stdio.launch, message, spec.stdin, self.settings.start_timeout_s)
 
     # -- observation ------------------------------------------------------------------------------------
 

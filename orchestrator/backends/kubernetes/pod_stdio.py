@@ -19,9 +19,12 @@ from orchestrator.backends.kubernetes.channels import ChannelError, Channels
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError, exit_code
 from orchestrator.backends.kubernetes.sinks import Deliver, Sinks, SinksClosed
 from orchestrator.backends.kubernetes.start_barrier import (
+    LAUNCHED_MARKER,
     PIPES,
     READY_MARKER,
     SIDECAR,
+    launch_header,
+    launch_writer_command,
     reader_command,
     writer_command,
 )
@@ -31,8 +34,6 @@ log = logging.getLogger(__name__)
 
 #: what is kept of a relay's own stderr (its diagnostics, never the command's output)
 RELAY_STDERR_MAX = 4096
-#: what one websocket frame of stdin carries at most
-WRITE_CHUNK = 64 * 1024
 
 
 class PodStdio:
@@ -44,8 +45,8 @@ class PodStdio:
         self._name = name
         self._sinks = Sinks()
         self._channels: dict[str, Channels] = {}
-        self._launcher: Channels | None = None
-        self._launch_aborted = False
+        self._launcher: Channels | None = None  # a pre-started pod's launch writer, until launch()
+        self._launched: Channels | None = None
         self.readers: list[asyncio.Future[None]] = []
 
     async def open(self, stdin: bytes | None, timeout_s: float) -> None:
@@ -80,51 +81,67 @@ class PodStdio:
             raise KubeError("unreachable" if exc.status is None else "server", "exec", str(exc)) from exc
         return channels
 
-    def launch(self, data: bytes, timeout_s: float) -> None:
-        """A pre-started pod: ``data`` (the launch message, then the command's stdin) into its stdin pipe,
-        once. Blocking: returns once the writer, exec'd in the sidecar, opened the pipe, which it can only
-        while the pod's init holds the other end: the message goes to a live init. The bytes go on a
-        thread of their own, at the pace the init and the command read them. ``KubeError`` when the
-        writer never started (nothing was sent: it may be tried again), ``SandboxUnavailable`` when it
-        started and failed or ``abort_launch`` stopped it (never again: the message may be half sent)."""
-        channels = self._launcher = self._kube.open_exec(
-            self._namespace, self._name, SIDECAR, writer_command(len(data)), stdin=True
-        )
+    def open_launcher(self, timeout_s: float) -> None:
+        """A pre-started pod, as it is filled: the launch writer exec'd in the sidecar, holding the init's
+        stdin pipe (``start_barrier.launch_writer_command``). Blocking; ``KubeError`` when it could not
+        start yet (try again), ``SandboxUnavailable`` when it started and failed."""
+        if self._launcher is not None:
+            return
+        channels = self._kube.open_exec(self._namespace, self._name, SIDECAR, launch_writer_command(), stdin=True)
         try:
-            if self._launch_aborted:  # aborted while it connected
-                raise ChannelError("the launch was aborted", started=True)
-            channels.await_marker(READY_MARKER, timeout_s=timeout_s)
+            channels.await_marker(READY_MARKER, timeout_s=timeout_s)  # it holds the pipe; so does the init
         except ChannelError as exc:
             channels.close()
-            if exc.started or self._launch_aborted:
-                raise SandboxUnavailable(f"the launch of {self._name} failed: {exc}") from exc
+            if exc.started:
+                raise SandboxUnavailable(f"the launch channel of {self._name} failed: {exc}") from exc
             raise KubeError("unreachable" if exc.status is None else "server", "exec", str(exc)) from exc
-        threading.Thread(target=self._send, args=(channels, data), name=f"launch-{self._name}", daemon=True).start()
+        self._launcher = channels
 
-    def abort_launch(self) -> None:
-        """Stop a launch still waiting for the pod's init (it ended: nothing will ever read the pipe)."""
-        self._launch_aborted = True
-        if self._launcher is not None:
-            self._launcher.close()
+    def launch(self, message: bytes, stdin: bytes | None, timeout_s: float) -> None:
+        """The launch message, then the command's stdin, through the writer connected at fill, once.
+        Blocking: returns once the writer put the whole message into the init's pipe, which only a live
+        init holds (the writer said so: LAUNCHED_MARKER); the stdin goes on at the command's pace, on a
+        thread of its own. ``SandboxUnavailable`` otherwise (the init gone: the command never ran).
+        One thread at a time uses the stream: a TLS socket read and written at once by two threads lost
+        the connection (seen once in ~12 launches)."""
+        channels, self._launcher = self._launcher, None
+        if channels is None:
+            raise SandboxUnavailable(f"{self._name} has no launch channel (launched already, or never filled)")
+        self._launched = channels  # closed with the relays
+        try:
+            channels.write_stdin(launch_header(len(message), len(stdin or b"")) + message)
+            channels.await_marker(LAUNCHED_MARKER, timeout_s=timeout_s)
+        except ChannelError as exc:
+            channels.close()
+            raise SandboxUnavailable(
+                f"the pre-started sandbox {self._name} did not take its command (its init is gone: {exc}); the"
+                " command did not run",
+                details={"sandbox": self._name},
+            ) from exc
+        writer = threading.Thread(
+            target=self._finish_launch, args=(channels, stdin or b""), name=f"launch-{self._name}", daemon=True
+        )
+        writer.start()
 
-    def _send(self, channels: Channels, data: bytes) -> None:
+    def _finish_launch(self, channels: Channels, stdin: bytes) -> None:
+        """The command's stdin, then the writer's end (the pod's deletion): what went wrong is logged."""
         diagnostics = bytearray()
 
         def keep(data: bytes) -> None:
             diagnostics.extend(data[: max(0, RELAY_STDERR_MAX - len(diagnostics))])
 
         try:
-            for offset in range(0, len(data), WRITE_CHUNK):
-                channels.write_stdin(data[offset : offset + WRITE_CHUNK])
+            if stdin:
+                channels.write_stdin(stdin)
             channels.pump(lambda _data: None, keep)
         except ChannelError as exc:  # the pod ended or was stopped meanwhile: its end says so
-            log.debug("launch of %s: %s", self._name, exc)
+            log.debug("launch writer of %s: %s", self._name, exc)
             return
         finally:
             channels.close()
         code = exit_code(channels.status)
         if code not in (0, None):
-            log.info("the launch writer of %s exited %s: %s", self._name, code, bytes(diagnostics[-500:]))
+            log.info("the launch writer of %s exited %s: %s", self._name, code, bytes(diagnostics))
 
     def _feed(self, data: bytes) -> None:
         try:
@@ -144,8 +161,9 @@ class PodStdio:
         self._sinks.close()
         for channels in self._channels.values():
             channels.close()
-        if self._launcher is not None:
-            self._launcher.close()
+        for writer in (self._launcher, self._launched):
+            if writer is not None:
+                writer.close()
 
     def _read(self, stream: str, channels: Channels) -> None:
         diagnostics = bytearray()

@@ -77,13 +77,38 @@ def reader_command(stream: str) -> list[str]:
 
 
 def writer_command(size: int) -> list[str]:
-    """Run by exec in the sidecar: the command's stdin pipe opened (which waits for its reader: the
-    command's side holds it), READY_MARKER to the exec's stderr, then exactly ``size`` bytes of the exec's
-    stdin into the pipe, then its end (the command reads EOF)."""
-    ready = "printf 'sandbox-io-ready\\n' >&2;"
+    """Run by exec in the sidecar: exactly ``size`` bytes of the exec's stdin into the command's stdin pipe,
+    then its end (the command reads EOF)."""
     # not exec'd: a head that is the exec's own process saw its stdin end after 32 KiB (measured)
-    script = _wait_for('"$1"') + f' exec 3>"$1" || exit 125; {ready} head -c {size} >&3'
-    return [SHELL, "-c", script, "relay-stdin", f"{STDIO_DIR}/stdin"]
+    return [SHELL, "-c", _wait_for('"$1"') + f' head -c {size} >"$1"', "relay-stdin", f"{STDIO_DIR}/stdin"]
+
+
+# -- a pre-started pod ----------------------------------------------------------------------------------
+# Its init waits behind the barrier for the launch message on its stdin pipe. The writer of that pipe is
+# exec'd in the sidecar as the pod is filled, so a claim costs no exec: it opens the pipe (which waits for
+# the init's side: READY_MARKER then says the init holds it), and at the claim reads a header line
+# "<message bytes> <stdin bytes>" from its exec stream, copies the message into the pipe, says
+# LAUNCHED_MARKER (a write into a pipe fails once no process holds its other end: the marker means a live
+# init has the message), then the command's stdin, then closes the pipe (the command reads EOF). It then
+# waits for its exec stream to end (the pod's deletion) instead of exiting: its stream never ends while the
+# controller may still be reading its marker.
+
+#: what the launch writer says once the whole message is in the pipe of a live init
+LAUNCHED_MARKER = b"sandbox-io-launched\n"
+
+
+def launch_header(message_size: int, stdin_size: int) -> bytes:
+    return f"{message_size} {stdin_size}\n".encode()
+
+
+def launch_writer_command() -> list[str]:
+    """Run by exec in a pre-started pod's sidecar as it is filled (see above)."""
+    script = _wait_for('"$1"') + (
+        " exec 3>\"$1\" || exit 125; printf 'sandbox-io-ready\\n' >&2;"
+        " read n m || exit 125; head -c \"$n\" >&3 || exit 125; printf 'sandbox-io-launched\\n' >&2;"
+        ' head -c "$m" >&3; exec 3>&-; cat >/dev/null'
+    )
+    return [SHELL, "-c", script, "launch-writer", f"{STDIO_DIR}/stdin"]
 
 
 # -- sessions -------------------------------------------------------------------------------------------
