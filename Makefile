@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool clean
+.PHONY: all venv lint typecheck importlint unit integration test demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s clean
 
 all: test
 
@@ -91,6 +91,11 @@ bench-session-k8s: $(STAMP) setup
 # pre-started sandboxes: execute() from a ready pool vs a bare docker run (runc, runsc); a burst with and without
 bench-pool: $(STAMP) setup
 	$(BIN)/python benchmarks/pool_launch.py
+
+# pre-started pods: execute() from a ready pool vs cold, on the test cluster with the kubelet's generic and
+# evented PLEG (the cluster is restarted between them and left as it was found)
+bench-pool-k8s: $(STAMP) setup
+	$(BIN)/python benchmarks/pool_pods.py
 
 # the Kubernetes backend against the same pod through the client, on the test cluster (started if needed)
 bench-k8s: $(STAMP) setup

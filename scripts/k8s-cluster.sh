@@ -19,6 +19,15 @@
 # Root only: the kubelet and containerd create cgroups, mounts and network namespaces.
 # The measured facts behind the settings: /work/shared/KUBERNETES-ON-THIS-MACHINE.md and
 # docs/kubernetes-cluster.md.
+#
+# Environment: SANDBOX_K8S_PLEG  how the kubelet learns that a container started or ended:
+#   generic (default)  by relisting every second (the kubelet's default; bookworm's containerd): 0-1 s late
+#   evented            from the runtime's container events (alpha feature gate EventedPLEG), with Debian
+#                      trixie's containerd 1.7 (bookworm's 1.6 answers "not implemented"), unpacked once
+#                      into $SANDBOX_STATE_DIR/k8s/containerd-trixie: an end is reported in ~30 ms. For
+#                      benchmarks only: with it a pod stopped by activeDeadlineSeconds was not reported
+#                      ended for many seconds (5 deadline tests failed, 2026-11-25), so tests use generic.
+#   Switching restarts containerd and the kubelet (their configurations change); running pods end.
 set -euo pipefail
 SO_LOG_PREFIX=k8s-cluster
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -66,6 +75,10 @@ SYSCTL_SAVED="$CLUSTER_DIR/sysctl.saved"
 GVISOR_STAMP="$CLUSTER_DIR/gvisor.proven"
 GVISOR_REASON="$CLUSTER_DIR/gvisor.unavailable"
 ADMIN_KUBECONFIG="$CLUSTER_DIR/admin.kubeconfig"
+PLEG="${SANDBOX_K8S_PLEG:-generic}"
+case "$PLEG" in generic | evented) ;; *) so_die "SANDBOX_K8S_PLEG must be evented or generic (got '$PLEG')" ;; esac
+CTRD_TRIXIE_DIR="$SO_STATE_DIR/k8s/containerd-trixie"
+CTRD_BIN=""     # set by ensure_containerd_binary: the containerd the node runs (its runc shim beside it)
 
 # Start order; down stops them in reverse (after deleting the pods).
 COMPONENTS=(etcd kube-apiserver containerd kubelet kube-controller-manager kube-scheduler)
@@ -170,6 +183,29 @@ stop_component() {
 
 ensure_binaries() {
     BIN_DIR="$(bash "$SCRIPT_DIR/k8s-build.sh")" || so_die "scripts/k8s-build.sh failed"
+}
+
+# The node's containerd: bookworm's (generic PLEG), or trixie's 1.7 for the runtime's container events
+# (evented), fetched once without installing it (the Docker engine keeps its own containerd).
+ensure_containerd_binary() {
+    if [ "$PLEG" = generic ]; then
+        CTRD_BIN="$(command -v containerd)" || so_die "containerd not found (make setup installs it)"
+        return 0
+    fi
+    if [ ! -x "$CTRD_TRIXIE_DIR/usr/bin/containerd" ]; then
+        local deb version
+        SO_TMP="$(mktemp -d "${TMPDIR:-/tmp}/k8s-containerd.XXXXXX")"
+        deb="$(so_trixie_download containerd "$SO_TMP")"
+        version="$(dpkg-deb -f "$deb" Version)"
+        case "$version" in 1.[0-6].*) so_die "trixie's containerd is $version: evented PLEG needs 1.7 or newer" ;; esac
+        rm -rf "$CTRD_TRIXIE_DIR.new"
+        dpkg-deb -x "$deb" "$CTRD_TRIXIE_DIR.new"
+        printf '%s\n' "$version" >"$CTRD_TRIXIE_DIR.new/deb-version"
+        rm -rf "$CTRD_TRIXIE_DIR" "$SO_TMP"
+        mv "$CTRD_TRIXIE_DIR.new" "$CTRD_TRIXIE_DIR"
+        so_say "unpacked containerd $version (Debian trixie) into $CTRD_TRIXIE_DIR"
+    fi
+    CTRD_BIN="$CTRD_TRIXIE_DIR/usr/bin/containerd"
 }
 
 # containerd and runc come with the engine packages (make setup); the CNI plugins are ours to add, and the
@@ -386,6 +422,7 @@ EOF
 write_containerd_config() {
     write_if_changed "$CTRD_CONFIG" 644 <<EOF
 # written by scripts/k8s-cluster.sh: the test cluster's own containerd (not the Docker engine's)
+# run as $CTRD_BIN (SANDBOX_K8S_PLEG=$PLEG)
 version = 2
 root = "$CTRD_ROOT"
 state = "$CTRD_STATE"
@@ -488,6 +525,7 @@ cgroupDriver: cgroupfs
 cgroupRoot: $CGROUP_ROOT
 failSwapOn: false
 podPidsLimit: 1024
+$([ "$PLEG" = evented ] && printf 'featureGates:\n  EventedPLEG: true\n')
 # no cluster DNS: pods get an empty resolv.conf (they have no route to any server anyway)
 resolvConf: ""
 clusterDomain: cluster.local
@@ -542,9 +580,10 @@ ensure_containerd() {
     # PATH: containerd looks its shims up there (containerd-shim-runsc-v1 lives in the bin dir).
     # The proxy variables send any image pull to a closed port on 127.0.0.1: a pod naming an image that
     # is not imported fails at once instead of sending traffic off the machine (loopback is never proxied).
-    start_component containerd env PATH="$BIN_DIR:$PATH" \
+    # (its own directory first: the runc shim of the same release)
+    start_component containerd env PATH="$(dirname "$CTRD_BIN"):$BIN_DIR:$PATH" \
         HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 http_proxy= https_proxy= NO_PROXY= no_proxy= \
-        containerd --config "$CTRD_CONFIG"
+        "$CTRD_BIN" --config "$CTRD_CONFIG"
     wait_until 30 containerd_answers || die_with_log containerd "containerd did not answer on $CTRD_SOCK"
 }
 
@@ -692,7 +731,7 @@ PROBE_NS=sandbox-orchestrator-gvisor-probe
 # What the probe's verdict depends on: the shim, runsc and containerd.
 gvisor_key() {
     printf 'shim=%s runsc=%s containerd=%s\n' "$(cat "$BIN_DIR/containerd-shim-runsc-v1.version" 2>/dev/null)" \
-        "$(sha256sum <"$SO_RUNSC" | cut -c1-16)" "$(containerd --version | awk '{print $3}')"
+        "$(sha256sum <"$SO_RUNSC" | cut -c1-16)" "$("$CTRD_BIN" --version | awk '{print $3}')"
 }
 
 # A hardened pod under RuntimeClass gvisor must run and see gVisor's kernel, not the host's: gVisor answers
@@ -808,6 +847,7 @@ cmd_up() {
     lock_cluster
     ensure_binaries
     ensure_packages
+    ensure_containerd_binary
     ensure_pki
     ensure_kubeconfigs
     ensure_node_configs

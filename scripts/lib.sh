@@ -152,6 +152,48 @@ so_debian_mirror() {
     printf '%s\n' "${uri%/}"
 }
 
+# Downloads package $1 from Debian trixie into directory $2 (created) and prints the .deb's path. A
+# private apt state under $SO_STATE_DIR/apt-trixie: the host's lists, caches and sources stay untouched,
+# and nothing is installed. Needs $SO_TMP for its log.
+so_trixie_download() {
+    local package="$1" dest="$2" mirror apt_dir
+    command -v dpkg-deb >/dev/null 2>&1 || so_die "dpkg-deb not found (needed to unpack $package)"
+    mirror="$(so_debian_mirror)" || so_die "no Debian mirror found in /etc/apt/sources.list{,.d}; set SANDBOX_DEBIAN_MIRROR"
+    apt_dir="$SO_STATE_DIR/apt-trixie"
+    mkdir -p "$apt_dir/state/lists/partial" "$apt_dir/cache/archives/partial" \
+        "$apt_dir/sources.list.d" "$apt_dir/preferences.d" "$dest"
+    local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    [ -r "$keyring" ] || so_die "$keyring missing (apt-get install debian-archive-keyring)"
+    printf 'deb [signed-by=%s] %s trixie main\n' "$keyring" "$mirror" >"$apt_dir/sources.list"
+    local apt_opts=(
+        -o "Dir::State=$apt_dir/state"
+        -o "Dir::State::status=/var/lib/dpkg/status"
+        -o "Dir::Cache=$apt_dir/cache"
+        -o "Dir::Etc::sourcelist=$apt_dir/sources.list"
+        -o "Dir::Etc::sourceparts=$apt_dir/sources.list.d"
+        -o "Dir::Etc::preferences=$apt_dir/preferences"
+        -o "Dir::Etc::preferencesparts=$apt_dir/preferences.d"
+        -o "APT::Sandbox::User=root"
+        -o "Acquire::Languages=none"
+        -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false"
+        -o "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false"
+        -o "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false"
+        -o "Acquire::IndexTargets::deb::CNF::DefaultEnabled=false"
+    )
+    local log="$SO_TMP/apt-trixie-$package.log"
+    so_say "fetching $package from Debian trixie (private apt state in $apt_dir)"
+    apt-get -q "${apt_opts[@]}" update >"$log" 2>&1 \
+        || { tail -n 20 "$log" >&2; so_die "apt-get update for trixie failed"; }
+    (cd "$dest" && apt-get -q "${apt_opts[@]}" download "$package") >>"$log" 2>&1 \
+        || { tail -n 20 "$log" >&2; so_die "apt-get download $package (trixie) failed"; }
+    # the package lists are only needed for this download
+    rm -rf "$apt_dir/state/lists" "$apt_dir/cache"
+    local deb
+    deb="$(find "$dest" -maxdepth 1 -name "${package}_*.deb" | head -n1)"
+    [ -n "$deb" ] || so_die "apt-get download $package produced no .deb"
+    printf '%s\n' "$deb"
+}
+
 # The Debian security mirror (may be empty when the host has none).
 so_debian_security_mirror() {
     if [ -n "${SANDBOX_DEBIAN_SECURITY_MIRROR:-}" ]; then printf '%s\n' "${SANDBOX_DEBIAN_SECURITY_MIRROR%/}"; return 0; fi

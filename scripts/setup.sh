@@ -146,41 +146,8 @@ install_runsc() {
         so_die "SANDBOX_RUNSC=$SANDBOX_RUNSC is not an executable"
     fi
 
-    command -v dpkg-deb >/dev/null 2>&1 || so_die "dpkg-deb not found (needed to unpack runsc)"
-    local mirror apt_dir
-    mirror="$(so_debian_mirror)" || so_die "no Debian mirror found in /etc/apt/sources.list{,.d}; set SANDBOX_DEBIAN_MIRROR"
-    apt_dir="$SO_STATE_DIR/apt-trixie"
-    mkdir -p "$apt_dir/state/lists/partial" "$apt_dir/cache/archives/partial" \
-        "$apt_dir/sources.list.d" "$apt_dir/preferences.d"
-    local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-    [ -r "$keyring" ] || so_die "$keyring missing (apt-get install debian-archive-keyring)"
-    printf 'deb [signed-by=%s] %s trixie main\n' "$keyring" "$mirror" >"$apt_dir/sources.list"
-    # A private apt state: the host's lists, caches and sources stay untouched.
-    local apt_opts=(
-        -o "Dir::State=$apt_dir/state"
-        -o "Dir::State::status=/var/lib/dpkg/status"
-        -o "Dir::Cache=$apt_dir/cache"
-        -o "Dir::Etc::sourcelist=$apt_dir/sources.list"
-        -o "Dir::Etc::sourceparts=$apt_dir/sources.list.d"
-        -o "Dir::Etc::preferences=$apt_dir/preferences"
-        -o "Dir::Etc::preferencesparts=$apt_dir/preferences.d"
-        -o "APT::Sandbox::User=root"
-        -o "Acquire::Languages=none"
-        -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false"
-        -o "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false"
-        -o "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false"
-        -o "Acquire::IndexTargets::deb::CNF::DefaultEnabled=false"
-    )
-    so_say "fetching runsc from Debian trixie (private apt state in $apt_dir)"
-    apt-get -q "${apt_opts[@]}" update >"$SO_TMP/apt-trixie.log" 2>&1 \
-        || { tail -n 20 "$SO_TMP/apt-trixie.log" >&2; so_die "apt-get update for trixie failed"; }
-    local dl="$SO_TMP/runsc-dl"
-    mkdir -p "$dl"
-    (cd "$dl" && apt-get -q "${apt_opts[@]}" download runsc) >>"$SO_TMP/apt-trixie.log" 2>&1 \
-        || { tail -n 20 "$SO_TMP/apt-trixie.log" >&2; so_die "apt-get download runsc (trixie) failed"; }
-    local deb
-    deb="$(find "$dl" -maxdepth 1 -name 'runsc_*.deb' | head -n1)"
-    [ -n "$deb" ] || so_die "apt-get download runsc produced no .deb"
+    local dl="$SO_TMP/runsc-dl" deb
+    deb="$(so_trixie_download runsc "$dl")"
     dpkg-deb -x "$deb" "$dl/x"
     local bin=""
     for bin in "$dl/x/usr/bin/runsc" "$dl/x/usr/sbin/runsc"; do [ -x "$bin" ] && break; done
@@ -193,8 +160,6 @@ install_runsc() {
     install -m 0755 "$bin" "$SO_RUNSC.new"
     mv -f "$SO_RUNSC.new" "$SO_RUNSC"
     dpkg-deb -f "$deb" Version >"$SO_RUNSC.deb-version"
-    # The trixie package lists are only needed for this download.
-    rm -rf "$apt_dir/state/lists" "$apt_dir/cache"
     so_say "installed runsc $(cat "$SO_RUNSC.deb-version") at $SO_RUNSC"
 }
 
