@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 
+from orchestrator.backends._support.spec_checks import check_spec
+from orchestrator.backends.base import LaunchSpec
 from orchestrator.domain.errors import InputInvalid
 
 #: where our images keep the init (root-owned, read-only like the rest of the image)
@@ -43,3 +45,12 @@ def launch_message(argv: Sequence[str], env: Mapping[str, str], cwd: str, *, wit
             details={"field": "argv"},
         )
     return MAGIC + struct.pack(">I", len(payload)) + payload
+
+
+def spec_launch_message(spec: LaunchSpec) -> bytes:
+    """The launch message of a one-shot ``spec`` for a pooled sandbox (validated like a cold run's spec);
+    INPUT.INVALID for a terminal or a session, which a pooled sandbox does not run."""
+    if spec.tty or spec.interactive:
+        raise InputInvalid("a pooled sandbox runs a command without a terminal or session", details={"field": "tty"})
+    check_spec(spec)
+    return launch_message(spec.argv, spec.env, spec.workdir, with_stdin=spec.stdin is not None)

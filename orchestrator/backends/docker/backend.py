@@ -28,9 +28,8 @@ from typing import ParamSpec, TypeVar
 
 from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.input_feed import InputFeed, send_to
-from orchestrator.backends._support.launch_message import launch_message
+from orchestrator.backends._support.launch_message import spec_launch_message
 from orchestrator.backends._support.output_relay import OutputRelay
-from orchestrator.backends._support.spec_checks import check_spec
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends._support.threads import ThreadPump, in_daemon_thread
 from orchestrator.backends.base import (
@@ -64,7 +63,7 @@ from orchestrator.backends.docker.engine import (
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, managed_sandbox
 from orchestrator.backends.docker.exit_watch import ExitWatch
 from orchestrator.backends.docker.sandbox_etc import etc_directory
-from orchestrator.domain.errors import InputInvalid, OrchestratorError, SandboxStartFailed, SandboxUnavailable
+from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -662,12 +661,7 @@ class DockerBackend:
                 f"{handle.name} takes no launch: it is gone, was not pre-started, or was launched already",
                 details={"sandbox": handle.name},
             )
-        if spec.tty or spec.interactive:
-            raise InputInvalid(
-                "a pooled sandbox runs a command without a terminal or session", details={"field": "tty"}
-            )
-        check_spec(spec)
-        message = launch_message(spec.argv, spec.env, spec.workdir, with_stdin=spec.stdin is not None)
+        message = spec_launch_message(spec)
         sandbox.launched = True  # exactly once, whatever happens next
         data, attach = message + (spec.stdin or b""), sandbox.attach
         threading.Thread(target=attach.write_stdin, args=(data,), name=f"launch-{handle.name}", daemon=True).start()

@@ -31,9 +31,8 @@ from typing import ParamSpec, TypeVar
 
 from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.input_feed import send_to
-from orchestrator.backends._support.launch_message import launch_message
+from orchestrator.backends._support.launch_message import spec_launch_message
 from orchestrator.backends._support.output_relay import OutputRelay
-from orchestrator.backends._support.spec_checks import check_spec
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
     LABEL_DEADLINE,
@@ -71,7 +70,6 @@ from orchestrator.backends.kubernetes.preflight import cluster_checks, denies_al
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.backends.kubernetes.watch import PodWatch
 from orchestrator.domain.errors import (
-    InputInvalid,
     OrchestratorError,
     SandboxStartFailed,
     SandboxUnavailable,
@@ -805,12 +803,7 @@ class KubernetesBackend:
                 f"{handle.name} takes no launch: it is gone, was not pre-started, or was launched already",
                 details={"sandbox": handle.name},
             )
-        if spec.tty or spec.interactive:
-            raise InputInvalid(
-                "a pooled sandbox runs a command without a terminal or session", details={"field": "tty"}
-            )
-        check_spec(spec)
-        message = launch_message(spec.argv, spec.env, spec.workdir, with_stdin=spec.stdin is not None)
+        message = spec_launch_message(spec)
         pod.launched = True  # exactly once, whatever happens next
         await self._call(pod.stdio.launch, message, spec.stdin, self.settings.start_timeout_s)
 

@@ -13,6 +13,7 @@ import functools
 import io
 import logging
 import threading
+from collections.abc import Callable
 
 from orchestrator.backends._support.threads import in_daemon_thread
 from orchestrator.backends.kubernetes.channels import ChannelError, Channels
@@ -125,10 +126,7 @@ class PodStdio:
 
     def _finish_launch(self, channels: Channels, stdin: bytes) -> None:
         """The command's stdin, then the writer's end (the pod's deletion): what went wrong is logged."""
-        diagnostics = bytearray()
-
-        def keep(data: bytes) -> None:
-            diagnostics.extend(data[: max(0, RELAY_STDERR_MAX - len(diagnostics))])
+        diagnostics, keep = _diagnostics()
 
         try:
             if stdin:
@@ -166,10 +164,7 @@ class PodStdio:
                 writer.close()
 
     def _read(self, stream: str, channels: Channels) -> None:
-        diagnostics = bytearray()
-
-        def keep(data: bytes) -> None:
-            diagnostics.extend(data[: max(0, RELAY_STDERR_MAX - len(diagnostics))])
+        diagnostics, keep = _diagnostics()
 
         try:
             channels.pump(lambda data: self._sinks.deliver(stream, data), keep)
@@ -186,6 +181,17 @@ class PodStdio:
     async def until_done(self) -> None:
         """Until both outputs ended; a broken relay raises ``ChannelError``."""
         await asyncio.gather(*self.readers)
+
+
+def _diagnostics() -> tuple[bytearray, Callable[[bytes], None]]:
+    """A relay's own stderr (its diagnostics, never the command's output): the buffer and what fills it,
+    up to RELAY_STDERR_MAX."""
+    diagnostics = bytearray()
+
+    def keep(data: bytes) -> None:
+        diagnostics.extend(data[: max(0, RELAY_STDERR_MAX - len(diagnostics))])
+
+    return diagnostics, keep
 
 
 __all__ = ["ChannelError", "PodStdio"]
