@@ -3,8 +3,9 @@
  *
  * A pooled sandbox is created and started with every setting of its profile (user, capabilities,
  * seccomp, rlimits, mounts, no network: all set by the engine before this runs) and this program as its
- * command. It waits for ONE launch message on its stdin -- the engine's attach stream, opened by the
- * orchestrator before the container started, a channel no one else holds -- then applies it and execs
+ * command. It waits for ONE launch message on its stdin -- Docker: the engine's attach stream, opened by
+ * the orchestrator before the container started; Kubernetes: a named pipe whose writer the orchestrator
+ * exec'd in the pod's sidecar (nothing else runs in the pod before the launch) -- then applies it and execs
  * the command, which replaces it as PID 1 in a container no one has used. It never forks, handles no
  * signal, opens no file but /dev/null, and reads no byte past the message (what follows on stdin is the
  * command's own input).

@@ -35,12 +35,14 @@ RESIZE_WAIT_S = 2.0
 
 class ChannelError(Exception):
     """The websocket could not be opened or broke; ``status`` is the handshake's HTTP status if known;
-    ``started``: the command was seen running (opening it again would run it twice)."""
+    ``started``: the command was seen running (opening it again would run it twice); ``exited``: the
+    stream ended with the command's exit status (it ended, and said so)."""
 
-    def __init__(self, message: str, status: int | None = None, *, started: bool = False) -> None:
+    def __init__(self, message: str, status: int | None = None, *, started: bool = False, exited: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.started = started
+        self.exited = exited
 
 
 class Channels:
@@ -99,6 +101,7 @@ class Channels:
             f"the command {'ended without its start marker' if ran else 'did not start'}:"
             f" {text[:500] or 'the stream ended'}",
             started=ran,
+            exited=_exited(decoded),
         )
 
     def _frames(self) -> Iterator[tuple[int, bytes]]:

@@ -29,7 +29,7 @@ from orchestrator.backends.kubernetes.start_barrier import (
     reader_command,
     writer_command,
 )
-from orchestrator.domain.errors import SandboxUnavailable
+from orchestrator.domain.errors import SandboxUnavailable, SideEffectsIncomplete
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ class PodStdio:
         for result in opened:
             if isinstance(result, BaseException):
                 raise result
+        if self.readers:  # connected by an earlier call (a pooled pod's launcher is retried after it)
+            return
         for stream, channels in self._channels.items():
             read = functools.partial(self._read, stream, channels)
             self.readers.append(asyncio.ensure_future(in_daemon_thread(read, f"{stream}-{self._name}")))
@@ -100,9 +102,11 @@ class PodStdio:
 
     def launch(self, message: bytes, stdin: bytes | None, timeout_s: float) -> None:
         """The launch message, then the command's stdin, through the writer connected at fill, once.
-        Blocking: returns once the writer put the whole message into the init's pipe, which only a live
-        init holds (the writer said so: LAUNCHED_MARKER); the stdin goes on at the command's pace, on a
-        thread of its own. ``SandboxUnavailable`` otherwise (the init gone: the command never ran).
+        Blocking: returns once the writer put the whole message into the init's pipe, which it can only
+        while the pod's side holds it (the writer said so: LAUNCHED_MARKER); the stdin goes on at the
+        command's pace, on a thread of its own. ``SandboxUnavailable`` when the writer ended without
+        saying so (no init took a whole message: the command never ran); ``SideEffectsIncomplete`` (not
+        retryable) when the stream broke or went silent first (the command may have run).
         One thread at a time uses the stream: a TLS socket read and written at once by two threads lost
         the connection (seen once in ~12 launches)."""
         channels, self._launcher = self._launcher, None
@@ -114,9 +118,16 @@ class PodStdio:
             channels.await_marker(LAUNCHED_MARKER, timeout_s=timeout_s)
         except ChannelError as exc:
             channels.close()
-            raise SandboxUnavailable(
-                f"the pre-started sandbox {self._name} did not take its command (its init is gone: {exc}); the"
-                " command did not run",
+            if exc.exited:  # the writer ended without saying so: no whole message reached an init
+                raise SandboxUnavailable(
+                    f"the pre-started sandbox {self._name} did not take its command (its init is gone: {exc});"
+                    " the command did not run",
+                    details={"sandbox": self._name},
+                ) from exc
+            # the stream broke or went silent: the message may have reached the init, the command may run
+            raise SideEffectsIncomplete(
+                f"the launch into pre-started sandbox {self._name} broke off ({exc}): the command may have run;"
+                " not retryable as if it had not",
                 details={"sandbox": self._name},
             ) from exc
         writer = threading.Thread(
