@@ -1,9 +1,9 @@
 """The launch message a pooled sandbox's init waits for (``images/init/sandbox-init.c``, its format).
 
 The orchestrator writes it to the sandbox's stdin (Docker: the engine's attach stream it opened before the
-container started; Kubernetes: a pipe, through the writer exec'd in the pod's sidecar): argv, the environment (set over what the engine gave the init: the image's), the
-working directory, and whether the command reads the rest of that stream (its stdin) or /dev/null.
-Encoded here, checked again by the init.
+container started; Kubernetes: a pipe, through the writer exec'd in the pod's sidecar): argv, the
+environment (set over what the engine gave the init: the image's), the working directory, and whether the
+command reads the rest of that stream (its stdin) or /dev/null. Encoded here, checked again by the init.
 """
 
 from __future__ import annotations
