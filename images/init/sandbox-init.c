@@ -10,8 +10,9 @@
  * signal, opens no file but /dev/null, and reads no byte past the message (what follows on stdin is the
  * command's own input).
  *
- * The message: the 4 bytes "SBX1", the payload's length (4 bytes, big-endian, at most MAX_PAYLOAD), then
+ * The message: the 4 bytes "SBX2", the payload's length (4 bytes, big-endian, at most MAX_PAYLOAD), then
  * the payload: NUL-terminated strings, nothing after the last one:
+ *     report   "" or REPORT_LEN lowercase hex digits: a token fresh for this launch (see below)
  *     stdin    "stdin" (the command reads the rest of this stream) or "null" (it reads /dev/null)
  *     cwd      the working directory, absolute
  *     argc     decimal, 1..MAX_ITEMS, then that many arguments (the first names the program, found
@@ -22,7 +23,10 @@
  *
  * Exit statuses when the command never ran: 125 a bad or missing message, or a working directory that
  * cannot be entered; 126 the program cannot be executed; 127 it was not found (as a shell says). The
- * reason goes to stderr, prefixed "sandbox-init: ".
+ * reason goes to stderr as one line, "sandbox-init: <reason>", or, once a report token was read,
+ * "sandbox-init[<token>:<status>]: <reason>": the orchestrator's proof that the command never ran (it can then
+ * answer as a cold start that failed). The command can never forge it: the token exists only in the
+ * message, which this process consumed, and in its memory, which the execve replaced.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,13 +37,21 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAGIC "SBX1"
+#define MAGIC "SBX2"
 #define MAX_PAYLOAD (1024 * 1024)
 #define MAX_ITEMS 4096
+#define REPORT_LEN 32
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+/* the launch's report token, once read: it marks the line die() writes as this init's (see the top) */
+static const char *report = "";
+
 static void die(int status, const char *what, const char *detail) {
-    dprintf(2, "sandbox-init: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+    const char *sep = detail ? ": " : "";
+    if (report[0])
+        dprintf(2, "sandbox-init[%s:%d]: %s%s%s\n", report, status, what, sep, detail ? detail : "");
+    else
+        dprintf(2, "sandbox-init: %s%s%s\n", what, sep, detail ? detail : "");
     _exit(status);
 }
 
@@ -133,6 +145,11 @@ int main(void) {
     read_exactly((unsigned char *)payload, length);
     struct cursor c = {payload, payload + length};
 
+    char *token = next_string(&c);
+    size_t token_len = strlen(token);
+    if (token_len != 0 && (token_len != REPORT_LEN || strspn(token, "0123456789abcdef") != REPORT_LEN))
+        die(125, "malformed launch message", "a bad report token");
+    report = token;
     char *mode = next_string(&c);
     int with_stdin = strcmp(mode, "stdin") == 0;
     if (!with_stdin && strcmp(mode, "null") != 0)

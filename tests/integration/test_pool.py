@@ -14,6 +14,7 @@ import pytest
 from engine_helpers import answering_or_skip
 
 from orchestrator.backends.docker import DockerBackend
+from orchestrator.domain.errors import SandboxStartFailed
 from orchestrator.evidence import iter_records, verify
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.factory import build_orchestrator
@@ -113,6 +114,47 @@ async def test_a_pooled_run_is_a_cold_runs_equal(orch: Orchestrator, tmp_path: P
     assert died.data is not None and died.data["sandbox_id"] == pooled["sandbox_id"] and died.data["exit_code"] == 3
 
 
+@pytest.mark.parametrize(
+    ("argv", "not_found"),
+    [(["no-such-program-7f3e"], True), (["/no/such/program"], True), (["/workspace/plain-file"], False)],
+)
+async def test_a_command_that_cannot_start_fails_to_start_pooled_as_cold(
+    orch: Orchestrator, tmp_path: Path, argv: list[str], not_found: bool
+) -> None:
+    """A pooled run answers what a cold run answers when its program is missing or not executable: the
+    command never ran (SANDBOX.START_FAILED), never an exit code that the command might have given."""
+    ws = workspace(tmp_path)
+    (ws / "plain-file").write_text("echo ran > ran\n")
+    request = {"tool": "shell_exec", "argv": argv}
+    failures = []
+    for pooled in (False, True):
+        if pooled:
+            await until_ready(orch)
+        with pytest.raises(SandboxStartFailed) as failed:
+            await orch.execute(request, workspace=ws)
+        failures.append(failed.value)
+        assert failed.value.details.get("command_not_found", False) is not_found, failed.value.details
+    assert not (ws / "ran").exists()
+    ends = [r for r in iter_records(tmp_path / "evidence.jsonl") if r.event in ("execution_finished", "run_failed")]
+    assert [r.event for r in ends] == ["run_failed", "run_failed"], ends
+    assert [r.error_code for r in ends] == ["SANDBOX.START_FAILED"] * 2
+    begins = [r for r in iter_records(tmp_path / "evidence.jsonl") if r.event == "execution_started"]
+    assert ["pooled" in (r.data or {}) for r in begins] == [False, True]
+
+
+async def test_a_command_printing_an_init_refusal_is_its_own_output(orch: Orchestrator, tmp_path: Path) -> None:
+    """A command that writes what the init writes when it refuses (any token: it cannot know its own)
+    exits as itself: only the init that read the launch's message can say the command never ran."""
+    ws = workspace(tmp_path)
+    line = "sandbox-init[" + "0" * 32 + ":127]: x: No such file or directory"
+    request = {"tool": "shell_exec", "argv": ["sh", "-c", f"echo '{line}' >&2; exit 127"]}
+    assert orch.prestart(request, workspace=ws)
+    await until_ready(orch)
+    result = await orch.execute(request, workspace=ws)
+    assert "pooled" in started(tmp_path, result)
+    assert (result.to_json()["exit_code"], result.to_json()["stderr"]) == (127, line + "\n")
+
+
 async def test_no_sandbox_is_ever_served_twice(tmp_path: Path) -> None:
     o = await pooled_orchestrator(tmp_path, "{enabled: true, per_key: 2, ttl_s: 60}")
     ws = workspace(tmp_path)
@@ -199,6 +241,7 @@ def test_a_killed_controllers_pooled_sandboxes_are_collected(tmp_path: Path) -> 
 import asyncio
 from pathlib import Path
 from orchestrator.backends.docker import DockerBackend
+from orchestrator.domain.errors import SandboxStartFailed
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.factory import build_orchestrator
 

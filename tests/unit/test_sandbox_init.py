@@ -14,7 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from init_build import SOURCE, compile_init
 
-from orchestrator.backends._support.launch_message import MAGIC, MAX_ITEMS, MAX_PAYLOAD, launch_message
+from orchestrator.backends._support.launch_message import (
+    MAGIC,
+    MAX_ITEMS,
+    MAX_PAYLOAD,
+    InitRefusal,
+    init_refusal,
+    launch_message,
+    new_report_token,
+)
+from orchestrator.backends.base import StreamCapture
 from orchestrator.domain.errors import InputInvalid
 
 
@@ -27,6 +36,10 @@ def run(init: Path, data: bytes, cwd: Path | None = None) -> subprocess.Complete
     # its own environment stands for what the engine gives a container created with no variables
     env = {"PATH": "/usr/bin:/bin", "FROM_IMAGE": "kept", "LANG": "C"}
     return subprocess.run([str(init)], input=data, capture_output=True, timeout=10, env=env, cwd=cwd, check=False)
+
+
+def capture(data: bytes) -> StreamCapture:
+    return StreamCapture(data, len(data), False)
 
 
 def raw(*parts: bytes) -> bytes:
@@ -62,6 +75,32 @@ def test_without_stdin_the_command_reads_dev_null_not_the_stream(init: Path) -> 
     assert (done.returncode, done.stdout.strip()) == (0, b"0")
 
 
+def test_a_refusal_under_a_report_token_is_the_inits_own_line(init: Path) -> None:
+    token = new_report_token()
+    refused = run(init, launch_message(["no-such-program-7f3e"], {"PATH": "/bin"}, "/", with_stdin=False, report=token))
+    assert refused.returncode == 127
+    assert refused.stderr == f"sandbox-init[{token}:127]: no-such-program-7f3e: No such file or directory\n".encode()
+    said = init_refusal(token, capture(refused.stdout), capture(refused.stderr))
+    assert said == InitRefusal(status=127, reason="no-such-program-7f3e: No such file or directory")
+    # another launch's token, or the same line under no token, proves nothing
+    assert init_refusal(new_report_token(), capture(refused.stdout), capture(refused.stderr)) is None
+    assert init_refusal("", capture(refused.stdout), capture(refused.stderr)) is None
+
+
+def test_a_command_that_prints_the_line_is_not_a_refusal(init: Path) -> None:
+    """Whatever the command writes, it cannot know its launch's token: its output is never the init's."""
+    token = new_report_token()
+    guess = "sandbox-init[" + "0" * 32 + ":127]: x: No such file or directory"
+    script = f"echo '{guess}' >&2; cat /proc/self/environ /proc/1/cmdline >&2 2>/dev/null; exit 127"
+    ran = run(init, launch_message(["sh", "-c", script], {"PATH": "/bin"}, "/", with_stdin=False, report=token))
+    assert ran.returncode == 127 and token.encode() not in ran.stderr
+    assert init_refusal(token, capture(ran.stdout), capture(ran.stderr)) is None
+    # nor is a refusal line behind output on stdout, or one cut by the cap
+    line = f"sandbox-init[{token}:127]: x\n".encode()
+    assert init_refusal(token, capture(b"out"), capture(line)) is None
+    assert init_refusal(token, capture(b""), StreamCapture(line, len(line) + 10, True)) is None
+
+
 @pytest.mark.parametrize(
     ("argv", "cwd", "status", "said"),
     [
@@ -85,27 +124,30 @@ def test_a_command_that_cannot_run_says_why_like_a_shell(
 
 
 def canary_message(canary: Path) -> list[bytes]:
-    return [b"null", b"/", b"2", b"touch", str(canary).encode(), b"1", b"PATH=/usr/bin:/bin"]
+    return [b"", b"null", b"/", b"2", b"touch", str(canary).encode(), b"1", b"PATH=/usr/bin:/bin"]
 
 
 @pytest.mark.parametrize(
     "mangle",
     [
-        lambda parts: b"SBX2" + raw(*parts)[4:],  # magic
+        lambda parts: b"SBX1" + raw(*parts)[4:],  # magic (the first version's: no report token)
         lambda parts: MAGIC + struct.pack(">I", 0),  # empty payload
         lambda parts: MAGIC + struct.pack(">I", MAX_PAYLOAD + 1) + b"x" * 64,  # too long
         lambda parts: raw(*parts)[:-3],  # cut short
         lambda parts: raw(*parts)[:8],  # header only
         lambda parts: raw(*parts[:-1]),  # a string missing
         lambda parts: raw(*parts) + b"",  # (well formed: the control case, see below)
-        lambda parts: raw(b"both", *parts[1:]),  # stdin mode
-        lambda parts: raw(parts[0], b"relative", *parts[2:]),
-        lambda parts: raw(*parts[:2], b"-2", *parts[3:]),  # counts: sign, junk, zero, too many
-        lambda parts: raw(*parts[:2], b"+2", *parts[3:]),
-        lambda parts: raw(*parts[:2], b"2x", *parts[3:]),
-        lambda parts: raw(*parts[:2], b"0", *parts[3:]),
-        lambda parts: raw(*parts[:2], str(MAX_ITEMS + 1).encode(), *parts[3:]),
-        lambda parts: raw(*parts[:2], b"1", b"", *parts[4:]),  # an empty program name
+        lambda parts: raw(b"0" * 31, *parts[1:]),  # report tokens: too short, upper case, not hex
+        lambda parts: raw(b"A" * 32, *parts[1:]),
+        lambda parts: raw(b"g" * 32, *parts[1:]),
+        lambda parts: raw(parts[0], b"both", *parts[2:]),  # stdin mode
+        lambda parts: raw(*parts[:2], b"relative", *parts[3:]),
+        lambda parts: raw(*parts[:3], b"-2", *parts[4:]),  # counts: sign, junk, zero, too many
+        lambda parts: raw(*parts[:3], b"+2", *parts[4:]),
+        lambda parts: raw(*parts[:3], b"2x", *parts[4:]),
+        lambda parts: raw(*parts[:3], b"0", *parts[4:]),
+        lambda parts: raw(*parts[:3], str(MAX_ITEMS + 1).encode(), *parts[4:]),
+        lambda parts: raw(*parts[:3], b"1", b"", *parts[5:]),  # an empty program name
         lambda parts: raw(*parts[:-1], b"NO_EQUALS"),
         lambda parts: raw(*parts[:-1], b"=value"),
         lambda parts: raw(*parts, b"trailing"),
@@ -139,6 +181,8 @@ def test_what_the_init_cannot_carry_is_refused_before_it_is_sent() -> None:
         launch_message(["x\0y"], {}, "/", with_stdin=False)
     with pytest.raises(InputInvalid):
         launch_message(["x"], {}, "relative", with_stdin=False)
+    with pytest.raises(ValueError, match="report token"):
+        launch_message(["x"], {}, "/", with_stdin=False, report="not-a-token")
     assert os.path.basename(str(SOURCE)) == "sandbox-init.c"
 
 

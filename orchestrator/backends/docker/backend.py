@@ -28,7 +28,7 @@ from typing import ParamSpec, TypeVar
 
 from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.input_feed import InputFeed, send_to
-from orchestrator.backends._support.launch_message import spec_launch_message
+from orchestrator.backends._support.launch_message import init_refusal, new_report_token, spec_launch_message
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends._support.threads import ThreadPump, in_daemon_thread
@@ -109,6 +109,7 @@ class _Sandbox:
     feed: InputFeed | None = None  # a session's stdin (LaunchSpec.interactive), once started
     pooled: bool = False  # pre-started: its init waits for launch()
     launched: bool = False
+    report: str = ""  # the launch's report token: the init's refusal line carries it (launch_message)
     init_pidfd: int | None = None  # a pooled sandbox's init, when this process sees its pid
 
 
@@ -484,7 +485,15 @@ class DockerBackend:
                 f"the output stream of {handle.name} broke off inside a frame",
                 details={"sandbox": handle.name, "endpoint": self._endpoint.url},
             )
-        return stdout.result(), stderr.result()
+        captured = stdout.result(), stderr.result()
+        refusal = init_refusal(sandbox.report, *captured)
+        if refusal is not None:  # a pooled sandbox's init ran nothing: what a cold start's refusal says
+            raise SandboxStartFailed(
+                f"the engine could not start the command in sandbox {handle.name}: {refusal.reason}",
+                details={"sandbox": handle.name, "init_status": refusal.status}
+                | ({"command_not_found": True} if refusal.status == 127 else {}),
+            )
+        return captured
 
     async def wait(self, handle: SandboxHandle) -> int:
         sandbox = self._sandboxes.get(handle.sandbox_id)
@@ -661,7 +670,8 @@ class DockerBackend:
                 f"{handle.name} takes no launch: it is gone, was not pre-started, or was launched already",
                 details={"sandbox": handle.name},
             )
-        message = spec_launch_message(spec)
+        sandbox.report = new_report_token()
+        message = spec_launch_message(spec, report=sandbox.report)
         sandbox.launched = True  # exactly once, whatever happens next
         data, attach = message + (spec.stdin or b""), sandbox.attach
         threading.Thread(target=attach.write_stdin, args=(data,), name=f"launch-{handle.name}", daemon=True).start()
