@@ -242,7 +242,10 @@ class WorkspaceMeter:
                 os.close(fd)
         self._stop_r = self._stop_w = -1
         if self._inotify is not None:
-            self._inotify.close()
+            # closing an inotify descriptor waits for the kernel's SRCU grace period (0-25 ms measured): off
+            # the run's path, the figures need nothing more from it
+            threading.Thread(target=self._inotify.close, name="meter-close", daemon=True).start()
+            self._inotify = None
         if self._cursor is not None:
             self._cursor.close()
         if self._root_fd >= 0:

@@ -244,9 +244,9 @@ async def run_in_sandbox(
     live = None if on_output is None else LiveOutput(redactor, profile, on_output, on_capped)
     launched_at: datetime | None = None
     try:
-        await ready.wait()
-        if meter is not None:  # the watches are set up while the engine creates the container
+        if meter is not None:  # the watches are set up while the events are subscribed to and the sandbox made
             meter_started = asyncio.ensure_future(asyncio.to_thread(meter.start))
+        await ready.wait()
         handle = pooled.handle if pooled is not None else await backend.create(spec)
         capture_task = asyncio.create_task(
             backend.capture(
