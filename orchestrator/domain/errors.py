@@ -138,6 +138,15 @@ class SideEffectsIncomplete(OrchestratorError):
     http_status = None
 
 
+class SandboxRestricted(OrchestratorError):
+    """The command failed where the sandbox held it back: an egress connection the proxy refused, a write
+    to the read-only root. ``details["denied"]`` says what; ``details["escalation"]`` is what a new request
+    may ask for (with ``retry_of``: the failed execution), through policy and approval like any other."""
+
+    code = "SANDBOX.RESTRICTED"
+    http_status = None
+
+
 class ExecutionCancelled(OrchestratorError):
     code = "EXECUTION.CANCELLED"
     exit_code = 130

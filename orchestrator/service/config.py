@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.approvals.auto import AutoApprove
 from orchestrator.approvals.rules import ApprovalRule, GrantOutcome
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.gate.config import SafetyConfig, default_safety_config, with_defaults
@@ -29,6 +30,10 @@ class ApprovalsSection(BaseModel):
     )
     default: GrantOutcome = Field(default="denied", description="For provider: rules, when no rule matches.")
     queue_path: str | None = Field(default=None, description="For provider: queue; default in the state dir.")
+    auto_approve: AutoApprove = Field(
+        default_factory=AutoApprove,
+        description="Asks approved without anyone (approver 'auto'), per tenant or tool: whatever the provider.",
+    )
 
 
 class EvidenceSection(BaseModel):

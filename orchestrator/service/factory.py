@@ -92,6 +92,7 @@ def build_orchestrator(
         caps=config.caps,
         governing=governing,
         pool=config.pool,
+        auto_approve=config.approvals.auto_approve,
     )
 
 

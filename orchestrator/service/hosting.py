@@ -89,6 +89,7 @@ class Service:
                 caps=config.caps,
                 governing=governing,
                 pool=config.pool,
+                auto_approve=config.approvals.auto_approve,
             )
             uid, gid = (int(x) for x in section.workspace_owner.split(":"))
             root = Path(section.workspaces) if section.workspaces else Path(state_dir()) / "workspaces"

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.approvals.auto import AutoApprove
 from orchestrator.approvals.base import ApprovalProvider, SettlesInStore, decide, is_suspend
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
 from orchestrator.backends._support.launch_message import launch_message
@@ -147,6 +148,7 @@ class Orchestrator:
         caps: ProfileCaps | None = None,
         governing: tuple[Governing, ...] = (),
         pool: PoolSettings | None = None,
+        auto_approve: AutoApprove | None = None,
     ) -> None:
         # what is typed into sessions is digested under a key kept beside the evidence (evidence.input_key)
         self.gate = Gate(policy, workspace=workspace, input_key=functools.cache(lambda: load_input_key(evidence.path)))
@@ -155,6 +157,7 @@ class Orchestrator:
         self.governing = governing
         self.evidence = evidence
         self.approvals = approvals
+        self.auto_approve = auto_approve or AutoApprove()  # asks of trusted tenants or tools, approved without anyone
         self.grants = grants or SessionGrants()
         self.backend = backend
         self.profiles = profiles
@@ -379,6 +382,11 @@ class Orchestrator:
             await self._record_approval(execution_id, gate, cached, cached=True, durable=durable)
             _tell(observer, "approval_settled", execution_id, cached)
             return cached
+        auto = self.auto_approve.decide(request.tenant, request.tool)
+        if auto is not None:  # a trusted tenant's or tool's ask: approved without anyone, on the record as such
+            await self._record_approval(execution_id, gate, auto, cached=False, durable=durable)
+            _tell(observer, "approval_settled", execution_id, auto)
+            return auto
 
         if self.approvals is None:
             raise await self._refuse(
