@@ -17,6 +17,7 @@ from orchestrator.api.auth import RateLimiter, TokenBook
 from orchestrator.api.connections import SERVED, ConnectionGuard, mark_served
 from orchestrator.api.errors import answer
 from orchestrator.api.events import EventHub
+from orchestrator.api.grant_handlers import GRANT_BOOK
 from orchestrator.api.keys import EVENTS, LIMITER, METRICS, OPENAPI, PRINCIPAL, SERVICE, TOKENS
 from orchestrator.api.metrics import ServiceMetrics
 from orchestrator.api.openapi import build_document
@@ -53,6 +54,8 @@ def build_app(service: Service) -> web.Application:
     metrics = ServiceMetrics()
     hub = EventHub()
     app[SERVICE] = service
+    if service.orchestrator.budget_grants is not None:
+        app[GRANT_BOOK] = service.orchestrator.budget_grants  # the one the runs reserve with
     app[TOKENS] = TokenBook(service.credentials)
     app[LIMITER] = RateLimiter(service.limits.rate_per_s, service.limits.burst)
     app[METRICS] = metrics

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from aiohttp import web
 from pydantic import BaseModel
 
-from orchestrator.api import handlers, session_handlers
+from orchestrator.api import grant_handlers, handlers, session_handlers
+from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView
 from orchestrator.domain.wire import (
     ApprovalAnswer,
     ApprovalDecisionBody,
@@ -55,6 +56,7 @@ class Route:
 
 _ID = Param("id", "path", "The execution's id (also its approval's id).", required=True)
 _SESSION = Param("id", "path", "The session's id (the session_id its opening answered with).", required=True)
+_GRANT = Param("id", "path", "The grant's id (grt_...).", required=True)
 
 ROUTES: tuple[Route, ...] = (
     Route(
@@ -175,6 +177,61 @@ ROUTES: tuple[Route, ...] = (
         response=ApprovalAnswer,
         params=(_ID,),
         errors=(400, 401, 403, 404, 409, 429),
+    ),
+    Route(
+        "POST",
+        "/v1/grants",
+        grant_handlers.create_grant,
+        "Issue a grant: the tenant's requests matching its conditions run without asking, until its expiry,"
+        " within its budgets (admin; approver for its own tenants).",
+        body=GrantRequest,
+        response=GrantView,
+        success=201,
+        errors=(400, 401, 403, 413, 429),
+    ),
+    Route(
+        "GET",
+        "/v1/grants",
+        grant_handlers.list_grants,
+        "The grants of the caller's tenants, oldest first (admin; approver).",
+        response=GrantList,
+        params=(
+            Param("state", "query", "Only grants in this state: active, revoked, exhausted, expired."),
+            Param("tenant", "query", "Only this tenant's."),
+        ),
+        errors=(400, 401, 403, 429),
+    ),
+    Route(
+        "GET",
+        "/v1/grants/{id}",
+        grant_handlers.get_grant,
+        "One grant: its terms, state, what it used, what runs under it hold, what is left.",
+        response=GrantView,
+        params=(_GRANT,),
+        errors=(401, 403, 404, 429),
+    ),
+    Route(
+        "DELETE",
+        "/v1/grants/{id}",
+        grant_handlers.revoke_grant,
+        'Revoke a grant: no new run is covered from now on (an optional JSON body {"reason": ...} is kept with'
+        " it); revoking again keeps the first revocation.",
+        response=GrantView,
+        params=(_GRANT,),
+        errors=(400, 401, 403, 404, 413, 429),
+    ),
+    Route(
+        "GET",
+        "/v1/grants/{id}/charges",
+        grant_handlers.grant_charges,
+        "A grant's ledger, oldest first: each run it covered, settled (usage charged) or released (nothing).",
+        response=GrantChargePage,
+        params=(
+            _GRANT,
+            Param("limit", "query", "Page size.", "integer"),
+            Param("cursor", "query", "From a previous page's next_cursor."),
+        ),
+        errors=(400, 401, 403, 404, 429),
     ),
     Route(
         "GET",

@@ -11,6 +11,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 
+def egress_grant_key(pattern: str) -> str:
+    """The session grant of one egress host:port pattern (canonical), kept beside approval keys: an
+    approved_for_session answer approves the hosts it was asked about for the rest of that session."""
+    return f"egress:{pattern}"
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     tenant: str

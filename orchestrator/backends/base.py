@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
+from orchestrator.egress import EgressProxy, EgressRoute
 from orchestrator.profiles import ResolvedProfile
 
 MANAGED_BY = "sandbox-orchestrator"
@@ -56,6 +57,8 @@ class LaunchSpec:
     # a pre-started sandbox (PooledBackend): its command is sandbox-init, waiting for launch(); argv, env,
     # workdir and stdin here are unused (the launch's spec brings them), everything else is the sandbox's
     pooled: bool = False
+    # the run's egress (EgressBackend), when its profile allows some: served from open_egress() to destroy()
+    egress: EgressRoute | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +262,24 @@ class PooledBackend(Protocol):
     def still_waiting(self, handle: SandboxHandle) -> bool | None:
         """Whether the pooled sandbox's init still waits, when this process can tell without asking the
         engine (its pid, watched); None when it cannot (the caller inspects)."""
+        ...
+
+
+@runtime_checkable
+class EgressBackend(Protocol):
+    """What a backend adds for sandboxes with an egress allowlist (``ResolvedProfile.network`` allowlist): the
+    egress proxy becomes the sandbox's only route. The sandbox is made like a pre-started one (``LaunchSpec
+    .pooled``: its init waits), ``open_egress`` puts the proxy in its reach, then ``launch`` runs the command.
+    The route is served until ``destroy``, which closes it (every connection's record emitted) first."""
+
+    def egress_problem(self, profile: ResolvedProfile) -> str | None:
+        """Why this backend, as configured, cannot give sandboxes of ``profile`` the proxy as their one route
+        (None: it can). Never a weaker network instead: the caller answers SANDBOX.UNAVAILABLE."""
+        ...
+
+    async def open_egress(self, handle: SandboxHandle, route: EgressRoute, proxy: EgressProxy) -> str:
+        """Serve ``route`` to the started, still waiting sandbox through ``proxy``; returns the proxy's URL as
+        the command must be given it (``HTTP_PROXY``). SANDBOX.UNAVAILABLE if it cannot."""
         ...
 
 

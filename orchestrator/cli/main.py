@@ -15,6 +15,7 @@ from orchestrator.cli import (
     approvals_cmd,
     check_cmd,
     evidence_cmd,
+    grants_cmd,
     ops_cmd,
     profiles_cmd,
     run_cmd,
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     session_cmd.register(sub)
     evidence_cmd.register(sub)
     approvals_cmd.register(sub)
+    grants_cmd.register(sub)
     profiles_cmd.register(sub)
     ops_cmd.register(sub)
     warm_cmd.register(sub)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import builtins
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Self
 
 import aiohttp
 
 from orchestrator.client import core
 from orchestrator.domain.errors import SandboxUnavailable
+from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView
 from orchestrator.domain.wire import (
     ApprovalAnswer,
     ApprovalList,
@@ -99,6 +101,30 @@ class AsyncClient:
 
     async def whoami(self) -> Identity:
         return core.decode(Identity, *await self._send(core.whoami()))
+
+    # -- grants (admin; approver for its own tenants) ----------------------------------------------
+    async def create_grant(self, request: GrantRequest | Mapping[str, object]) -> GrantView:
+        """Issue a grant: the tenant's requests matching its conditions run without asking, until its expiry,
+        within its budgets."""
+        return core.decode(GrantView, *await self._send(core.create_grant(request)))
+
+    async def list_grants(self, *, state: str | None = None, tenant: str | None = None) -> builtins.list[GrantView]:
+        """The grants of the token's tenants (or ``tenant``'s), oldest first; ``state``: active, revoked,
+        exhausted or expired."""
+        return core.decode(GrantList, *await self._send(core.list_grants(state, tenant))).items
+
+    async def get_grant(self, grant_id: str) -> GrantView:
+        return core.decode(GrantView, *await self._send(core.get_grant(grant_id)))
+
+    async def revoke_grant(self, grant_id: str, reason: str = "") -> GrantView:
+        """No new run is covered from now on; revoking again keeps the first revocation."""
+        return core.decode(GrantView, *await self._send(core.revoke_grant(grant_id, reason)))
+
+    async def grant_charges(
+        self, grant_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> GrantChargePage:
+        """The grant's ledger, oldest first (``next_cursor`` for the next page)."""
+        return core.decode(GrantChargePage, *await self._send(core.grant_charges(grant_id, limit, cursor)))
 
     # -- interactive sessions (exec_command / write_stdin) ----------------------------------------
     async def open_session(self, request: Any) -> SessionAnswer:

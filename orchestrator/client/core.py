@@ -4,6 +4,7 @@ answers and errors, and the SSE parser. The fronts only move bytes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
@@ -11,6 +12,7 @@ from urllib.parse import quote, urlencode
 from pydantic import BaseModel
 
 from orchestrator.domain.errors import OrchestratorError, error_class
+from orchestrator.domain.grants import GrantRequest
 from orchestrator.domain.wire import (
     ExecutionView,
     OutputChunk,
@@ -92,6 +94,30 @@ def resize(session_id: str, rows: int, cols: int) -> Call:
 
 def close_session(session_id: str) -> Call:
     return Call("DELETE", f"/v1/sessions/{_id(session_id)}")
+
+
+# -- grants (admin; approver for its own tenants) ----------------------------------------------------
+def create_grant(request: GrantRequest | Mapping[str, object]) -> Call:
+    """A GrantRequest, or its fields as a mapping (checked by the service: INPUT.INVALID names the field)."""
+    body = request.model_dump(mode="json", exclude_none=True) if isinstance(request, GrantRequest) else dict(request)
+    return Call("POST", "/v1/grants", body=body)
+
+
+def list_grants(state: str | None, tenant: str | None) -> Call:
+    return Call("GET", "/v1/grants", {k: v for k, v in (("state", state), ("tenant", tenant)) if v})
+
+
+def get_grant(grant_id: str) -> Call:
+    return Call("GET", f"/v1/grants/{_id(grant_id)}")
+
+
+def revoke_grant(grant_id: str, reason: str) -> Call:
+    return Call("DELETE", f"/v1/grants/{_id(grant_id)}", body={"reason": reason} if reason else None)
+
+
+def grant_charges(grant_id: str, limit: int | None, cursor: str | None) -> Call:
+    query = {k: v for k, v in (("limit", str(limit) if limit else None), ("cursor", cursor)) if v}
+    return Call("GET", f"/v1/grants/{_id(grant_id)}/charges", query)
 
 
 def yield_timeout(call: Call, timeout_s: float) -> float:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import builtins
 import http.client
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Self
 from urllib.parse import urlsplit
 
 from orchestrator.client import core
 from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
+from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView
 from orchestrator.domain.wire import (
     ApprovalAnswer,
     ApprovalList,
@@ -94,6 +96,28 @@ class Client:
 
     def whoami(self) -> Identity:
         return core.decode(Identity, *self._send(core.whoami()))
+
+    # -- grants (admin; approver for its own tenants) ----------------------------------------------
+    def create_grant(self, request: GrantRequest | Mapping[str, object]) -> GrantView:
+        """Issue a grant: the tenant's requests matching its conditions run without asking, until its expiry,
+        within its budgets."""
+        return core.decode(GrantView, *self._send(core.create_grant(request)))
+
+    def list_grants(self, *, state: str | None = None, tenant: str | None = None) -> builtins.list[GrantView]:
+        """The grants of the token's tenants (or ``tenant``'s), oldest first; ``state``: active, revoked,
+        exhausted or expired."""
+        return core.decode(GrantList, *self._send(core.list_grants(state, tenant))).items
+
+    def get_grant(self, grant_id: str) -> GrantView:
+        return core.decode(GrantView, *self._send(core.get_grant(grant_id)))
+
+    def revoke_grant(self, grant_id: str, reason: str = "") -> GrantView:
+        """No new run is covered from now on; revoking again keeps the first revocation."""
+        return core.decode(GrantView, *self._send(core.revoke_grant(grant_id, reason)))
+
+    def grant_charges(self, grant_id: str, *, limit: int | None = None, cursor: str | None = None) -> GrantChargePage:
+        """The grant's ledger, oldest first (``next_cursor`` for the next page)."""
+        return core.decode(GrantChargePage, *self._send(core.grant_charges(grant_id, limit, cursor)))
 
     # -- interactive sessions (exec_command / write_stdin) ----------------------------------------
     def open_session(self, request: Any) -> SessionAnswer:

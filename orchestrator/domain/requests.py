@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from orchestrator.domain.errors import InputInvalid
+from orchestrator.domain.hosts import parse_pattern
 from orchestrator.domain.text import has_surrogates
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -108,21 +109,48 @@ class ExtraMount(_Frozen):
         return _kernel_string(value, "a mount path", MAX_PATH_BYTES)
 
 
+#: the most egress hosts one request may ask for, and the longest pattern text
+MAX_EGRESS_HOSTS = 64
+EgressHostText = Annotated[str, StringConstraints(min_length=1, max_length=300), _TEXT]
+
+
 class SandboxPermissions(_Frozen):
     """Escalations beyond the profile. Any of them makes the policy ask."""
 
-    network: bool = Field(default=False, description="Ask for network access.")
+    network: bool | tuple[EgressHostText, ...] = Field(
+        default=False,
+        description="Egress this request needs beyond its profile: host:port patterns ('pypi.org:443', "
+        "'*.example.com:443'), reached through the egress proxy; asked about unless the policy allows them. "
+        "true asks for unrestricted network, which is never given.",
+    )
     writable_root: bool = Field(default=False, description="Ask for a writable root filesystem.")
     extra_mounts: tuple[ExtraMount, ...] = Field(default=(), max_length=64, description="Ask for extra host mounts.")
 
+    @field_validator("network")
+    @classmethod
+    def _hosts(cls, value: bool | tuple[str, ...]) -> bool | tuple[str, ...]:
+        if isinstance(value, bool):
+            return value
+        if len(value) > MAX_EGRESS_HOSTS:
+            raise ValueError(f"at most {MAX_EGRESS_HOSTS} egress hosts")
+        # one spelling each, sorted: the same hosts asked in any order or case are the same ask (its key)
+        return tuple(sorted({parse_pattern(text).canonical for text in value}))
+
+    @property
+    def egress_hosts(self) -> tuple[str, ...]:
+        """The host:port patterns asked for, canonical and sorted."""
+        return self.network if isinstance(self.network, tuple) else ()
+
     @property
     def any(self) -> bool:
-        return self.network or self.writable_root or bool(self.extra_mounts)
+        return bool(self.network) or self.writable_root or bool(self.extra_mounts)
 
     def asked(self) -> list[str]:
         out = []
-        if self.network:
+        if self.network is True:
             out.append("network")
+        elif self.network:
+            out.append(f"network: {', '.join(self.network)}")
         if self.writable_root:
             out.append("writable_root")
         out.extend(f"mount:{m.source}->{m.target}:{'ro' if m.read_only else 'rw'}" for m in self.extra_mounts)
@@ -142,6 +170,11 @@ class _RequestBase(_Frozen):
     subject: Name = Field(default="anonymous", description="Who asks.")
     call_id: OptionalName | None = Field(default=None, description="The agent's tool-call id.")
     session_id: OptionalName | None = Field(default=None, description="Agent or exec session id.")
+    retry_of: OptionalName | None = Field(
+        default=None,
+        description="The execution this one retries after it ended SANDBOX.RESTRICTED, asking for the escalation "
+        "it needed (linked in the evidence; asked about like any request).",
+    )
 
     @field_validator("env", mode="before")
     @classmethod

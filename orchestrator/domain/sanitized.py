@@ -64,7 +64,7 @@ class KeyedDigest(_Frozen):
 
 
 class SanitizedPermissions(_Frozen):
-    network: bool = False
+    network: bool | list[str] = Field(default=False, description="true: unrestricted; a list: host:port patterns.")
     writable_root: bool = False
     extra_mounts: list[str] = Field(default_factory=list, description="source->target:ro|rw")
 
@@ -76,6 +76,7 @@ class RequestContext(_Frozen):
     subject: str
     call_id: str | None = None
     session_id: str | None = None
+    retry_of: str | None = Field(default=None, description="The restricted execution this request retries.")
 
 
 class SanitizedRequest(_Frozen):
@@ -98,6 +99,11 @@ class SanitizedRequest(_Frozen):
     content: ContentDigest | None = None
     patch: ContentDigest | None = None
     patch_paths: list[str] | None = Field(default=None, description="apply_patch: best-effort file paths.")
+    egress: list[str] | None = Field(
+        default=None,
+        description="Exec tools: every host:port pattern the run may reach through the egress proxy, its "
+        "profile's and the request's (canonical, sorted); None when it reaches nothing.",
+    )
     # derived, for gating and audit
     intent: Intent | None = None
     risk: Risk

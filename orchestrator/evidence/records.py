@@ -60,6 +60,12 @@ class EventType(StrEnum):
     SANDBOX_POOLED = "sandbox_pooled"
     SANDBOX_CLAIMED = "sandbox_claimed"
     SANDBOX_DISCARDED = "sandbox_discarded"
+    # egress through our proxy (issue 12): each connection attempt of a sandbox, allowed or refused, with its
+    # host, port and byte counts (never a path or payload); past a per-execution bound, a summary counts them
+    EGRESS_CONNECTION = "egress_connection"
+    EGRESS_SUMMARY = "egress_summary"
+    # grants with budgets: what an execution's real usage took from the grant that covered it
+    GRANT_CHARGED = "grant_charged"
     # written by the evidence writer itself (no execution): a torn last line was quarantined
     EVIDENCE_RECOVERED = "evidence_recovered"
 

@@ -9,11 +9,19 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from orchestrator.domain.decisions import Decision, Mode
+from orchestrator.domain.hosts import parse_pattern
 from orchestrator.domain.sanitized import RiskLevelName
 from orchestrator.gate.matching import MatchConditions, check_pattern
 from orchestrator.yamlfile import load_yaml_mapping, parse_yaml, validate
 
 CommandPatternText = Annotated[str, AfterValidator(check_pattern)]
+
+
+def _egress_pattern(text: str) -> str:
+    return parse_pattern(text).canonical
+
+
+EgressPatternText = Annotated[str, AfterValidator(_egress_pattern)]
 
 
 class PolicyRule(MatchConditions):
@@ -39,6 +47,11 @@ class SafetyConfig(BaseModel):
         default="medium",
         description="An allowlist hit, or an allow rule without its own risk condition, asks instead when"
         " the risk is higher than this.",
+    )
+    network_allow: list[EgressPatternText] = Field(
+        default_factory=list,
+        description="host:port patterns any run may reach through the egress proxy without asking (a profile's "
+        "or request's host not covered here is an escalation the gate asks about).",
     )
     trusted_program_dirs: list[str] = Field(
         default_factory=lambda: ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"],

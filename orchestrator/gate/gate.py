@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +65,19 @@ class Gate:
         self.default_profile = default_profile
         self.input_key = input_key  # write_stdin's digest is keyed with it (sanitize.keyed_digest)
 
-    def evaluate(self, request: Request) -> GateResult:
-        sanitized, analysis = sanitize(request, workspace=self.workspace, input_key=self.input_key)
-        decision = self.policy.current().decide(sanitized, analysis, profile=request.profile or self.default_profile)
+    def evaluate(
+        self,
+        request: Request,
+        *,
+        profile_egress: Sequence[str] = (),
+        egress_approved: Collection[str] = (),
+    ) -> GateResult:
+        """``profile_egress``: the canonical egress patterns of the request's profile (they are part of what is
+        asked); ``egress_approved``: patterns approved earlier in the request's session (not asked again)."""
+        sanitized, analysis = sanitize(
+            request, workspace=self.workspace, input_key=self.input_key, profile_egress=profile_egress
+        )
+        decision = self.policy.current().decide(
+            sanitized, analysis, profile=request.profile or self.default_profile, egress_approved=egress_approved
+        )
         return GateResult(sanitized, analysis, decision, approval_key(sanitized))

@@ -19,12 +19,14 @@ import os
 import posixpath
 import re
 import shlex
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.domain.canonical import canonical_sha256
 from orchestrator.domain.decisions import Decision, Mode, PolicyDecision
 from orchestrator.domain.errors import ConfigInvalid
+from orchestrator.domain.hosts import Allowlist, parse_pattern
 from orchestrator.domain.sanitized import RiskLevel, SanitizedRequest
 from orchestrator.gate.commands import CommandPattern, ParsedCommand, parse_command, program_name
 from orchestrator.gate.config import PolicyRule, SafetyConfig, default_safety_config, load_safety_config
@@ -114,6 +116,7 @@ class Policy:
         self._allow = _PatternIndex(config.allowlist)
         self._allow_max = RiskLevel.parse(config.allow_max_risk)
         self._trusted_dirs = frozenset(posixpath.normpath(d) for d in config.trusted_program_dirs)
+        self._network_allow = Allowlist(config.network_allow)
         self._ordered = [
             _CompiledRule(i, f"rule:{i}" + (f":{rule.name}" if rule.name else ""), rule, Matcher.compile(rule))
             for i, rule in enumerate(config.rules, start=1)
@@ -223,7 +226,23 @@ class Policy:
             return None  # a bare name, found on the sandbox's PATH
         return None if posixpath.dirname(posixpath.normpath(path)) in self._trusted_dirs else path
 
-    def decide(self, sanitized: SanitizedRequest, analysis: ShellAnalysis | None, *, profile: str) -> PolicyDecision:
+    def uncovered_egress(self, sanitized: SanitizedRequest, approved: Collection[str] = ()) -> list[str]:
+        """The host:port patterns of the request's egress that ``safety.network_allow`` does not cover and no
+        earlier approval of its session (``approved``) did: what is asked about."""
+        return [
+            text
+            for text in sanitized.egress or ()
+            if text not in approved and not self._network_allow.covers(parse_pattern(text))
+        ]
+
+    def decide(
+        self,
+        sanitized: SanitizedRequest,
+        analysis: ShellAnalysis | None,
+        *,
+        profile: str,
+        egress_approved: Collection[str] = (),
+    ) -> PolicyDecision:
         facts = RequestFacts(sanitized, analysis, profile)
 
         for words, parsed in zip(facts.commands, facts.parsed, strict=True):
@@ -251,8 +270,10 @@ class Policy:
             return self._decision(Decision.DENY, "policy mode is deny", "mode:deny", sanitized)
 
         escalations = sanitized.sandbox_permissions
+        hosts = self.uncovered_egress(sanitized, egress_approved)
         asked = [
-            *(["network"] if escalations.network else []),
+            *(["network (unrestricted)"] if escalations.network is True else []),
+            *([f"network: {', '.join(hosts)}"] if hosts else []),
             *(["writable_root"] if escalations.writable_root else []),
             *(f"mount {m}" for m in escalations.extra_mounts),
         ]

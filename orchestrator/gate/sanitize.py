@@ -7,7 +7,7 @@ import functools
 import hashlib
 import hmac
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from orchestrator.domain.requests import (
     ApplyPatchRequest,
@@ -86,9 +86,11 @@ def sanitize(
     *,
     workspace: str | os.PathLike[str] | None = None,
     input_key: Callable[[], bytes] | None = None,
+    profile_egress: Sequence[str] = (),
 ) -> tuple[SanitizedRequest, ShellAnalysis | None]:
     """The sanitized request and, for exec tools, the full shell analysis the policy needs.
-    ``input_key``: the key of write_stdin's digest (keyed_digest); without one, a plain sha256."""
+    ``input_key``: the key of write_stdin's digest (keyed_digest); without one, a plain sha256.
+    ``profile_egress``: the canonical egress patterns of the profile the request runs with."""
     analysis = analysis_of(request)
     findings: list[Finding] = []
     if analysis is not None:
@@ -128,6 +130,10 @@ def sanitize(
         if leaves is not None:
             findings.append(Finding(RiskLevel.HIGH, f"cwd {leaves}"))
     perms = request.sandbox_permissions
+    # what the sandbox of an exec tool may reach: the profile's hosts and the request's (the host set asked)
+    egress = sorted({*profile_egress, *perms.egress_hosts}) if analysis is not None else []
+    if egress:
+        fields["egress"] = egress
     sanitized = SanitizedRequest(
         tool=request.tool,
         cwd=request.cwd,
@@ -136,7 +142,7 @@ def sanitize(
         tty=request.tty,
         profile=request.profile,
         sandbox_permissions=SanitizedPermissions(
-            network=perms.network,
+            network=perms.network if isinstance(perms.network, bool) else list(perms.network),
             writable_root=perms.writable_root,
             extra_mounts=[f"{m.source}->{m.target}:{'ro' if m.read_only else 'rw'}" for m in perms.extra_mounts],
         ),
@@ -147,6 +153,7 @@ def sanitize(
             subject=request.subject,
             call_id=request.call_id,
             session_id=request.session_id if not isinstance(request, WriteStdinRequest) else None,
+            retry_of=request.retry_of,
         ),
         **fields,
     )

@@ -184,6 +184,7 @@ class ProfileRegistry:
         caps: ProfileCaps | None = None,
         writable_root: bool = False,
         session: bool = False,
+        egress: Sequence[str] = (),
     ) -> ResolvedProfile:
         """:func:`orchestrator.profiles.resolve` with this registry's profiles and seccomp files."""
         return resolve(
@@ -193,6 +194,7 @@ class ProfileRegistry:
             writable_root=writable_root,
             session=session,
             registry=self,
+            egress=egress,
         )
 
     # -- loading -------------------------------------------------------------------------------------

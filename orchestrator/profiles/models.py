@@ -27,6 +27,7 @@ from pydantic import (
 
 from orchestrator.domain.canonical import canonical_sha256, sha256_hex
 from orchestrator.domain.globs import check_glob
+from orchestrator.domain.hosts import parse_pattern
 
 Runtime = Literal["runc", "runsc"]
 WorkspaceMode = Literal["ro", "rw"]
@@ -272,6 +273,33 @@ class Pool(_Model):
     )
 
 
+class Network(_Model):
+    """What a sandbox of this profile may reach: nothing (``none``), or the hosts of an allowlist through our
+    egress proxy (``allowlist``): its only route; DNS is the proxy's, never the sandbox's."""
+
+    mode: Literal["none", "allowlist"] = Field(default="none", description="none | allowlist")
+    allow: tuple[str, ...] = Field(
+        default=(),
+        max_length=256,
+        description="With mode allowlist: host:port patterns ('pypi.org:443', '*.pythonhosted.org:443', "
+        "'10.0.0.5:8080', 'git.example.com:*'); hosts the policy's safety.network_allow does not cover are "
+        "asked about.",
+    )
+
+    @field_validator("allow")
+    @classmethod
+    def _patterns(cls, allow: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted({parse_pattern(text).canonical for text in allow}))
+
+    @model_validator(mode="after")
+    def _mode_and_hosts_agree(self) -> Network:
+        if self.mode == "allowlist" and not self.allow:
+            raise ValueError("mode allowlist needs at least one host:port pattern in allow")
+        if self.mode == "none" and self.allow:
+            raise ValueError("mode none reaches nothing: set mode: allowlist to use allow")
+        return self
+
+
 class Sessions(_Model):
     """Interactive sessions (exec_command + write_stdin) with this profile."""
 
@@ -301,6 +329,13 @@ class Sessions(_Model):
         return value
 
 
+def _none_or_network(schema: dict[str, Any]) -> None:
+    """The file form takes ``network: none`` as well as the mapping (the field's validator turns one into
+    the other): the schema says both."""
+    network = {key: schema.pop(key) for key in ("$ref", "allOf") if key in schema}
+    schema["anyOf"] = [{"const": "none"}, network]
+
+
 class Profile(_Model):
     """An execution profile as written in ``profiles/NAME.yaml`` (the file form)."""
 
@@ -326,8 +361,10 @@ class Profile(_Model):
         default=True,
         description="Always true; a writable root is only an approved per-request escalation.",
     )
-    network: Literal["none"] = Field(
-        default="none", description="Only 'none': network access is a per-request escalation, not a profile setting."
+    network: Network = Field(
+        default_factory=Network,
+        description="'none' (the default: no network at all), or {mode: allowlist, allow: [host:port, ...]}.",
+        json_schema_extra=_none_or_network,
     )
     workspace: Workspace = Field(default_factory=Workspace, description="The workspace mount.")
     tmpfs: tuple[Tmpfs, ...] = Field(
@@ -380,10 +417,12 @@ class Profile(_Model):
     @field_validator("network", mode="before")
     @classmethod
     def _network(cls, value: Any) -> Any:
-        if value != "none":
+        if value == "none":
+            return {"mode": "none"}
+        if isinstance(value, str):
             raise ValueError(
-                "only 'none' is supported: network access is asked per request "
-                "(sandbox_permissions.network), not granted by a profile"
+                f"{value[:40]!r} is not a network setting: 'none', or {{mode: allowlist, allow: [host:port, ...]}} "
+                "(a sandbox never gets an open network; more hosts are asked per request: sandbox_permissions.network)"
             )
         return value
 
@@ -530,7 +569,12 @@ class ResolvedProfile(_Model):
     uid: int = Field(ge=1, description="Numeric user id the command runs as (never 0).")
     gid: int = Field(ge=1, description="Numeric primary group id (never 0).")
     read_only_root: bool = Field(description="Root filesystem read-only; false only for an approved escalation.")
-    network: Literal["none"] = Field(description="Network mode: always 'none'.")
+    network: Literal["none", "allowlist"] = Field(
+        description="none: no network; allowlist: egress_allow through the egress proxy, nothing else."
+    )
+    egress_allow: tuple[str, ...] = Field(
+        default=(), description="With network allowlist: the host:port patterns (canonical, sorted)."
+    )
     workspace: ResolvedWorkspace = Field(description="The workspace mount.")
     tmpfs: tuple[ResolvedTmpfs, ...] = Field(description="tmpfs mounts (nosuid,nodev).")
     cpus: float = Field(gt=0, description="CPU cores (Docker NanoCpus = cpus * 1e9; k8s cpu limit = request).")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,7 @@ def resolve(
     writable_root: bool = False,
     session: bool = False,
     registry: ProfileRegistry | None = None,
+    egress: Sequence[str] = (),
 ) -> ResolvedProfile:
     """The effective settings: every limit is the minimum of the profile's, the request's and the caps'.
 
@@ -45,6 +47,8 @@ def resolve(
       SANDBOX.UNAVAILABLE, which reports what the engine cannot give right now).
     * ``writable_root`` is an approved ``sandbox_permissions.writable_root`` escalation: the only way
       ``read_only_root`` becomes false.
+    * ``egress``: approved ``sandbox_permissions.network`` hosts (canonical patterns): added to the
+      profile's allowlist (a profile with network none then reaches them, and only them, through the proxy).
     * ``session``: the sandbox of an interactive session: its deadline is the session's lifetime (a
       request's timeout and the caps still lower it).
     * The seccomp profile is loaded from the registry's search path (default: built-ins plus
@@ -92,6 +96,7 @@ def resolve(
     cpus = limits.cpus if caps.max_cpus is None else min(limits.cpus, caps.max_cpus)
 
     seccomp = registry.load_seccomp(profile.seccomp) if registry is not None else load_seccomp(profile.seccomp)
+    allow = tuple(sorted({*profile.network.allow, *egress}))
 
     return ResolvedProfile(
         name=profile.name,
@@ -100,7 +105,8 @@ def resolve(
         uid=profile.uid,
         gid=profile.gid,
         read_only_root=not writable_root,
-        network=profile.network,
+        network="allowlist" if allow else "none",
+        egress_allow=allow,
         workspace=ResolvedWorkspace(mode=profile.workspace.mode, container_path=profile.workspace.container_path),
         tmpfs=tuple(ResolvedTmpfs(path=t.path, size_bytes=t.size, mode=t.mode, noexec=t.noexec) for t in profile.tmpfs),
         cpus=float(cpus),

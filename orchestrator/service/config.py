@@ -13,6 +13,7 @@ from orchestrator.approvals.rules import ApprovalRule, GrantOutcome
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.gate.config import SafetyConfig, default_safety_config, with_defaults
 from orchestrator.profiles import ProfileCaps
+from orchestrator.service.egress import EgressSettings
 from orchestrator.yamlfile import load_yaml_mapping, validate
 
 
@@ -135,6 +136,11 @@ class OrchestratorConfig(BaseModel):
     backend: BackendSection = Field(default_factory=BackendSection)
     pool: PoolSettings = Field(
         default_factory=PoolSettings, description="Pre-started sandboxes (off unless enabled; see service/pool.py)."
+    )
+    egress: EgressSettings = Field(
+        default_factory=EgressSettings,
+        description="The egress proxy of runs whose profile (or approved request) reaches hosts: its resolver "
+        "and what it never connects to.",
     )
     caps: ProfileCaps | None = Field(
         default=None,

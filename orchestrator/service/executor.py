@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends.base import (
+    EgressBackend,
     ExitState,
     LaunchSpec,
     LifecycleEvent,
@@ -40,10 +42,12 @@ from orchestrator.domain.errors import (
     SandboxWorkspaceLimit,
     SideEffectsIncomplete,
 )
+from orchestrator.egress import EgressProxy
 from orchestrator.evidence import EventType
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.results import CollectLimits, Redactor, SideEffects, Snapshot, collect
 from orchestrator.results.write_meter import MeterReport, WorkspaceMeter, WriteBudget
+from orchestrator.service.egress import proxy_environment
 from orchestrator.service.live_output import LiveOutput
 from orchestrator.service.pool import PooledSandbox
 
@@ -213,11 +217,14 @@ async def run_in_sandbox(
     on_started: Callable[[SandboxHandle, ResolvedProfile], None] | None = None,
     on_capped: Callable[[OutputStream], None] | None = None,
     pooled: PooledSandbox | None = None,
+    egress_proxy: EgressProxy | None = None,
 ) -> RunOutcome:
     """Run ``spec`` once. ``record(event_type, **fields)`` appends evidence for this execution;
     ``before`` is the workspace as it was before the sandbox existed. ``on_output`` gets the output while
     the command runs, redacted and capped, in order, and what was held back once the output ended, all
-    before this returns: put together, exactly the outcome's ``stdout`` / ``stderr`` (see LiveOutput)."""
+    before this returns: put together, exactly the outcome's ``stdout`` / ``stderr`` (see LiveOutput).
+    ``spec.egress``: the sandbox starts waiting like a pre-started one, ``egress_proxy`` is put in its reach
+    (EgressBackend.open_egress), and then its command is launched, pointed at the proxy."""
     profile: ResolvedProfile = spec.profile
     seen: dict[str, asyncio.Event] = {"destroy": asyncio.Event()}
     ready = asyncio.Event()
@@ -247,7 +254,12 @@ async def run_in_sandbox(
         if meter is not None:  # the watches are set up while the events are subscribed to and the sandbox made
             meter_started = asyncio.ensure_future(asyncio.to_thread(meter.start))
         await ready.wait()
-        handle = pooled.handle if pooled is not None else await backend.create(spec)
+        # an egress run's sandbox starts with our init waiting: the proxy is in its reach before its command is
+        waits = pooled is None and spec.egress is not None
+        if pooled is not None:
+            handle = pooled.handle
+        else:
+            handle = await backend.create(dataclasses.replace(spec, pooled=True, stdin=None) if waits else spec)
         capture_task = asyncio.create_task(
             backend.capture(
                 handle,
@@ -259,10 +271,17 @@ async def run_in_sandbox(
         try:
             if meter_started is not None:
                 await meter_started
-            if pooled is not None:
+            if pooled is not None or waits:
                 assert isinstance(backend, PooledBackend)
+                if waits:
+                    await backend.start(handle)
+                command = spec
+                if spec.egress is not None:
+                    assert isinstance(backend, EgressBackend) and egress_proxy is not None
+                    url = await backend.open_egress(handle, spec.egress, egress_proxy)
+                    command = dataclasses.replace(spec, env={**spec.env, **proxy_environment(url)})
                 sent_at = datetime.now(UTC)
-                await backend.launch(handle, spec)
+                await backend.launch(handle, command)
                 # a launch that does not confirm a live init: the sandbox's end is checked against it below
                 launched_at = None if backend.launch_confirmed else sent_at
             else:

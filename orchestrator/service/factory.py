@@ -93,6 +93,7 @@ def build_orchestrator(
         governing=governing,
         pool=config.pool,
         auto_approve=config.approvals.auto_approve,
+        egress=config.egress,
     )
 
 

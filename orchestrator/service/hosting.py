@@ -23,6 +23,7 @@ from orchestrator.evidence import EvidenceWriter, default_evidence_path, format_
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.backends import backend_for
+from orchestrator.service.budget_grants import GrantBook
 from orchestrator.service.config import OrchestratorConfig, ServiceLimits, load_config
 from orchestrator.service.executions import ExecutionManager
 from orchestrator.service.factory import state_dir
@@ -90,6 +91,8 @@ class Service:
                 governing=governing,
                 pool=config.pool,
                 auto_approve=config.approvals.auto_approve,
+                egress=config.egress,
+                budget_grants=GrantBook(store),
             )
             uid, gid = (int(x) for x in section.workspace_owner.split(":"))
             root = Path(section.workspaces) if section.workspaces else Path(state_dir()) / "workspaces"
@@ -110,6 +113,10 @@ class Service:
     async def start(self) -> None:
         """Recover what a previous run left, then collect orphans now and every minute."""
         self.recovered = await self.manager.recover()
+        if self.orchestrator.budget_grants is not None:  # nothing runs yet: what a grant held for a run is freed
+            released = await self.orchestrator.budget_grants.recover(())
+            if released:
+                log.info("released %d grant reservation(s) of runs the last service left", len(released))
         self.background.spawn(self._reap_forever(), "orphan-reaper")
 
     async def _reap_forever(self) -> None:

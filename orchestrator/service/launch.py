@@ -229,8 +229,11 @@ def sandbox_env(profile: ResolvedProfile, requested: dict[str, str]) -> dict[str
 def refuse_unavailable_escalations(request: Request) -> None:
     """Approved escalations this backend cannot give are refused, never silently dropped."""
     perms = request.sandbox_permissions
-    if perms.network:
-        raise SandboxUnavailable("network access was approved but sandboxes have no network in this release")
+    if perms.network is True:
+        raise SandboxUnavailable(
+            "unrestricted network was approved, but a sandbox never gets one: name the hosts it needs "
+            "(sandbox_permissions.network: [host:port, ...]), reached through the egress proxy"
+        )
     if perms.extra_mounts:
         raise SandboxUnavailable("extra mounts were approved but are not supported in this release")
 

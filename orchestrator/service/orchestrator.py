@@ -8,10 +8,12 @@ with its stable code and raised as an OrchestratorError.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,9 +22,10 @@ from typing import Any
 
 from orchestrator.approvals.auto import AutoApprove
 from orchestrator.approvals.base import ApprovalProvider, SettlesInStore, decide, is_suspend
-from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
+from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants, egress_grant_key
 from orchestrator.backends._support.launch_message import launch_message
 from orchestrator.backends.base import (
+    EgressBackend,
     InteractiveBackend,
     LaunchSpec,
     OutputCallback,
@@ -44,10 +47,12 @@ from orchestrator.domain.errors import (
     OrchestratorError,
     PolicyDenied,
     SandboxOutputLimit,
+    SandboxRestricted,
+    SandboxStartFailed,
     SandboxUnavailable,
 )
 from orchestrator.domain.ids import ExecutionId, new_execution_id
-from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
+from orchestrator.domain.requests import EXEC_TOOLS, ExecCommandRequest, Request, WriteStdinRequest, parse_request
 from orchestrator.domain.wire import ErrorBody, RunResult
 from orchestrator.evidence import EventType, EvidenceWriter
 from orchestrator.evidence.input_key import load_input_key
@@ -55,7 +60,10 @@ from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
 from orchestrator.results import Redactor, Snapshot, snapshot
+from orchestrator.service import grant_cover
+from orchestrator.service.budget_grants import GrantBook, Reservation
 from orchestrator.service.config import PoolSettings
+from orchestrator.service.egress import Egress, EgressSettings
 from orchestrator.service.end_record import failed_side_effects, finished_fields
 from orchestrator.service.executor import RunOutcome, run_in_sandbox, workspace_changes
 from orchestrator.service.governing import Governing, governing_paths
@@ -68,9 +76,12 @@ from orchestrator.service.launch import (
     refuse_unavailable_escalations,
 )
 from orchestrator.service.pool import PooledSandbox, PoolKey, SandboxPool
+from orchestrator.service.restrictions import restriction
 from orchestrator.service.tasks import Guarded
 
 log = logging.getLogger(__name__)
+
+KEPT_RESTRICTED = 4096  # restricted runs remembered for retry_of links (older ones are linked as unknown)
 
 _REFUSALS: dict[ApprovalOutcome, type[OrchestratorError]] = {
     ApprovalOutcome.DENIED: ApprovalDenied,
@@ -124,6 +135,8 @@ class Authorization:
     gate: GateResult
     approval: ApprovalResult | None
     approved_by: str
+    # a grant answered the ask: what it reserved for this run (the run is narrowed to it, then charged)
+    reservation: Reservation | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -149,6 +162,8 @@ class Orchestrator:
         governing: tuple[Governing, ...] = (),
         pool: PoolSettings | None = None,
         auto_approve: AutoApprove | None = None,
+        egress: EgressSettings | None = None,
+        budget_grants: GrantBook | None = None,
     ) -> None:
         # what is typed into sessions is digested under a key kept beside the evidence (evidence.input_key)
         self.gate = Gate(policy, workspace=workspace, input_key=functools.cache(lambda: load_input_key(evidence.path)))
@@ -158,11 +173,16 @@ class Orchestrator:
         self.evidence = evidence
         self.approvals = approvals
         self.auto_approve = auto_approve or AutoApprove()  # asks of trusted tenants or tools, approved without anyone
+        self.budget_grants = budget_grants  # grants with budgets (the service's store): asks a live grant covers
+        self._reserved: dict[str, Reservation] = {}  # execution id -> what a grant reserved, until authorized
         self.grants = grants or SessionGrants()
         self.backend = backend
         self.profiles = profiles
         self.caps = caps
         self.telemetry = Telemetry()
+        self.egress = Egress(egress or EgressSettings())  # the proxy of the runs whose profile reaches hosts
+        # recent SANDBOX.RESTRICTED runs (execution id -> tenant, what was denied): what a retry_of links to
+        self._restricted: OrderedDict[str, tuple[str, list[dict[str, Any]]]] = OrderedDict()
         self.background = Guarded()  # e.g. the orphan reaper (service.factory.open_orchestrator)
         # pre-started sandboxes (service/pool.py): when the config enables them and the backend can
         self.pool: SandboxPool | None = None
@@ -178,15 +198,9 @@ class Orchestrator:
         await self._record(event, pool_id, None, tenant=tenant, subject="pool", **fields)
 
     # -- evidence helpers ------------------------------------------------------------------
-    async def _record(
-        self,
-        event: EventType,
-        execution_id: str,
-        gate: GateResult | None,
-        *,
-        durable: bool = False,
-        **fields: Any,
-    ) -> None:
+    def _fields(
+        self, event: EventType, execution_id: str, gate: GateResult | None, fields: dict[str, Any]
+    ) -> dict[str, Any]:
         base: dict[str, Any] = {"event": event, "execution_id": execution_id}
         if gate is not None:
             ctx = gate.sanitized.context
@@ -199,8 +213,20 @@ class Orchestrator:
                 policy_version_hash=gate.decision.policy_version_hash,
             )
         base.update(fields)
+        return base
+
+    async def _record(
+        self,
+        event: EventType,
+        execution_id: str,
+        gate: GateResult | None,
+        *,
+        durable: bool = False,
+        **fields: Any,
+    ) -> None:
         # a mapping, not an EvidenceEvent: the writer fits it to one record before validating it, so a
         # record is never lost to the size or the text of what a workload put in it
+        base = self._fields(event, execution_id, gate, fields)
         if durable:
             # waits for this record and everything queued before it to be fsynced
             began = time.monotonic()
@@ -208,6 +234,10 @@ class Orchestrator:
             _tell(self.telemetry, "durable_write", time.monotonic() - began)
         else:
             self.evidence.append_nowait(base)
+
+    def _record_nowait(self, event: EventType, *, execution_id: str, gate: GateResult | None, **fields: Any) -> None:
+        """A record queued in order, not awaited (what the proxy reports of a run's connections)."""
+        self.evidence.append_nowait(self._fields(event, execution_id, gate, fields))
 
     async def record_event(
         self, event: EventType, auth: Authorization, *, durable: bool = False, data: dict[str, Any]
@@ -277,14 +307,21 @@ class Orchestrator:
             err.details["execution_id"] = execution_id
             raise
 
-        gate = self.gate.evaluate(request)
+        profile_egress = self._profile_egress(request)
+        gate = self.gate.evaluate(
+            request, profile_egress=profile_egress, egress_approved=self._session_egress(request, profile_egress)
+        )
         decision = gate.decision
         _tell(observer, "decided", execution_id, gate)
         await self._record(
             EventType.REQUEST_RECEIVED,
             execution_id,
             gate,
-            data={"sanitized": gate.public, "approval_key": gate.approval_key},
+            data={
+                "sanitized": gate.public,
+                "approval_key": gate.approval_key,
+                **({"retry_of": self._retry_link(request)} if request.retry_of else {}),
+            },
         )
         await self._record(
             EventType.DECISION_MADE,
@@ -329,7 +366,7 @@ class Orchestrator:
             self.grants.approve_exec_session(
                 execution_id, ExecSessionOrigin(execution_id, request.tenant, request.subject)
             )
-        return Authorization(execution_id, request, gate, approval, approved_by)
+        return Authorization(execution_id, request, gate, approval, approved_by, self._reserved.pop(execution_id, None))
 
     async def _record_approval(
         self, execution_id: str, gate: GateResult, result: ApprovalResult, *, cached: bool, durable: bool = True
@@ -387,6 +424,11 @@ class Orchestrator:
             await self._record_approval(execution_id, gate, auto, cached=False, durable=durable)
             _tell(observer, "approval_settled", execution_id, auto)
             return auto
+        granted = await self._grant(execution_id, request, gate)
+        if granted is not None:  # a live grant covers it, with room for this run: its reservation is held
+            await self._record_approval(execution_id, gate, granted, cached=False, durable=durable)
+            _tell(observer, "approval_settled", execution_id, granted)
+            return granted
 
         if self.approvals is None:
             raise await self._refuse(
@@ -430,7 +472,59 @@ class Orchestrator:
             raise await self._refuse(execution_id, gate, refusal(f"{result.approver}: {result.reason}".rstrip(": ")))
         if result.outcome is ApprovalOutcome.APPROVED_FOR_SESSION and scope is not None:
             self.grants.grant_key(scope, key, policy_hash)
+            # the hosts asked about are approved for this session: its later requests reach them unasked
+            for host in self.gate.policy.current().uncovered_egress(gate.sanitized):
+                self.grants.grant_key(scope, egress_grant_key(host), policy_hash)
         return result
+
+    async def _grant(self, execution_id: ExecutionId, request: Request, gate: GateResult) -> ApprovalResult | None:
+        """The approval of a live grant covering this ask (its reservation kept for the run), or None."""
+        uncovered = self.gate.policy.current().uncovered_egress(gate.sanitized)
+        if self.budget_grants is None or self.profiles is None or not grant_cover.coverable(gate, uncovered):
+            return None
+        try:
+            profile = self._resolve(request, session=False)
+        except OrchestratorError:  # the run refuses it, on the record
+            return None
+        reservation = await grant_cover.reserve(
+            self.budget_grants, gate, profile, tenant=request.tenant, execution_id=execution_id
+        )
+        if reservation is None:
+            return None
+        self._reserved[execution_id] = reservation
+        return ApprovalResult(
+            outcome=ApprovalOutcome.APPROVED,
+            approver=f"grant:{reservation.grant_id}",
+            reason=f"covered by grant {reservation.grant_id}: reserved {_amounts(reservation)}",
+        )
+
+    def _retry_link(self, request: Request) -> dict[str, Any]:
+        """What the evidence says of the execution ``request`` retries: what the sandbox refused it, when that
+        run was this process's and the same tenant's (else ``known`` false: the link is kept as asked)."""
+        assert request.retry_of is not None
+        restricted = self._restricted.get(request.retry_of)
+        if restricted is None or restricted[0] != request.tenant:
+            return {"execution_id": request.retry_of, "known": False}
+        return {"execution_id": request.retry_of, "known": True, "denied": restricted[1]}
+
+    def _profile_egress(self, request: Request) -> tuple[str, ...]:
+        """The egress allowlist of the profile ``request`` runs with (part of what it asks); () when the
+        profile is unknown here (the run then refuses it, on the record)."""
+        if self.profiles is None or request.tool not in EXEC_TOOLS:
+            return ()
+        try:
+            return self.profiles.get(request.profile or self.gate.default_profile).network.allow
+        except OrchestratorError:
+            return ()
+
+    def _session_egress(self, request: Request, profile_egress: tuple[str, ...]) -> frozenset[str]:
+        """Of the hosts ``request`` may reach, those approved earlier in its session (approved_for_session)."""
+        if request.session_id is None or isinstance(request, WriteStdinRequest):
+            return frozenset()
+        scope = Scope(request.tenant, request.subject, request.session_id)
+        policy_hash = self.gate.policy.current().version_hash
+        hosts = {*profile_egress, *request.sandbox_permissions.egress_hosts}
+        return frozenset(h for h in hosts if self.grants.has_key(scope, egress_grant_key(h), policy_hash))
 
     # -- execution ---------------------------------------------------------------------------
     async def execute(
@@ -475,7 +569,11 @@ class Orchestrator:
             check_workspace(workspace, governing=self._governing_paths())
             refuse_unavailable_escalations(request)
             profile = self._resolve(request, session=session)
+            if auth.reservation is not None:  # within what its grant reserved for it
+                profile = grant_cover.narrowed(profile, auth.reservation)
             spec = launch_spec(execution_id, request, profile, workspace, interactive=session)
+            if profile.network == "allowlist":
+                self._check_egress(profile, spec)
             if session:
                 check_session_allowed(profile, spec.argv)
                 if not isinstance(self.backend, InteractiveBackend):
@@ -484,6 +582,7 @@ class Orchestrator:
                         "while a sandbox runs): never a session without its input"
                     )
         except OrchestratorError as err:
+            await self._charge(auth, None, ran=False)
             raise await self._refuse(execution_id, gate, err) from None
 
         began = time.monotonic()
@@ -497,8 +596,10 @@ class Orchestrator:
         try:
             before = await asyncio.to_thread(snapshot, workspace)  # the workspace before the sandbox exists
         except OrchestratorError as exc:
+            await self._charge(auth, None, ran=False)
             raise await self._refuse(execution_id, gate, exc) from None
         except OSError as exc:
+            await self._charge(auth, None, ran=False)
             unreadable = InputInvalid(f"workspace {workspace} cannot be read: {exc.strerror or exc}")
             raise await self._refuse(execution_id, gate, unreadable) from None
         failed = functools.partial(
@@ -530,33 +631,47 @@ class Orchestrator:
                     "deadline_unix": round(spec.deadline_unix),
                     "env_keys": sorted(spec.env),
                     **({} if pooled is None else {"pooled": _pooled_fields(pooled)}),
+                    **({"egress": list(profile.egress_allow)} if profile.network == "allowlist" else {}),
                 },
             )
             if pooled is not None and self.pool is not None:
                 await self.pool.claimed(pooled, execution_id)
             _tell(observer, "running", execution_id, profile)
             handed, pooled = pooled, None  # from here on run_in_sandbox owns it: its teardown destroys it
-            with active_execution(execution_id, workspace):
-                outcome = await run_in_sandbox(
-                    self.backend,
-                    spec,
-                    record,
-                    redactor=redactor,
-                    workspace=workspace,
-                    before=before,
-                    on_output=on_output,
-                    on_started=on_started,
-                    on_capped=on_capped,
-                    pooled=handed,
-                )
+            route = None
+            if profile.network == "allowlist":  # its connections are recorded from the first one on
+                write = functools.partial(self._record_nowait, execution_id=execution_id, gate=gate)
+                route = self.egress.open(execution_id, profile.egress_allow, write)
+            try:
+                with active_execution(execution_id, workspace):
+                    outcome = await run_in_sandbox(
+                        self.backend,
+                        dataclasses.replace(spec, egress=route),
+                        record,
+                        redactor=redactor,
+                        workspace=workspace,
+                        before=before,
+                        on_output=on_output,
+                        on_started=on_started,
+                        on_capped=on_capped,
+                        pooled=handed,
+                        egress_proxy=None if route is None else self.egress.proxy,
+                    )
+            finally:
+                if route is not None:  # the sandbox is gone, each connection recorded: the totals, before the end
+                    self.egress.close(execution_id)
         except asyncio.CancelledError as cancel:
             reason = _cancel_reason(cancel, "cancelled while running")
+            await _despite_cancellation(self._charge(auth, None, ran=True))
             await _despite_cancellation(failed(ExecutionCancelled(reason)))
             raise
         except OrchestratorError as err:
+            # a sandbox that never started ran nothing; any other failure may have used all it was allowed
+            await self._charge(auth, None, ran=not isinstance(err, SandboxStartFailed))
             raise await failed(err) from None
         except Exception as exc:  # a bug: still an end record, never a silent begin-only execution
             log.warning("execution %s failed unexpectedly: %s: %s", execution_id, type(exc).__name__, exc)
+            await self._charge(auth, None, ran=True)
             raise await failed(InternalError(f"unexpected {type(exc).__name__} while running")) from exc
         except (KeyboardInterrupt, SystemExit):  # leaving the interpreter: the end record first
             await _despite_cancellation(failed(InternalError("interrupted while running")))
@@ -569,11 +684,18 @@ class Orchestrator:
             if pool_key is not None and self.pool is not None:
                 # the key filled again once this run is over: a fill beside it would slow it down (the
                 # engine's work is most of a run), and the next command of an agent comes later than that
-                self.pool.want(pool_key, spec)
+                self.pool.want(pool_key, dataclasses.replace(spec, egress=None))
 
         error = outcome.error
+        if error is None:
+            error = restriction(outcome, profile, route, execution_id)
+            if error is not None:  # a retry of it is linked to what it was refused
+                self._restricted[execution_id] = (request.tenant, error.details["denied"])
+                while len(self._restricted) > KEPT_RESTRICTED:
+                    self._restricted.popitem(last=False)
         if error is None and outcome.truncated:
             error = SandboxOutputLimit("output passed the profile's cap and was truncated")
+        await _despite_cancellation(self._charge(auth, outcome, ran=True))
         # bounded in advance, and never raising: the end record is what makes the run accountable
         try:
             await _despite_cancellation(
@@ -587,7 +709,8 @@ class Orchestrator:
         return ExecutionResult(auth, outcome, error)
 
     def _resolve(self, request: Request, *, session: bool) -> ResolvedProfile:
-        """The profile a run of ``request`` gets: its own or the default, narrowed by the request and caps."""
+        """The profile a run of ``request`` gets: its own or the default, narrowed by the request and caps,
+        with the egress hosts it asked for (authorized: the gate asked about those its policy does not cover)."""
         assert self.profiles is not None
         return self.profiles.resolve(
             request.profile or self.gate.default_profile,
@@ -595,7 +718,21 @@ class Orchestrator:
             caps=self.caps,
             writable_root=request.sandbox_permissions.writable_root,
             session=session,
+            egress=request.sandbox_permissions.egress_hosts,
         )
+
+    def _check_egress(self, profile: ResolvedProfile, spec: LaunchSpec) -> None:
+        """SANDBOX.UNAVAILABLE when a run that may reach hosts cannot have the proxy as its only route here:
+        never a wider network instead, and never the run without what it was allowed."""
+        if spec.interactive or spec.tty:
+            raise SandboxUnavailable("egress is for one-shot commands without a terminal in this release")
+        problem = (
+            self.backend.egress_problem(profile)
+            if isinstance(self.backend, EgressBackend) and isinstance(self.backend, PooledBackend)
+            else f"the {type(self.backend).__name__} gives sandboxes no egress proxy"
+        )
+        if problem is not None:
+            raise SandboxUnavailable(f"profile {profile.name!r} reaches hosts through the egress proxy, but {problem}")
 
     def _pool_key(self, spec: LaunchSpec, tenant: str, *, session: bool) -> PoolKey | None:
         """The pool key of this run, when it may take a pre-started sandbox: not a session, no terminal,
@@ -642,6 +779,28 @@ class Orchestrator:
         profile_dirs = self.profiles.search_path if self.profiles is not None else ()
         return governing_paths(evidence=self.evidence.path, profile_dirs=profile_dirs, extra=self.governing)
 
+    async def _charge(self, auth: Authorization, outcome: RunOutcome | None, *, ran: bool) -> None:
+        """Settle what a grant reserved for ``auth``'s run, on the record before its end record: its real use
+        when it ran to an end (``outcome``), all it reserved when it failed after starting (what it used is
+        unknown), nothing when it never started. A bookkeeping failure is logged: never in the way of the end
+        record (the reservation stays held until the service's next start releases it)."""
+        reservation, book = auth.reservation, self.budget_grants
+        if reservation is None or book is None:
+            return
+        try:
+            if not ran:
+                await book.release(reservation)
+                data: dict[str, Any] = {"grant_id": reservation.grant_id, "kind": "released"}
+            else:
+                usage = grant_cover.used(outcome, reservation) if outcome is not None else reservation.most()
+                charge = await book.settle(reservation, usage)
+                data = {"grant_id": charge.grant_id, "kind": charge.kind, "charged": charge.charged.model_dump(),
+                        "state": charge.state}  # fmt: skip
+        except Exception as exc:
+            log.warning("grant %s of %s not settled: %s", reservation.grant_id, auth.execution_id, exc)
+            return
+        await self._record(EventType.GRANT_CHARGED, auth.execution_id, auth.gate, data=data)
+
     async def _failed_while_running(
         self,
         err: OrchestratorError,
@@ -674,6 +833,7 @@ class Orchestrator:
         await self.background.cancel_all()
         if self.pool is not None:
             await self.pool.aclose()
+        await self.egress.aclose()
         await self.evidence.close()
         if self.backend is not None:
             await self.backend.close()
@@ -689,6 +849,22 @@ async def _kept_answer(provider: ApprovalProvider | None, ask: ApprovalRequest) 
     except (asyncio.CancelledError, Exception):
         return None
     return result
+
+
+def _amounts(reservation: Reservation) -> str:
+    """A reservation said plainly, for the approval's reason."""
+    return (
+        f"1 execution, {reservation.wall_seconds:g} s wall, {reservation.cpu_seconds:g} CPU-s, "
+        f"{reservation.output_bytes} output bytes"
+    )
+
+
+def _error_body(error: OrchestratorError) -> ErrorBody:
+    """An execution's error as its result says it: the details only where they are the answer (what a
+    restricted run was denied, and the escalation a retry may ask for)."""
+    if isinstance(error, SandboxRestricted):
+        return ErrorBody.of(error)
+    return ErrorBody(code=error.code, message=error.message)
 
 
 def _pooled_fields(pooled: PooledSandbox) -> dict[str, object]:
@@ -763,7 +939,7 @@ class ExecutionResult:
             oom_killed=o.oom_killed,
             duration_ms=o.duration_ms,
             side_effects=o.side_effects.summary() if o.side_effects is not None else None,
-            error=ErrorBody(code=self.error.code, message=self.error.message) if self.error else None,
+            error=_error_body(self.error) if self.error else None,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -1,11 +1,16 @@
 """The service's durable state: one embedded SQLite database (WAL), shared with the approval queue.
 
 Tables: ``executions`` (one row per accepted execution, its state and outcome, sanitized), the approval
-queue's ``approvals`` (approvals.queue owns it) and ``grants`` (approved_for_session, which outlive a
-restart). A request that waits for approval keeps its full form in ``executions.pending_request``
-until the approval settles: it is what runs once approved, after a restart too. That column holds the
-request's secrets (env values, stdin) — the file is created 0600, and the column is cleared the moment
-the ask is answered.
+queue's ``approvals`` (approvals.queue owns it), ``grants`` (approved_for_session, which outlive a
+restart) and the budget grants: ``budget_grants`` (terms, used and reserved amounts), their open
+``budget_grant_reservations`` (one per run under a grant) and ledger ``budget_grant_charges`` (one row
+per reservation that ended). Every change of a budget grant is one transaction on the store's thread,
+so a reservation cannot pass a budget however many runs ask at once.
+
+A request that waits for approval keeps its full form in ``executions.pending_request`` until the
+approval settles: it is what runs once approved, after a restart too. That column holds the request's
+secrets (env values, stdin) — the file is created 0600, and the column is cleared the moment the ask
+is answered.
 
 Every call runs on one thread of its own (one connection, serialized writes): the event loop never
 waits for the disk. ``synchronous=NORMAL`` in WAL mode: a commit survives the process dying; the
@@ -20,7 +25,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +64,60 @@ MIGRATIONS: tuple[str, ...] = (
         granted_at   REAL NOT NULL,
         PRIMARY KEY (tenant, subject, session, approval_key)
     );
+    """,
+    # budget grants: amounts in integers (CPU and wall time in microseconds), so sums are exact; the
+    # max_* columns are NULL for a dimension without a bound; state 'expired' is never stored (read from
+    # expires_at)
+    """
+    CREATE TABLE budget_grants (
+        seq               INTEGER PRIMARY KEY AUTOINCREMENT,
+        id                TEXT NOT NULL UNIQUE,
+        tenant            TEXT NOT NULL,
+        conditions        TEXT NOT NULL,
+        reason            TEXT NOT NULL,
+        created_by        TEXT NOT NULL,
+        created_at        REAL NOT NULL,
+        expires_at        REAL,
+        state             TEXT NOT NULL,
+        max_executions    INTEGER,
+        max_cpu_us        INTEGER,
+        max_output_bytes  INTEGER,
+        max_wall_us       INTEGER,
+        used_executions   INTEGER NOT NULL DEFAULT 0,
+        used_cpu_us       INTEGER NOT NULL DEFAULT 0,
+        used_output_bytes INTEGER NOT NULL DEFAULT 0,
+        used_wall_us      INTEGER NOT NULL DEFAULT 0,
+        res_executions    INTEGER NOT NULL DEFAULT 0,
+        res_cpu_us        INTEGER NOT NULL DEFAULT 0,
+        res_output_bytes  INTEGER NOT NULL DEFAULT 0,
+        res_wall_us       INTEGER NOT NULL DEFAULT 0,
+        revoked_by        TEXT,
+        revoked_at        REAL,
+        revoke_reason     TEXT
+    );
+    CREATE INDEX budget_grants_by_tenant ON budget_grants(tenant, state, seq);
+    CREATE TABLE budget_grant_reservations (
+        execution_id TEXT PRIMARY KEY,
+        grant_id     TEXT NOT NULL,
+        executions   INTEGER NOT NULL,
+        cpu_us       INTEGER NOT NULL,
+        output_bytes INTEGER NOT NULL,
+        wall_us      INTEGER NOT NULL,
+        reserved_at  REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE budget_grant_charges (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        grant_id     TEXT NOT NULL,
+        execution_id TEXT NOT NULL UNIQUE,
+        kind         TEXT NOT NULL,
+        executions   INTEGER NOT NULL,
+        cpu_us       INTEGER NOT NULL,
+        output_bytes INTEGER NOT NULL,
+        wall_us      INTEGER NOT NULL,
+        state_after  TEXT NOT NULL,
+        at           REAL NOT NULL
+    );
+    CREATE INDEX budget_grant_charges_by_grant ON budget_grant_charges(grant_id, seq);
     """,
 )
 
@@ -113,6 +172,176 @@ class StoredGrant:
     session: str
     approval_key: str
     policy_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Amounts:
+    """Amounts in the store's units: runs, CPU microseconds, output bytes, wall microseconds (integers:
+    sums are exact, no float drift past a budget)."""
+
+    executions: int = 0
+    cpu_us: int = 0
+    output_bytes: int = 0
+    wall_us: int = 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter((self.executions, self.cpu_us, self.output_bytes, self.wall_us))
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A grant's bounds, in the store's units; None: no bound in that dimension."""
+
+    executions: int | None = None
+    cpu_us: int | None = None
+    output_bytes: int | None = None
+    wall_us: int | None = None
+
+    def __iter__(self) -> Iterator[int | None]:
+        return iter((self.executions, self.cpu_us, self.output_bytes, self.wall_us))
+
+
+@dataclass(frozen=True, slots=True)
+class NewBudgetGrant:
+    id: str
+    tenant: str
+    conditions: str  # GrantConditions as JSON
+    reason: str
+    created_by: str
+    created_at: float
+    expires_at: float | None
+    limits: Limits
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBudgetGrant:
+    seq: int
+    id: str
+    tenant: str
+    conditions: str
+    reason: str
+    created_by: str
+    created_at: float
+    expires_at: float | None
+    state: str  # active | revoked | exhausted: 'expired' is read, never stored
+    limits: Limits
+    used: Amounts
+    reserved: Amounts
+    revoked_by: str | None
+    revoked_at: float | None
+    revoke_reason: str | None
+
+    def state_at(self, now: float) -> str:
+        """The state as read at ``now``: an active grant past its expiry is expired."""
+        if self.state == "active" and self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return self.state
+
+    def room(self) -> Limits:
+        """What can still be reserved per bounded dimension (None: no bound)."""
+        return _room(tuple(self.limits), tuple(self.used), tuple(self.reserved))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredReservation:
+    execution_id: str
+    grant_id: str
+    amounts: Amounts
+    reserved_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCharge:
+    seq: int
+    grant_id: str
+    execution_id: str
+    kind: str  # settled | released
+    amounts: Amounts
+    state_after: str
+    at: float
+
+
+def _room(limits: Sequence[int | None], used: Sequence[int], reserved: Sequence[int]) -> Limits:
+    """Per dimension, the bound less what is used and reserved (never below 0); None: no bound."""
+    return Limits(*(None if m is None else max(m - u - r, 0) for m, u, r in zip(limits, used, reserved, strict=True)))
+
+
+_SELECT_GRANT = (
+    "SELECT seq, id, tenant, conditions, reason, created_by, created_at, expires_at, state,"
+    " max_executions, max_cpu_us, max_output_bytes, max_wall_us,"
+    " used_executions, used_cpu_us, used_output_bytes, used_wall_us,"
+    " res_executions, res_cpu_us, res_output_bytes, res_wall_us, revoked_by, revoked_at, revoke_reason"
+    " FROM budget_grants"
+)
+_SELECT_CHARGE = (
+    "SELECT seq, grant_id, execution_id, kind, executions, cpu_us, output_bytes, wall_us, state_after, at"
+    " FROM budget_grant_charges"
+)
+# the reservation's guard: still active and unexpired, and every bounded budget still has room for it
+_RESERVE = (
+    "UPDATE budget_grants SET res_executions = res_executions + ?, res_cpu_us = res_cpu_us + ?,"
+    " res_output_bytes = res_output_bytes + ?, res_wall_us = res_wall_us + ?"
+    " WHERE id = ? AND state = 'active' AND (expires_at IS NULL OR expires_at > ?)"
+    " AND (max_executions IS NULL OR used_executions + res_executions + ? <= max_executions)"
+    " AND (max_cpu_us IS NULL OR used_cpu_us + res_cpu_us + ? <= max_cpu_us)"
+    " AND (max_output_bytes IS NULL OR used_output_bytes + res_output_bytes + ? <= max_output_bytes)"
+    " AND (max_wall_us IS NULL OR used_wall_us + res_wall_us + ? <= max_wall_us)"
+)
+
+
+# an execution's open reservation (grant id set), or a mark that it already ended (grant id NULL)
+_HELD = (
+    "SELECT grant_id, executions, cpu_us, output_bytes, wall_us, reserved_at FROM budget_grant_reservations"
+    " WHERE execution_id = ? UNION ALL SELECT NULL, 0, 0, 0, 0, 0 FROM budget_grant_charges WHERE execution_id = ?"
+    " LIMIT 1"
+)
+# what a reservation looks at: the tenant's live grants, oldest first
+_LIVE_GRANTS = (
+    "SELECT id, conditions, max_executions, max_cpu_us, max_output_bytes, max_wall_us,"
+    " used_executions, used_cpu_us, used_output_bytes, used_wall_us,"
+    " res_executions, res_cpu_us, res_output_bytes, res_wall_us FROM budget_grants"
+    " WHERE tenant = ? AND state = 'active' AND (expires_at IS NULL OR expires_at > ?) ORDER BY seq"
+)
+# a settlement: charged added, reserved freed, and exhausted once a bounded budget is fully spent (SET reads the
+# row as it was: used + charged is the new total)
+_SETTLE = (
+    "UPDATE budget_grants SET used_executions = used_executions + ?1, used_cpu_us = used_cpu_us + ?2,"
+    " used_output_bytes = used_output_bytes + ?3, used_wall_us = used_wall_us + ?4,"
+    " res_executions = res_executions - ?5, res_cpu_us = res_cpu_us - ?6,"
+    " res_output_bytes = res_output_bytes - ?7, res_wall_us = res_wall_us - ?8,"
+    " state = CASE WHEN state = 'active' AND ("
+    "(max_executions IS NOT NULL AND used_executions + ?9 >= max_executions)"
+    " OR (max_cpu_us IS NOT NULL AND used_cpu_us + ?10 >= max_cpu_us)"
+    " OR (max_output_bytes IS NOT NULL AND used_output_bytes + ?11 >= max_output_bytes)"
+    " OR (max_wall_us IS NOT NULL AND used_wall_us + ?12 >= max_wall_us)) THEN 'exhausted' ELSE state END"
+    " WHERE id = ?13 RETURNING state, expires_at"
+)
+
+
+def _grant_row(row: tuple[Any, ...]) -> StoredBudgetGrant:
+    seq, ident, tenant, conditions, reason, created_by, created_at, expires_at, state = row[:9]
+    revoked_by, revoked_at, revoke_reason = row[21:24]
+    return StoredBudgetGrant(
+        seq=seq,
+        id=ident,
+        tenant=tenant,
+        conditions=conditions,
+        reason=reason,
+        created_by=created_by,
+        created_at=created_at,
+        expires_at=expires_at,
+        state=state,
+        limits=Limits(*row[9:13]),
+        used=Amounts(*row[13:17]),
+        reserved=Amounts(*row[17:21]),
+        revoked_by=revoked_by,
+        revoked_at=revoked_at,
+        revoke_reason=revoke_reason,
+    )
+
+
+def _charge_row(row: tuple[Any, ...]) -> StoredCharge:
+    return StoredCharge(row[0], row[1], row[2], row[3], Amounts(*row[4:8]), row[8], row[9])
 
 
 def _open(path: Path) -> sqlite3.Connection:
@@ -291,6 +520,185 @@ class StateStore:
             "SELECT tenant, subject, session, approval_key, policy_hash FROM grants ORDER BY granted_at"
         ).fetchall()
         return [StoredGrant(*r) for r in rows]
+
+    # -- budget grants -----------------------------------------------------------------------------
+    def _transaction(self, fn: Callable[[], T]) -> Callable[[], T]:
+        """``fn`` in one write transaction (on the store's thread): all of it, or none of it."""
+
+        def run() -> T:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn()
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            return result
+
+        return run
+
+    def _grant(self, grant_id: str) -> StoredBudgetGrant | None:
+        row = self._db.execute(f"{_SELECT_GRANT} WHERE id = ?", (grant_id,)).fetchone()
+        return _grant_row(row) if row else None
+
+    async def add_budget_grant(self, grant: NewBudgetGrant) -> StoredBudgetGrant:
+        def write() -> StoredBudgetGrant:
+            self._db.execute(
+                "INSERT INTO budget_grants (id, tenant, conditions, reason, created_by, created_at, expires_at,"
+                " state, max_executions, max_cpu_us, max_output_bytes, max_wall_us)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'active', ?, ?, ?, ?)",
+                (
+                    grant.id,
+                    grant.tenant,
+                    grant.conditions,
+                    grant.reason,
+                    grant.created_by,
+                    grant.created_at,
+                    grant.expires_at,
+                    *grant.limits,
+                ),
+            )
+            stored = self._grant(grant.id)
+            assert stored is not None
+            return stored
+
+        return await self._call(self._transaction(write))
+
+    async def budget_grant(self, grant_id: str) -> StoredBudgetGrant | None:
+        return await self._call(lambda: self._grant(grant_id))
+
+    async def budget_grants(
+        self, *, tenants: Sequence[str] | None, state: str | None, now: float
+    ) -> list[StoredBudgetGrant]:
+        """Oldest first. ``tenants`` None: every tenant; ``state``: as read at ``now`` (expired included)."""
+
+        def read() -> list[StoredBudgetGrant]:
+            where: list[str] = []
+            args: list[object] = []
+            if tenants is not None:
+                where.append(f"tenant IN ({','.join('?' * len(tenants))})")
+                args.extend(tenants)
+            if state == "active":
+                where.append("state = 'active' AND (expires_at IS NULL OR expires_at > ?)")
+                args.append(now)
+            elif state == "expired":
+                where.append("state = 'active' AND expires_at IS NOT NULL AND expires_at <= ?")
+                args.append(now)
+            elif state is not None:
+                where.append("state = ?")
+                args.append(state)
+            sql = _SELECT_GRANT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY seq"
+            return [_grant_row(r) for r in self._db.execute(sql, args).fetchall()]
+
+        return await self._call(read)
+
+    async def revoke_budget_grant(self, grant_id: str, *, by: str, reason: str, at: float) -> StoredBudgetGrant | None:
+        """Revoked from now on; a second revocation keeps the first (who, when, why). None: no such grant."""
+
+        def write() -> StoredBudgetGrant | None:
+            self._db.execute(
+                "UPDATE budget_grants SET state = 'revoked', revoked_by = ?, revoked_at = ?, revoke_reason = ?"
+                " WHERE id = ? AND revoked_at IS NULL",
+                (by, at, reason, grant_id),
+            )
+            return self._grant(grant_id)
+
+        return await self._call(self._transaction(write))
+
+    async def reserve_budget_grant(
+        self,
+        *,
+        tenant: str,
+        execution_id: str,
+        now: float,
+        covers: Callable[[str, str], bool],
+        fit: Callable[[Limits], Amounts | None],
+    ) -> StoredReservation | None:
+        """Reserve for ``execution_id`` on the oldest live grant of ``tenant`` that ``covers`` it (given the
+        grant's id and conditions) and has room: ``fit`` says what to take given what is left (None: it does
+        not fit). Both are called on the store's thread, inside the transaction. The execution's open
+        reservation again if it has one; None when no grant covers it, or when it already ended under one
+        (a reservation is never taken twice)."""
+
+        def write() -> StoredReservation | None:
+            held = self._db.execute(_HELD, (execution_id, execution_id)).fetchone()
+            if held is not None:  # reserved already (the same again), or ended (never again)
+                if held[0] is None:
+                    return None
+                return StoredReservation(execution_id, held[0], Amounts(*held[1:5]), held[5])
+            rows = self._db.execute(_LIVE_GRANTS, (tenant, now)).fetchall()
+            for grant_id, conditions, *figures in rows:
+                take = fit(_room(figures[0:4], figures[4:8], figures[8:12]))
+                if take is None or not covers(grant_id, conditions):
+                    continue
+                # the guard holds whatever fit said: no budget is ever passed
+                cursor = self._db.execute(_RESERVE, (*take, grant_id, now, *take))
+                if cursor.rowcount != 1:
+                    continue
+                self._db.execute(
+                    "INSERT INTO budget_grant_reservations VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (execution_id, grant_id, *take, now),
+                )
+                return StoredReservation(execution_id, grant_id, take, now)
+            return None
+
+        return await self._call(self._transaction(write))
+
+    async def settle_budget_grant(self, execution_id: str, used: Amounts | None, *, at: float) -> StoredCharge | None:
+        """End ``execution_id``'s reservation: ``used`` charged (each dimension within what was reserved;
+        None: released, nothing charged), the reservation freed, a ledger row written, and the grant
+        exhausted when a bounded budget is fully spent. Once only: an execution that already ended
+        answers with its ledger row again; None when it never held a reservation."""
+        return await self._call(self._transaction(lambda: self._settle(execution_id, used, at)))
+
+    def _settle(self, execution_id: str, used: Amounts | None, at: float) -> StoredCharge | None:
+        held = self._db.execute(
+            "DELETE FROM budget_grant_reservations WHERE execution_id = ?"
+            " RETURNING grant_id, executions, cpu_us, output_bytes, wall_us",
+            (execution_id,),
+        ).fetchone()
+        if held is None:
+            row = self._db.execute(f"{_SELECT_CHARGE} WHERE execution_id = ?", (execution_id,)).fetchone()
+            return _charge_row(row) if row else None
+        grant_id, reserved = held[0], Amounts(*held[1:5])
+        charged = Amounts(*(min(u, r) for u, r in zip(used, reserved, strict=True))) if used else Amounts()
+        state, expires_at = self._db.execute(_SETTLE, (*charged, *reserved, *charged, grant_id)).fetchone()
+        after = "expired" if state == "active" and expires_at is not None and expires_at <= at else state
+        kind = "settled" if used is not None else "released"
+        cursor = self._db.execute(
+            "INSERT INTO budget_grant_charges (grant_id, execution_id, kind, executions, cpu_us, output_bytes,"
+            " wall_us, state_after, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (grant_id, execution_id, kind, *charged, after, at),
+        )
+        return StoredCharge(int(cursor.lastrowid or 0), grant_id, execution_id, kind, charged, after, at)
+
+    async def release_budget_reservations(self, live: Collection[str], *, at: float) -> list[StoredCharge]:
+        """Release (charging nothing) every open reservation whose execution is not in ``live``: what a
+        process that died left behind."""
+
+        def write() -> list[StoredCharge]:
+            held = [r[0] for r in self._db.execute("SELECT execution_id FROM budget_grant_reservations").fetchall()]
+            out = []
+            for execution_id in held:
+                if execution_id not in live:
+                    charge = self._settle(execution_id, None, at)
+                    if charge is not None:
+                        out.append(charge)
+            return out
+
+        return await self._call(self._transaction(write))
+
+    async def budget_grant_charges(self, grant_id: str, *, after_seq: int, limit: int) -> list[StoredCharge]:
+        """The grant's ledger, oldest first, after row ``after_seq``."""
+
+        def read() -> list[StoredCharge]:
+            rows = self._db.execute(
+                f"{_SELECT_CHARGE} WHERE grant_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (grant_id, after_seq, limit),
+            ).fetchall()
+            return [_charge_row(r) for r in rows]
+
+        return await self._call(read)
 
     # -- health ------------------------------------------------------------------------------------
     async def writable(self) -> None:

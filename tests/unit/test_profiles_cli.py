@@ -160,8 +160,9 @@ def test_validate_single_file_errors_are_split_too(capsys: pytest.CaptureFixture
     assert code == 2
     assert err.splitlines() == [
         f"sandboxctl: CONFIG.INVALID: {path}:2: user: Value error, must not be root: uid 0 and gid 0 are not allowed",
-        f"sandboxctl: CONFIG.INVALID: {path}:3: network: Value error, only 'none' is supported: network access is "
-        "asked per request (sandbox_permissions.network), not granted by a profile",
+        f"sandboxctl: CONFIG.INVALID: {path}:3: network: Value error, 'host' is not a network setting: 'none', or "
+        "{mode: allowlist, allow: [host:port, ...]} (a sandbox never gets an open network; more hosts are asked "
+        "per request: sandbox_permissions.network)",
     ]
 
 

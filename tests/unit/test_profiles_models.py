@@ -73,7 +73,7 @@ def test_defaults_are_the_secure_ones() -> None:
     p = make()
     assert p.runtime == "runc" and p.user == "1000:1000" and (p.uid, p.gid) == (1000, 1000)
     assert p.read_only_root is True and p.no_new_privileges is True
-    assert p.network == "none" and p.capabilities == () and p.seccomp == "default"
+    assert p.network.mode == "none" and p.network.allow == () and p.capabilities == () and p.seccomp == "default"
     assert p.workspace.mode == "rw" and p.workspace.container_path == "/workspace"
     assert p.tmpfs == (Tmpfs(path="/tmp", size=64 * MIB),)
     assert p.tmpfs[0].mode == "1777" and p.tmpfs[0].nosuid and p.tmpfs[0].nodev
@@ -95,8 +95,13 @@ def test_models_are_frozen() -> None:
         ({"user": 60030}, "user", "quoted"),  # what YAML makes of an unquoted 1000:30 (base 60)
         ({"read_only_root": False}, "read_only_root", "only granted per request"),
         ({"no_new_privileges": False}, "no_new_privileges", "must be true"),
-        ({"network": "bridge"}, "network", "only 'none'"),
-        ({"network": "host"}, "network", "only 'none'"),
+        ({"network": "bridge"}, "network", "never gets an open network"),
+        ({"network": "host"}, "network", "never gets an open network"),
+        ({"network": {"mode": "allowlist"}}, "network", "needs at least one host:port"),
+        ({"network": {"mode": "none", "allow": ["a.com:443"]}}, "network", "mode none reaches nothing"),
+        ({"network": {"mode": "allowlist", "allow": ["*:443"]}}, "network.allow", "a bare '*'"),
+        ({"network": {"mode": "allowlist", "allow": ["a.com"]}}, "network.allow", "no port"),
+        ({"network": {"mode": "open"}}, "network.mode", "Input should be"),
         ({"capabilities": ["NET_RAW"]}, "capabilities", "none may be added (asked for: NET_RAW)"),
         ({"capabilities": ["ALL"]}, "capabilities", "none may be added"),
         ({"seccomp": "unconfined"}, "seccomp", "not allowed"),
@@ -209,7 +214,8 @@ def test_schema_describes_the_file_form() -> None:
     assert schema["required"] == ["description"]  # name defaults to the file name, the rest to secure values
     assert schema["additionalProperties"] is False
     props = schema["properties"]
-    assert props["network"]["const"] == "none"
+    assert props["network"]["anyOf"][0] == {"const": "none"}  # or the mapping: mode none | allowlist
+    assert schema["$defs"]["Network"]["properties"]["mode"]["enum"] == ["none", "allowlist"]
     assert props["read_only_root"]["const"] is True
     assert props["capabilities"]["maxItems"] == 0
     memory = schema["$defs"]["Limits"]["properties"]["memory"]

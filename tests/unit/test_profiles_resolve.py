@@ -43,6 +43,7 @@ def test_resolved_workspace_write_is_fully_explicit(registry: ProfileRegistry) -
         "gid": 1000,
         "read_only_root": True,
         "network": "none",
+        "egress_allow": [],
         "workspace": {"mode": "rw", "container_path": "/workspace"},
         "tmpfs": [
             {"path": "/tmp", "size_bytes": 64 * MIB, "mode": "1777", "noexec": False, "nosuid": True, "nodev": True}

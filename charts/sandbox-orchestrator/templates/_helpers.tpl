@@ -123,7 +123,7 @@ app.kubernetes.io/part-of: sandbox-orchestrator
 {{- if and (default dict $c.pool).enabled (ne $ws.mode "pvc") -}}
 {{- fail "config.pool.enabled: pre-started pods need workspaces.mode pvc (in copy mode a pod's workspace is copied in as it starts, long before a run takes it)" -}}
 {{- end -}}
-{{- range $section := list "safety" "approvals" "caps" "evidence" "pool" -}}
+{{- range $section := list "safety" "approvals" "caps" "egress" "evidence" "pool" -}}
 {{- $value := index $c $section -}}
 {{- if $value -}}
 {{- $_ := set $config $section $value -}}

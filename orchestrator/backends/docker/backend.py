@@ -50,6 +50,7 @@ from orchestrator.backends.base import (
 from orchestrator.backends.docker import cgroups
 from orchestrator.backends.docker.capture import FrameDemuxer
 from orchestrator.backends.docker.config import container_config, container_name
+from orchestrator.backends.docker.egress import SandboxEgress, egress_problem
 from orchestrator.backends.docker.endpoint import Endpoint, discover_endpoint
 from orchestrator.backends.docker.engine import (
     AttachStream,
@@ -64,6 +65,8 @@ from orchestrator.backends.docker.events import exit_state, lifecycle_event, man
 from orchestrator.backends.docker.exit_watch import ExitWatch
 from orchestrator.backends.docker.sandbox_etc import etc_directory
 from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
+from orchestrator.egress import EgressProxy, EgressRoute
+from orchestrator.profiles import ResolvedProfile
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,7 @@ class _Sandbox:
     pooled: bool = False  # pre-started: its init waits for launch()
     launched: bool = False
     report: str = ""  # the launch's report token: the init's refusal line carries it (launch_message)
+    egress: SandboxEgress | None = None  # the proxy serving it (open_egress), closed before it is removed
     init_pidfd: int | None = None  # a pooled sandbox's init, when this process sees its pid
 
 
@@ -566,6 +570,9 @@ class DockerBackend:
         """Remove the container and its anonymous volumes (forced: kills it if running). Idempotent."""
         sandbox = self._sandboxes.pop(handle.sandbox_id, None)
         if sandbox is not None:
+            if sandbox.egress is not None:  # its connections end (and are recorded) before it goes
+                egress, sandbox.egress = sandbox.egress, None
+                await asyncio.shield(egress.close())
             self._forget(sandbox)
         engine = await self._engine()
         try:
@@ -675,6 +682,22 @@ class DockerBackend:
         sandbox.launched = True  # exactly once, whatever happens next
         data, attach = message + (spec.stdin or b""), sandbox.attach
         threading.Thread(target=attach.write_stdin, args=(data,), name=f"launch-{handle.name}", daemon=True).start()
+
+    # -- egress (EgressBackend) ------------------------------------------------------------------------
+
+    def egress_problem(self, profile: ResolvedProfile) -> str | None:
+        return egress_problem(profile, sees_sandboxes=self._endpoint.is_local_socket)
+
+    async def open_egress(self, handle: SandboxHandle, route: EgressRoute, proxy: EgressProxy) -> str:
+        """The proxy on the sandbox's own 127.0.0.1 (see backends/docker/egress.py), before its launch."""
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is None or not sandbox.pooled or sandbox.launched or sandbox.egress is not None:
+            raise SandboxUnavailable(
+                f"{handle.name} takes no egress: it is gone, was not started waiting, or was launched already",
+                details={"sandbox": handle.name},
+            )
+        sandbox.egress = await SandboxEgress.open(handle.name, sandbox.init_pidfd, route, proxy)
+        return sandbox.egress.url
 
     async def end_input(self, handle: SandboxHandle) -> None:
         sandbox = self._sandboxes.get(handle.sandbox_id)

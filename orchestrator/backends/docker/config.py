@@ -97,7 +97,8 @@ def container_config(spec: LaunchSpec, *, etc_dir: str) -> dict[str, object]:
     with_stdin = spec.stdin is not None or spec.interactive or spec.pooled
     host_config: dict[str, object] = {
         "Runtime": profile.runtime,
-        "NetworkMode": profile.network,  # always "none"
+        # always none: a run that may reach hosts does so through our proxy, served in this very namespace
+        "NetworkMode": "none",
         "ReadonlyRootfs": profile.read_only_root,
         "Tmpfs": tmpfs_mounts(profile),
         "Mounts": [

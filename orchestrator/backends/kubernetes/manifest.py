@@ -111,6 +111,11 @@ PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
     ("gid", "User", "securityContext.runAsGroup, pod fsGroup"),
     ("read_only_root", "HostConfig.ReadonlyRootfs", "securityContext.readOnlyRootFilesystem"),
     ("network", "HostConfig.NetworkMode: none", "default-deny NetworkPolicy required; dnsPolicy: None"),
+    (
+        "egress_allow",
+        "the egress proxy, served on the sandbox's own 127.0.0.1 (its network namespace); HTTP(S)_PROXY",
+        "the egress proxy's route for the pod's IP; NetworkPolicy egress to the proxy only; HTTP(S)_PROXY",
+    ),
     ("workspace", "HostConfig.Mounts (bind)", "volume: the claim's sub-path (pvc) or an emptyDir (copy)"),
     ("tmpfs", "HostConfig.Tmpfs", "emptyDir medium: Memory, sizeLimit"),
     ("cpus", "HostConfig.NanoCpus", "resources.requests/limits.cpu, the pod's total (the stdio sidecar's share in it)"),

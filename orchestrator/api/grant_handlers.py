@@ -1,0 +1,117 @@
+"""The grants' routes: issue, list, read, revoke, and a grant's ledger. Who: an admin for every tenant, an
+approver for its own tenants, an agent never (AUTH.FORBIDDEN). Another tenant's grant is RESOURCE.NOT_FOUND,
+in the same words as one that does not exist.
+
+The handlers take the service's GrantBook from the app under ``GRANT_BOOK`` (set where the app is built,
+``app.build_app``: the very GrantBook the orchestrator reserves with).
+"""
+
+from __future__ import annotations
+
+import re
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.api.body import read_json
+from orchestrator.api.keys import SERVICE, principal_of
+from orchestrator.domain.errors import Forbidden, InputInvalid, NotFound
+from orchestrator.domain.grants import GrantList, GrantRequest, GrantView, RevokeBody
+from orchestrator.domain.principal import Principal, Role
+from orchestrator.domain.requests import describe_validation_error
+from orchestrator.service.budget_grants import GrantBook
+
+#: where the app holds the service's GrantBook: ``app[GRANT_BOOK] = GrantBook(service.store)``
+GRANT_BOOK = web.AppKey("grant_book", GrantBook)
+#: a grant's body is small: terms, conditions, a reason
+MAX_GRANT_BODY = 64 * 1024
+DEFAULT_CHARGES_PAGE = 100
+_DIGITS = re.compile(r"[0-9]{1,6}")
+
+
+def grant_book(app: web.Application) -> GrantBook:
+    """The service's GrantBook: the one its runs reserve with (``app.build_app`` sets it)."""
+    return app[GRANT_BOOK]
+
+
+def _json(model: BaseModel, status: int = 200) -> web.Response:
+    return web.Response(status=status, text=model.model_dump_json(), content_type="application/json")
+
+
+def _manager(request: web.Request) -> Principal:
+    """The caller, when its role may manage grants at all (agents may not)."""
+    principal = principal_of(request)
+    if principal.role is Role.AGENT:
+        raise Forbidden("an agent token cannot manage grants")
+    return principal
+
+
+async def _visible(request: web.Request, principal: Principal) -> GrantView:
+    """The grant of the path, when the caller may see it; else NOT_FOUND (another tenant's is never told
+    apart from none)."""
+    grant_id = request.match_info["id"]
+    view = await grant_book(request.app).get(grant_id)
+    if view is None or not principal.sees(view.tenant):
+        raise NotFound(f"no grant {grant_id}", details={"grant_id": grant_id})
+    return view
+
+
+def _invalid(err: ValidationError) -> InputInvalid:
+    fields = [".".join(map(str, e["loc"])) or "(root)" for e in err.errors(include_input=False)]
+    return InputInvalid(describe_validation_error(err), details={"fields": fields})
+
+
+async def create_grant(request: web.Request) -> web.Response:
+    principal = _manager(request)
+    service = request.app[SERVICE]
+    raw = await read_json(request, MAX_GRANT_BODY, service.limits.body_timeout_s)
+    try:
+        body = GrantRequest.model_validate(raw)
+    except ValidationError as err:
+        raise _invalid(err) from None
+    if not principal.sees(body.tenant):
+        raise Forbidden("this token cannot issue grants for that tenant", details={"fields": ["tenant"]})
+    view = await grant_book(request.app).create(body, created_by=principal.label)
+    return _json(view, 201)
+
+
+async def list_grants(request: web.Request) -> web.Response:
+    principal = _manager(request)
+    tenants = principal.tenant_filter
+    tenant = request.query.get("tenant")
+    if tenant:
+        if not principal.sees(tenant):
+            return _json(GrantList(items=[]))  # like a tenant without grants: nothing to tell apart
+        tenants = (tenant,)
+    items = await grant_book(request.app).list(tenants, request.query.get("state") or None)
+    return _json(GrantList(items=items))
+
+
+async def get_grant(request: web.Request) -> web.Response:
+    return _json(await _visible(request, _manager(request)))
+
+
+async def revoke_grant(request: web.Request) -> web.Response:
+    principal = _manager(request)
+    service = request.app[SERVICE]
+    body = RevokeBody()
+    if request.body_exists:
+        raw = await read_json(request, MAX_GRANT_BODY, service.limits.body_timeout_s)
+        try:
+            body = RevokeBody.model_validate(raw)
+        except ValidationError as err:
+            raise _invalid(err) from None
+    view = await _visible(request, principal)
+    revoked = await grant_book(request.app).revoke(view.id, by=principal.label, reason=body.reason)
+    return _json(revoked)
+
+
+async def grant_charges(request: web.Request) -> web.Response:
+    principal = _manager(request)
+    service = request.app[SERVICE]
+    raw_limit = request.query.get("limit", str(min(DEFAULT_CHARGES_PAGE, service.limits.max_page)))
+    if not _DIGITS.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= service.limits.max_page:
+        raise InputInvalid(f"limit: 1 to {service.limits.max_page}", details={"fields": ["limit"]})
+    view = await _visible(request, principal)
+    page = await grant_book(request.app).charges(view.id, cursor=request.query.get("cursor"), limit=int(raw_limit))
+    return _json(page)

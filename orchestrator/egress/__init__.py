@@ -1,0 +1,34 @@
+"""Egress for sandboxes: an allowlisting HTTP proxy (CONNECT tunnels and plain HTTP), standard library only.
+
+A sandbox has no network but a route to this proxy (``HTTP_PROXY``/``HTTPS_PROXY``). Each connection is checked
+against the execution's :class:`Allowlist`, resolved by the proxy (never to a denied address), looked at for a
+TLS server name that differs from the CONNECT host, then spliced; each one ends in one :class:`ConnectionRecord`.
+"""
+
+from __future__ import annotations
+
+from orchestrator.egress.allowlist import Allowlist, HostPattern, normalise_host, parse_authority, parse_pattern
+from orchestrator.egress.proxy import ConnectionRecord, EgressProxy, EgressRoute, ListenerHandle
+from orchestrator.egress.resolver import DEFAULT_DENIED, EgressRefused, IPNetwork, Resolver, is_denied
+from orchestrator.egress.tls import HelloScan, HelloState, scan_client_hello, server_name
+
+__all__ = [
+    "DEFAULT_DENIED",
+    "Allowlist",
+    "ConnectionRecord",
+    "EgressProxy",
+    "EgressRefused",
+    "EgressRoute",
+    "HelloScan",
+    "HelloState",
+    "HostPattern",
+    "IPNetwork",
+    "ListenerHandle",
+    "Resolver",
+    "is_denied",
+    "normalise_host",
+    "parse_authority",
+    "parse_pattern",
+    "scan_client_hello",
+    "server_name",
+]
