@@ -47,6 +47,13 @@ SERVICE_IP=10.254.0.1
 # Pods' subnet: the bridge has no address and pods no default route, so the host never routes to it.
 POD_SUBNET="${SANDBOX_K8S_POD_SUBNET:-10.253.0.0/24}"
 BRIDGE=so-k8s0
+# The egress proxy's door onto the pods' network: a namespace of its own on the bridge, holding one address
+# and nothing but the listener the controller opens in it (backend.kubernetes.egress.netns). Pods reach it
+# on their own subnet; nothing of the host does (pods' addresses stop at .250: .254 is never a pod's).
+EGRESS_NETNS=so-k8s-egress
+EGRESS_IP="${POD_SUBNET%.*}.254"
+EGRESS_LINK=so-k8s-egh        # its bridge end; the namespace's end is so-k8s-egn
+POD_RANGE_END="${POD_SUBNET%.*}.250"
 CNI_NETWORK=sandbox-orchestrator-k8s
 CNI_BIN_DIR=/usr/lib/cni            # Debian's containernetworking-plugins
 CGROUP_ROOT=/sandbox-orchestrator-k8s   # every pod cgroup lives below this one (removed by down)
@@ -491,7 +498,7 @@ write_cni_config() {
       "hairpinMode": false,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": "$POD_SUBNET"}]],
+        "ranges": [[{"subnet": "$POD_SUBNET", "rangeEnd": "$POD_RANGE_END"}]],
         "dataDir": "$IPAM_DIR"
       }
     }
@@ -865,6 +872,7 @@ cmd_up() {
     ensure_kubelet
     ensure_controller_manager
     ensure_scheduler
+    ensure_egress_attachment
 
     if [ -f "$RUN_DIR/up.done" ]; then
         node_ready || wait_until 60 node_ready || die_with_log kubelet "node $NODE_NAME is not Ready"
@@ -877,6 +885,31 @@ cmd_up() {
     ensure_gvisor
     touch "$RUN_DIR/up.done"
     so_say "up in $((SECONDS - t0)) s: $API_SERVER (KUBECONFIG=$ADMIN_KUBECONFIG)"
+}
+
+# The egress attachment (see EGRESS_NETNS): the bridge made here if no pod made it yet (the CNI plugin takes
+# an existing one), the namespace, and the veth between them. Idempotent.
+ensure_egress_attachment() {
+    if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+        ip link add "$BRIDGE" type bridge || so_die "could not make the bridge $BRIDGE"
+    fi
+    ip link set "$BRIDGE" up
+    [ -e "/var/run/netns/$EGRESS_NETNS" ] || ip netns add "$EGRESS_NETNS" || so_die "could not make $EGRESS_NETNS"
+    if ! ip link show "$EGRESS_LINK" >/dev/null 2>&1; then
+        ip link add "$EGRESS_LINK" type veth peer name so-k8s-egn netns "$EGRESS_NETNS" \
+            || so_die "could not make the egress attachment's veth"
+    fi
+    ip link set "$EGRESS_LINK" master "$BRIDGE" up
+    local inside=(ip netns exec "$EGRESS_NETNS")
+    "${inside[@]}" ip link set lo up
+    "${inside[@]}" ip -4 -o addr show dev so-k8s-egn | grep -qF " $EGRESS_IP/" \
+        || "${inside[@]}" ip addr add "$EGRESS_IP/${POD_SUBNET#*/}" dev so-k8s-egn
+    "${inside[@]}" ip link set so-k8s-egn up
+}
+
+remove_egress_attachment() {
+    if ip link show "$EGRESS_LINK" >/dev/null 2>&1; then ip link del "$EGRESS_LINK" || true; fi
+    if [ -e "/var/run/netns/$EGRESS_NETNS" ]; then ip netns del "$EGRESS_NETNS" || so_warn "could not delete $EGRESS_NETNS"; fi
 }
 
 # --- down --------------------------------------------------------------------------------------------
@@ -950,6 +983,7 @@ remove_stray_netns() {
 
 remove_network() {
     remove_stray_netns
+    remove_egress_attachment
     if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE" || so_warn "could not delete $BRIDGE"; fi
     # libcni's result cache (containerd 1.6 cannot move it): only our network's entries
     rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
@@ -1001,6 +1035,8 @@ cmd_status() {
 cmd_env() {
     BIN_DIR="$(bash "$SCRIPT_DIR/k8s-build.sh" --bin-dir)"
     printf 'export KUBECONFIG=%q\n' "$ADMIN_KUBECONFIG"
+    # where a controller on this host opens the egress proxy for the pods (backend.kubernetes.egress)
+    printf 'export SANDBOX_K8S_EGRESS_NETNS=%q SANDBOX_K8S_EGRESS_ADDRESS=%q\n' "/var/run/netns/$EGRESS_NETNS" "$EGRESS_IP"
     # shellcheck disable=SC2016  # $PATH is for the shell that evaluates this line
     printf 'export PATH=%q:"$PATH"\n' "$BIN_DIR"
 }

@@ -1,4 +1,7 @@
-"""Egress host patterns: which ``host:port`` a sandbox may reach through the egress proxy (pure: no I/O).
+"""Egress host patterns and allowlists: which ``host:port`` a sandbox may reach through the egress proxy.
+
+Pure (no I/O): the request and profile models validate their patterns with it, the gate compares a run's
+hosts with the policy's, and the proxy matches each connection against a run's allowlist.
 
 A pattern is deliberately narrow: an exact host name, ``*.example.com`` (any subdomain, never the bare
 domain), or an IP literal, each with a port or ``*``. Nothing fuzzy: no partial-label wildcards, no CIDR,
@@ -221,9 +224,11 @@ class Allowlist:
 
     def __init__(self, patterns: Iterable[str | HostPattern]) -> None:
         parsed: list[HostPattern] = []
+        seen: set[tuple[str, int | None]] = set()
         for item in patterns:
             pattern = item if isinstance(item, HostPattern) else parse_pattern(item)
-            if pattern not in parsed:
+            if (pattern.host, pattern.port) not in seen:  # "A.test.:1" after "a.test:1" adds nothing
+                seen.add((pattern.host, pattern.port))
                 parsed.append(pattern)
         self._patterns = tuple(parsed)
 

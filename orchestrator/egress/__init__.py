@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from orchestrator.egress.allowlist import Allowlist, HostPattern, normalise_host, parse_authority, parse_pattern
 from orchestrator.egress.proxy import ConnectionRecord, EgressProxy, EgressRoute, ListenerHandle
-from orchestrator.egress.resolver import DEFAULT_DENIED, EgressRefused, IPNetwork, Resolver, is_denied
+from orchestrator.egress.resolver import DEFAULT_DENIED, EgressRefused, IPNetwork, Resolver, is_denied, is_local
 from orchestrator.egress.tls import HelloScan, HelloState, scan_client_hello, server_name
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "ListenerHandle",
     "Resolver",
     "is_denied",
+    "is_local",
     "normalise_host",
     "parse_authority",
     "parse_pattern",

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 from orchestrator.egress.allowlist import normalise_host
 
-__all__ = ["DEFAULT_DENIED", "EgressRefused", "IPNetwork", "Resolver", "is_denied"]
+__all__ = ["DEFAULT_DENIED", "EgressRefused", "IPNetwork", "Resolver", "is_denied", "is_local"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,26 @@ def is_denied(address: str, denied: Iterable[IPNetwork]) -> bool:
     return any(c.version == net.version and c in net for c in candidates for net in denied)
 
 
+def is_local(address: str) -> bool:
+    """Whether ``address`` is one of this host's own (in the proxy's network namespace): binding to it works.
+    The controller's own services listen there, whatever address a name resolves to; so does anything else
+    of the host's. A host that lets any address be bound (``ip_nonlocal_bind``) counts every one as local:
+    egress is then refused, never open."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((str(ip), 0))
+        except OSError:
+            return False
+    return True
+
+
 class Resolver:
     """Host -> the addresses the proxy may connect to, in order.
 
@@ -91,6 +111,7 @@ class Resolver:
         hosts: Mapping[str, str] | None = None,
         denied: Iterable[IPNetwork] = DEFAULT_DENIED,
         timeout_s: float = 5.0,
+        deny_local: bool = True,
     ) -> None:
         self._hosts: dict[str, str] = {}
         for name, address in (hosts or {}).items():
@@ -102,6 +123,7 @@ class Resolver:
             self._hosts[key] = value
         self._denied = tuple(denied)
         self._timeout_s = timeout_s
+        self._deny_local = deny_local  # this host's own addresses (is_local): off only for tests on loopback
 
     @property
     def denied(self) -> tuple[IPNetwork, ...]:
@@ -121,10 +143,14 @@ class Resolver:
             found = await self._lookup(name, port)
         if not found:
             raise EgressRefused("dns", f"{name} does not resolve")
-        usable = [address for address in found if not is_denied(address, self._denied)]
+        usable = [
+            address
+            for address in found
+            if not is_denied(address, self._denied) and not (self._deny_local and is_local(address))
+        ]
         if not usable:
             shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
-            raise EgressRefused("address", f"{name} resolves only to denied addresses ({shown})")
+            raise EgressRefused("address", f"{name} resolves only to denied or this host's own addresses ({shown})")
         return usable
 
     async def _lookup(self, name: str, port: int) -> list[str]:

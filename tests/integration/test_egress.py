@@ -80,7 +80,8 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EgressNet]:
 
 def write_profiles(directory: Path) -> Path:
     directory.mkdir(exist_ok=True)
-    for name, allow in (("egress-web", ["web.test:8080", "tls.test:8443"]), ("egress-none", None)):
+    web = ["web.test:8080", "tls.test:8443", "host.test:8080"]
+    for name, allow in (("egress-web", web), ("egress-none", None)):
         profile: dict[str, Any] = {"description": "egress test", "extends": "workspace-write"}
         if allow:
             profile["network"] = {"mode": "allowlist", "allow": allow}
@@ -99,7 +100,8 @@ def config(tmp_path: Path, net: EgressNet, *, network_allow: list[str], pool: bo
     ]
     data = {
         "safety": {"mode": "ask", "denylist": [], "rules": rules, "network_allow": network_allow},
-        "egress": {"hosts": net.hosts},
+        # host.test: pinned to the host's own end of the test's veth (the proxy never connects to its host)
+        "egress": {"hosts": {**net.hosts, "host.test": net.host_ip}},
         "pool": {"enabled": pool, "per_key": 1, "ttl_s": 60},
     }
     path = tmp_path / "config.yaml"
@@ -135,7 +137,7 @@ def workspace(tmp_path: Path, net: EgressNet) -> Path:
 
 @pytest.fixture
 async def orch(tmp_path: Path, net: EgressNet) -> AsyncIterator[Orchestrator]:
-    o = await orchestrator(tmp_path, net, network_allow=["web.test:8080", "tls.test:8443"])
+    o = await orchestrator(tmp_path, net, network_allow=["web.test:8080", "tls.test:8443", "host.test:8080"])
     yield o
     await o.aclose()
     assert verify(tmp_path / "evidence.jsonl").ok
@@ -174,7 +176,7 @@ async def test_an_allowlisted_host_is_reached_through_the_proxy_and_recorded(
     events = [r.event for r in iter_records(tmp_path / "evidence.jsonl", execution_id=execution)]
     assert events.index("egress_summary") < events.index("execution_finished")  # before the end record
     started = records(tmp_path, execution, "execution_started")[0]
-    assert started["data"]["egress"] == ["tls.test:8443", "web.test:8080"]
+    assert started["data"]["egress"] == ["host.test:8080", "tls.test:8443", "web.test:8080"]
 
 
 async def test_tls_goes_through_a_tunnel_with_its_server_name(
@@ -207,6 +209,15 @@ async def test_a_host_off_the_list_is_refused_recorded_and_the_run_is_restricted
     assert refused["data"]["address"] is None  # never connected
 
 
+async def test_the_proxy_never_connects_to_its_own_host(orch: Orchestrator, tmp_path: Path, workspace: Path) -> None:
+    """host.test is allowlisted, but pinned to an address of the host itself: refused, never connected to."""
+    result = await orch.execute(fetch(f"http://host.test:{HTTP_PORT}/hello", profile="egress-web"), workspace=workspace)
+    assert not answer(result)["ok"]
+    [refused] = records(tmp_path, str(result.authorization.execution_id), "egress_connection")
+    assert (refused["data"]["refusal"], refused["data"]["address"]) == ("address", None)
+    assert result.to_json()["error"] is None or result.to_json()["error"]["code"] != "SANDBOX.RESTRICTED"
+
+
 async def test_no_direct_route_and_no_dns_from_inside(orch: Orchestrator, net: EgressNet, workspace: Path) -> None:
     for argv in (["python3", "probe.py", net.far_ip, str(HTTP_PORT)], ["python3", "probe.py", net.host_ip, "22"]):
         result = await orch.execute({"tool": "shell_exec", "argv": argv, "profile": "egress-web"}, workspace=workspace)
@@ -218,7 +229,7 @@ async def test_no_direct_route_and_no_dns_from_inside(orch: Orchestrator, net: E
 async def test_a_profile_reaching_more_than_the_policy_allows_is_asked_about(
     tmp_path: Path, net: EgressNet, workspace: Path
 ) -> None:
-    o = await orchestrator(tmp_path, net, network_allow=["web.test:8080"])  # tls.test:8443 is not covered
+    o = await orchestrator(tmp_path, net, network_allow=["web.test:8080", "host.test:8080"])  # not tls.test:8443
     try:
         with pytest.raises(NoApprovalProvider) as asked:
             await o.execute(fetch(f"http://web.test:{HTTP_PORT}/hello", profile="egress-web"), workspace=workspace)
@@ -293,7 +304,7 @@ async def test_a_restricted_run_is_retried_with_its_escalation_asked_and_linked(
 
 
 async def test_a_pooled_sandbox_has_its_egress_too(tmp_path: Path, net: EgressNet, workspace: Path) -> None:
-    o = await orchestrator(tmp_path, net, network_allow=["web.test:8080", "tls.test:8443"], pool=True)
+    o = await orchestrator(tmp_path, net, network_allow=["web.test:8080", "tls.test:8443", "host.test:8080"], pool=True)
     try:
         request = fetch(f"http://web.test:{HTTP_PORT}/hello", profile="egress-web")
         assert o.prestart(request, workspace=workspace)

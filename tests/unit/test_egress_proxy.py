@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+import random
 import shutil
 import socket
 import ssl
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+import orchestrator.egress.proxy as egress_proxy
 from orchestrator.egress import (
     Allowlist,
     ConnectionRecord,
@@ -30,6 +32,7 @@ from orchestrator.egress import (
     EgressRoute,
     ListenerHandle,
     Resolver,
+    is_local,
 )
 
 HOSTS = {"up.test": "127.0.0.1", "tls.test": "127.0.0.1"}
@@ -127,7 +130,7 @@ class Harness:
         self.route = EgressRoute("exec-1", Allowlist(allow))
         self.proxy = EgressProxy(
             on_record or self.records.append,
-            resolver=resolver or Resolver(hosts=HOSTS, denied=()),
+            resolver=resolver or Resolver(hosts=HOSTS, denied=(), deny_local=False),
             **options,  # type: ignore[arg-type]
         )
         self._route_for = route_for or (lambda peer: self.route)
@@ -383,6 +386,25 @@ async def test_bytes_are_counted_exactly_both_ways_with_half_close(use_splice: b
         (record,) = await h.records_after(1)
         assert (record.bytes_up, record.bytes_down, record.sni, record.detail) == (UP, DOWN, None, None)
         assert up.seen == [str(UP).encode()]
+        assert h.proxy.pipe_bytes == 0
+
+
+async def test_pipes_past_the_budget_keep_the_default_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(egress_proxy, "PIPE_BUDGET", egress_proxy.PIPE_SIZE)  # one enlarged pipe at most
+    async with upstream(sink_then_send) as up, Harness([f"up.test:{up.port}"]) as h:
+
+        async def one() -> int:
+            async with h.connection() as (reader, writer):
+                await h.tunnel(reader, writer, f"up.test:{up.port}")
+                writer.write(b"y" * UP)
+                await writer.drain()
+                writer.write_eof()
+                return len(await asyncio.wait_for(read_all(reader), LOOP_WAIT_S))
+
+        assert await asyncio.gather(one(), one(), one()) == [DOWN] * 3
+        records = await h.records_after(3)
+        assert {(r.bytes_up, r.bytes_down) for r in records} == {(UP, DOWN)}
+        assert h.proxy.pipe_bytes == 0
 
 
 async def test_a_server_that_speaks_first_is_heard_before_the_client_sends() -> None:
@@ -454,7 +476,7 @@ async def test_default_resolver_refuses_local_and_metadata_addresses() -> None:
         with pytest.raises(EgressRefused) as caught:
             await resolver.resolve(host, 80)
         assert caught.value.kind == "address"
-    assert await Resolver(denied=()).resolve("127.0.0.1", 80) == ["127.0.0.1"]
+    assert await Resolver(denied=(), deny_local=False).resolve("127.0.0.1", 80) == ["127.0.0.1"]
     assert await resolver.resolve("10.0.0.5", 80) == ["10.0.0.5"]
 
 
@@ -672,3 +694,69 @@ async def test_close_right_after_accepting_still_records() -> None:
         finally:
             for client in clients:
                 client.close()
+
+
+async def test_closing_while_a_peer_waits_for_its_route() -> None:
+    async with Harness(["up.test:*"], route_for=lambda peer: None, wait_for_route_s=LOOP_WAIT_S) as h:
+        assert h.handle is not None
+        async with h.connection() as (reader, writer):
+            writer.write(b"CONNECT up.test:443 HTTP/1.1\r\n\r\n")
+            await asyncio.sleep(0.1)
+            assert h.proxy.describe()["connections"] == 1
+            t0 = time.monotonic()
+            await h.proxy.close_listener(h.handle)
+            assert time.monotonic() - t0 < 1
+            assert await asyncio.wait_for(read_all(reader), LOOP_WAIT_S) == b""  # no answer
+        assert h.records == []
+
+
+async def test_garbage_never_breaks_the_proxy() -> None:
+    rng = random.Random(11)
+    async with upstream(http_ok) as up, Harness([f"up.test:{up.port}"], handshake_timeout_s=1) as h:
+
+        async def garbage() -> bytes:
+            size = rng.choice([1, 5, 100, 3000, 20000])
+            data = bytes(rng.randrange(256) for _ in range(size))
+            if rng.random() < 0.5:
+                data = rng.choice([b"CONNECT ", b"GET http://", b"\x16\x03\x01"]) + data + b"\r\n\r\n"
+            async with h.connection() as (reader, writer):
+                with contextlib.suppress(ConnectionError):
+                    writer.write(data)
+                    writer.write_eof()
+                return await asyncio.wait_for(read_all(reader), LOOP_WAIT_S)
+
+        answers = await asyncio.gather(*(garbage() for _ in range(30)))
+        assert all(a == b"" or status(a) in (400, 403, 431) for a in answers)
+        assert (await h.ask(f"GET http://up.test:{up.port}/ HTTP/1.1\r\n\r\n".encode())).endswith(b"ok")
+        records = await h.records_after(31)
+        assert sum(r.allowed for r in records) == 1
+
+
+async def test_close_route_ends_one_routes_connections_on_a_shared_listener() -> None:
+    """A shared listener (Kubernetes: routed by pod IP) serves two runs; one ends: its connections are closed
+    and recorded before close_route returns, the other's tunnel goes on."""
+    async with upstream(idle) as up:
+        first, second = (EgressRoute(name, Allowlist([f"up.test:{up.port}"])) for name in ("exec-a", "exec-b"))
+        order = iter([first, second])  # both peers are 127.0.0.1 here: the routes are handed out in turn
+        h = Harness([], route_for=lambda peer: next(order))
+        async with h, h.connection() as (r1, w1), h.connection() as (r2, w2):
+            await h.tunnel(r1, w1, f"up.test:{up.port}")
+            await h.tunnel(r2, w2, f"up.test:{up.port}")
+            w1.write(b"abc")
+            await w1.drain()
+            await asyncio.sleep(0.05)
+            await h.proxy.close_route(first)
+            assert [(r.execution_id, r.allowed, r.bytes_up) for r in h.records] == [("exec-a", True, 3)]
+            assert await asyncio.wait_for(read_all(r1), LOOP_WAIT_S) == b""
+            assert h.proxy.describe() == {"listeners": 1, "connections": 1}
+            w2.write(b"still open")
+            await w2.drain()
+            await asyncio.sleep(0.05)  # spliced to the upstream: the tunnel was not touched by the other's end
+            await h.proxy.close_route(second)
+            assert [r.execution_id for r in h.records] == ["exec-a", "exec-b"] and h.records[1].bytes_up == 10
+
+
+def test_this_hosts_own_addresses_are_local() -> None:
+    assert is_local("127.0.0.1") and is_local("::ffff:127.0.0.1")
+    assert not is_local("192.0.2.1")  # TEST-NET-1: no interface here has it (binding tells; nothing is sent)
+    assert is_local("not an address")  # what is not an address is never connected to
