@@ -38,7 +38,9 @@ from chart_helpers import (
     secret_data,
 )
 
+from orchestrator.backends.kubernetes.egress import LABEL_EGRESS
 from orchestrator.backends.kubernetes.preflight import NEEDED
+from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.evidence.paths import default_evidence_path
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.config import (
@@ -746,3 +748,27 @@ TEMPLATE_REFUSALS = [
 @pytest.mark.parametrize(("values", "reason"), TEMPLATE_REFUSALS, ids=[r for _, r in TEMPLATE_REFUSALS])
 def test_template_refuses(values: dict[str, Any], reason: str) -> None:
     assert reason in render_error(values)
+
+
+def test_egress_proxy_for_allowlist_pods() -> None:
+    """backend.egress.enabled: the controller serves the proxy on its pod IP; pods of allowlist profiles (and
+    only they) may reach it, on its port only; the default-deny policy still holds everything else."""
+    docs = render({"backend": {"egress": {"enabled": True, "port": 3130}}})
+    deny, proxy = sorted(of_kind(docs, "NetworkPolicy"), key=lambda p: p["metadata"]["name"])
+    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    assert proxy["metadata"]["namespace"] == SANDBOX_NAMESPACE
+    assert proxy["spec"]["podSelector"] == {"matchLabels": {LABEL_EGRESS: "proxy"}}
+    assert proxy["spec"]["policyTypes"] == ["Egress"]  # no ingress: the default-deny keeps every pod unreachable
+    [rule] = proxy["spec"]["egress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 3130}]
+    [peer] = rule["to"]
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+    assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "controller"
+    egress = KubernetesSettings.model_validate(config_of(docs)["backend"]["kubernetes"]).egress
+    assert egress is not None and (egress.listen, egress.address_env) == ("0.0.0.0:3130", "POD_IP")
+    container = controller_pod(docs)["spec"]["containers"][0]
+    assert {"name": "egress", "containerPort": 3130, "protocol": "TCP"} in container["ports"]
+    pod_ip = next(e for e in container["env"] if e["name"] == "POD_IP")
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    # off (the default): no proxy, and allowlist runs are refused by the controller (SANDBOX.UNAVAILABLE)
+    assert "egress" not in config_of(render({}))["backend"]["kubernetes"]

@@ -119,6 +119,9 @@ app.kubernetes.io/part-of: sandbox-orchestrator
 {{- end -}}
 {{- $workspace := dict "mode" $ws.mode "claim" $ws.claims.sandbox "root" $ws.root "copy_max_bytes" (int64 $ws.copyMaxBytes) -}}
 {{- $k8s := dict "kubeconfig" nil "namespace" (include "so.sandboxNamespace" .) "image_pull_policy" .Values.backend.imagePullPolicy "seccomp" .Values.backend.seccomp "runtime_classes" .Values.backend.runtimeClasses "workspace" $workspace -}}
+{{- if .Values.backend.egress.enabled -}}
+{{- $_ := set $k8s "egress" (dict "listen" (printf "0.0.0.0:%d" (int .Values.backend.egress.port)) "address_env" "POD_IP") -}}
+{{- end -}}
 {{- $config := dict "service" $service "backend" (dict "kind" "kubernetes" "kubernetes" $k8s) -}}
 {{- if and (default dict $c.pool).enabled (ne $ws.mode "pvc") -}}
 {{- fail "config.pool.enabled: pre-started pods need workspaces.mode pvc (in copy mode a pod's workspace is copied in as it starts, long before a run takes it)" -}}

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Final
 
-from orchestrator.backends.docker.netns import NetnsError, listen_in_netns
+from orchestrator.backends._support.netns import NetnsError, listen_in_netns
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.egress import EgressProxy, EgressRoute, ListenerHandle
 from orchestrator.profiles import ResolvedProfile

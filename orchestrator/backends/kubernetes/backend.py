@@ -54,6 +54,7 @@ from orchestrator.backends.base import (
 from orchestrator.backends.kubernetes import lifecycle as pods
 from orchestrator.backends.kubernetes import workspace_copy
 from orchestrator.backends.kubernetes.channels import ChannelError
+from orchestrator.backends.kubernetes.egress import PodEgress
 from orchestrator.backends.kubernetes.kube import JsonObject, KubeClient, KubeError
 from orchestrator.backends.kubernetes.manifest import (
     ANNOTATION_DEADLINE,
@@ -75,6 +76,8 @@ from orchestrator.domain.errors import (
     SandboxUnavailable,
     SideEffectsIncomplete,
 )
+from orchestrator.egress import EgressProxy, EgressRoute
+from orchestrator.profiles import ResolvedProfile
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +123,7 @@ class _Pod:
     copy_error: str | None = None
     pooled: bool = False  # pre-started: its init waits for launch()
     launched: bool = False
+    egress_ip: str | None = None  # served by the egress proxy at this address (open_egress), until destroy
 
 
 class KubernetesBackend:
@@ -138,6 +142,7 @@ class KubernetesBackend:
         self._leases: dict[str, OwnerLease] = {}
         self._policy_checked_at = 0.0
         self._closed = False
+        self._egress = PodEgress(self.settings.egress)
 
     @property
     def endpoint(self) -> str:
@@ -722,6 +727,8 @@ class KubernetesBackend:
     async def destroy(self, handle: SandboxHandle) -> None:
         """Delete the pod (that pod: its uid is a precondition), at once. Idempotent."""
         pod = self._pods.pop(handle.name, None)
+        if pod is not None and pod.egress_ip is not None:  # its connections end (and are recorded) before it goes
+            await asyncio.shield(self._egress.close(pod.egress_ip))
         if pod is not None and pod.stdio is not None:
             pod.stdio.close()
         kube = await self._client()
@@ -806,6 +813,37 @@ class KubernetesBackend:
         message = spec_launch_message(spec)
         pod.launched = True  # exactly once, whatever happens next
         await self._call(pod.stdio.launch, message, spec.stdin, self.settings.start_timeout_s)
+
+    # -- egress (EgressBackend) -------------------------------------------------------------------------
+
+    def egress_problem(self, profile: ResolvedProfile) -> str | None:
+        return self._egress.problem()
+
+    async def open_egress(self, handle: SandboxHandle, route: EgressRoute, proxy: EgressProxy) -> str:
+        """The proxy's route for the pod's IP (see kubernetes/egress.py), before its launch."""
+        pod = self._pods.get(handle.name)
+        if pod is None or not pod.pooled or pod.launched or pod.egress_ip is not None:
+            raise SandboxUnavailable(
+                f"{handle.name} takes no egress: it is gone, was not started waiting, or was launched already",
+                details={"sandbox": handle.name},
+            )
+        watch = await self._pod_watch()
+
+        def addressed(last: JsonObject | None, gone: bool) -> bool:
+            return gone or bool(pods.ip(last))
+
+        try:
+            await watch.until(handle.name, addressed, self.settings.start_timeout_s)
+        except TimeoutError as exc:
+            raise SandboxUnavailable(f"pod {handle.name} got no address", details={"sandbox": handle.name}) from exc
+        ip = pods.ip(watch.last(handle.name))
+        if ip is None:
+            raise SandboxUnavailable(
+                f"pod {handle.name} ended before it had an address", details={"sandbox": handle.name}
+            )
+        url = await self._egress.open(proxy, handle.name, ip, route)
+        pod.egress_ip = ip
+        return url
 
     # -- observation ------------------------------------------------------------------------------------
 

@@ -120,6 +120,12 @@ def execution_of(pod: JsonObject) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def ip(pod: JsonObject | None) -> str | None:
+    """The pod's IPv4 address once the network plugin gave it one."""
+    found = _obj((pod or {}).get("status")).get("podIP")
+    return found if isinstance(found, str) and found else None
+
+
 def phase(pod: JsonObject) -> str:
     return str(_obj(pod.get("status")).get("phase") or "")
 

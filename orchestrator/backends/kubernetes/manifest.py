@@ -46,6 +46,7 @@ from orchestrator.backends.base import (
     MANAGED_BY,
     LaunchSpec,
 )
+from orchestrator.backends.kubernetes.egress import LABEL_EGRESS
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.backends.kubernetes.start_barrier import (
     SIDECAR,
@@ -248,6 +249,8 @@ def pod_labels(spec: LaunchSpec) -> dict[str, str]:
     owner = spec.labels.get(LABEL_OWNER)
     if owner:
         labels[LABEL_OWNER] = label_value(owner)
+    if spec.profile.network == "allowlist":  # the NetworkPolicy that lets it reach the egress proxy, and only that
+        labels[LABEL_EGRESS] = "proxy"
     return labels
 
 

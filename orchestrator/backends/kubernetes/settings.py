@@ -37,6 +37,35 @@ class WorkspaceDelivery(BaseModel):
     )
 
 
+class EgressListener(BaseModel):
+    """Where the egress proxy listens for sandbox pods: their only route, allowed by a NetworkPolicy to the
+    controller's pods on its port (the chart's), routed by the pod's IP to its run's allowlist."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    listen: str = Field(
+        default="0.0.0.0:3128",
+        pattern=r"^[0-9.]+:[0-9]{1,5}$",
+        description="IPv4 address:port the proxy listens on (0.0.0.0 in a controller pod).",
+    )
+    address: str | None = Field(
+        default=None,
+        pattern=r"^[0-9.]+$",
+        description="The address pods reach the proxy at (default: listen's, unless that is 0.0.0.0).",
+    )
+    address_env: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="An environment variable holding that address (the chart: POD_IP, from the downward API).",
+    )
+    netns: str | None = Field(
+        default=None,
+        pattern=r"^/",
+        description="A network namespace file to listen in (a controller outside the cluster's pod network: "
+        "the test cluster's attachment, /var/run/netns/so-k8s-egress); needs CAP_SYS_ADMIN.",
+    )
+
+
 class KubernetesSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -58,6 +87,11 @@ class KubernetesSettings(BaseModel):
     workspace: WorkspaceDelivery = Field(default_factory=WorkspaceDelivery)
     start_timeout_s: float = Field(
         default=120.0, gt=0, description="How long a pod may take to be scheduled and start its container."
+    )
+    egress: EgressListener | None = Field(
+        default=None,
+        description="The egress proxy for pods of profiles with a network allowlist; none: such runs are "
+        "refused (SANDBOX.UNAVAILABLE), never given a wider network.",
     )
     require_network_policy: bool = Field(
         default=True,

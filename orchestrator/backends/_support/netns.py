@@ -1,4 +1,4 @@
-"""A listening socket inside a container's network namespace: the egress proxy's door into a sandbox.
+"""A listening socket inside another network namespace: the egress proxy's door into a sandbox's network.
 
 A sandbox with an egress allowlist keeps ``--network none``: its namespace has a loopback interface and
 nothing else, no route and no name server. The controller opens a TCP socket bound to the sandbox's own
@@ -8,9 +8,9 @@ from the controller's namespace. Nothing else of the host is reachable; no bridg
 
 ``setns(2)`` moves only the calling thread, so the socket is made on a thread of its own that ends right
 after (never a pool thread, which would go on serving other calls in the sandbox's namespace). The
-namespace is named by a pidfd of the container's init (``setns`` takes one since Linux 5.8): no pid that
-could be reused between a lookup and the call. Needs CAP_SYS_ADMIN and the init visible in this PID
-namespace (a local engine, the host's PID namespace): the caller refuses egress otherwise.
+namespace is named by a file descriptor ``setns`` takes: a pidfd of a container's init (Docker: no pid that
+could be reused between a lookup and the call) or an open namespace file (``listen_in_netns_file``: the test
+cluster's attachment to its pods' network). Needs CAP_SYS_ADMIN: the callers refuse egress otherwise.
 """
 
 from __future__ import annotations
@@ -37,8 +37,18 @@ def _setns(fd: int) -> None:
         raise NetnsError(errno, f"setns: {os.strerror(errno)}")
 
 
+def listen_in_netns_file(path: str, port: int, host: str) -> socket.socket:
+    """A TCP socket listening on ``host:port`` inside the network namespace file ``path`` (/var/run/netns/X)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return listen_in_netns(fd, port, host)
+    finally:
+        os.close(fd)
+
+
 def listen_in_netns(pidfd: int, port: int, host: str = "127.0.0.1") -> socket.socket:
-    """A TCP socket listening on ``host:port`` inside the network namespace of the process ``pidfd`` is."""
+    """A TCP socket listening on ``host:port`` inside the network namespace of the process ``pidfd`` is (or of
+    the namespace file ``pidfd`` is open on)."""
     result: list[socket.socket | BaseException] = []
 
     def make() -> None:
