@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s clean
+.PHONY: all venv lint typecheck importlint unit integration test demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants clean
 
 all: test
 
@@ -96,6 +96,14 @@ bench-pool: $(STAMP) setup
 # evented PLEG (the cluster is restarted between them and left as it was found)
 bench-pool-k8s: $(STAMP) setup
 	$(BIN)/python benchmarks/pool_pods.py
+
+# the egress proxy: throughput through a tunnel vs a direct connection on loopback, and a connection's added latency
+bench-egress: $(STAMP)
+	$(BIN)/python benchmarks/egress_proxy.py
+
+# grants with budgets: a covered run's reserve + settle vs two bare SQLite updates
+bench-grants: $(STAMP)
+	$(BIN)/python benchmarks/grant_check.py
 
 # the Kubernetes backend against the same pod through the client, on the test cluster (started if needed)
 bench-k8s: $(STAMP) setup

@@ -29,7 +29,16 @@ def add_request_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skill", default="cli", help="skill name for --tool skill_exec")
     p.add_argument("--tenant", default="default")
     p.add_argument("--subject", default=None, help="who asks (default: the current user)")
-    p.add_argument("--ask-network", action="store_true", help="ask for network access (an escalation)")
+    p.add_argument(
+        "--network",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="a host the command must reach through the egress proxy (repeatable; asked about unless the policy "
+        "allows it): pypi.org:443, *.example.com:443",
+    )
+    p.add_argument("--ask-network", action="store_true", help="ask for unrestricted network (never given)")
+    p.add_argument("--retry-of", metavar="ID", help="the SANDBOX.RESTRICTED execution this one retries")
     p.add_argument("--ask-writable-root", action="store_true", help="ask for a writable root (an escalation)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("argv", nargs="*", metavar="-- ARGV", help="the command, after --")
@@ -98,8 +107,13 @@ def request_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "profile": args.profile,
         "tenant": args.tenant,
         "subject": subject,
-        "sandbox_permissions": {"network": args.ask_network, "writable_root": args.ask_writable_root},
+        "sandbox_permissions": {
+            "network": args.network or args.ask_network,
+            "writable_root": args.ask_writable_root,
+        },
     }
+    if args.retry_of:
+        raw["retry_of"] = args.retry_of
     if tool in ("shell_exec", "skill_exec"):
         raw["argv"] = argv
     if tool == "skill_exec":
@@ -111,6 +125,20 @@ def request_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if tool == "exec_command":
         raw["cmd"] = args.shell
     return raw
+
+
+def _profile_egress(request: Any, default_profile: str) -> tuple[str, ...]:
+    """The hosts the request's profile reaches (part of what a run asks, as the service sees it)."""
+    from orchestrator.domain.errors import OrchestratorError
+    from orchestrator.domain.requests import EXEC_TOOLS
+    from orchestrator.profiles import ProfileRegistry
+
+    if request.tool not in EXEC_TOOLS:
+        return ()
+    try:
+        return ProfileRegistry().get(request.profile or default_profile).network.allow
+    except OrchestratorError:
+        return ()
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -128,7 +156,7 @@ def handle(args: argparse.Namespace) -> int:
         load_config(config)  # the whole file must be valid, not only its safety section
     request = parse_request(request_from_args(args))
     gate = Gate(PolicySource(config), workspace=workspace_from_args(args))
-    result = gate.evaluate(request)
+    result = gate.evaluate(request, profile_egress=_profile_egress(request, gate.default_profile))
     if args.json:
         emit_json(result.to_json())
         return 0
