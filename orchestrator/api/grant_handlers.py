@@ -8,6 +8,7 @@ The handlers take the service's GrantBook from the app under ``GRANT_BOOK`` (set
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 from aiohttp import web
@@ -56,6 +57,12 @@ async def _visible(request: web.Request, principal: Principal) -> GrantView:
     return view
 
 
+def _covers_subject(body: GrantRequest, principal: Principal) -> bool:
+    """Whether the grant's subject condition lets requests of ``principal``'s own subject through."""
+    subjects = body.conditions.subject
+    return subjects is None or any(fnmatch.fnmatchcase(principal.subject, glob) for glob in subjects)
+
+
 def _invalid(err: ValidationError) -> InputInvalid:
     fields = [".".join(map(str, e["loc"])) or "(root)" for e in err.errors(include_input=False)]
     return InputInvalid(describe_validation_error(err), details={"fields": fields})
@@ -71,6 +78,12 @@ async def create_grant(request: web.Request) -> web.Response:
         raise _invalid(err) from None
     if not principal.sees(body.tenant):
         raise Forbidden("this token cannot issue grants for that tenant", details={"fields": ["tenant"]})
+    if not principal.every_tenant and not service.manager.allow_self_approval and _covers_subject(body, principal):
+        # a grant approves in advance: an approver who may not approve its own asks may not grant them either
+        raise Forbidden(
+            "a grant that could cover this approver's own requests (name other subjects in conditions.subject)",
+            details={"fields": ["conditions.subject"]},
+        )
     view = await grant_book(request.app).create(body, created_by=principal.label)
     return _json(view, 201)
 

@@ -256,6 +256,11 @@ class QueueApprover:
     def name(self) -> str:
         return "queue"
 
+    @property
+    def rules(self) -> RuleApprover | None:
+        """The rules tried before an ask waits in the queue."""
+        return self._rules
+
     async def request_approval(self, request: ApprovalRequest) -> ApprovalResult:
         # rules answer what they match at once; the rest waits in the queue for a person
         matched = self._rules.match(request) if self._rules is not None else None

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
+from orchestrator.domain.hosts import Allowlist, parse_pattern
+from orchestrator.gate.config import EgressPatternText
 from orchestrator.gate.matching import MatchConditions, Matcher, RequestFacts
 from orchestrator.gate.sanitize import analysis_of_sanitized
 from orchestrator.yamlfile import load_model_file
@@ -19,6 +22,28 @@ class ApprovalRule(MatchConditions):
     name: str = Field(min_length=1, max_length=200, description="Recorded as the approver 'rule:<name>'.")
     outcome: GrantOutcome = Field(description="approved | approved_for_session | denied | abort")
     reason: str = Field(default="", max_length=1000, description="Recorded with the decision.")
+    network: list[EgressPatternText] | None = Field(
+        default=None,
+        description="The hosts an approving rule may approve: an ask about egress is approved only by a rule "
+        "whose patterns cover every host asked (none: it approves no ask about hosts).",
+    )
+    writable_root: bool = Field(
+        default=False, description="Whether an approving rule may approve an ask for a writable root."
+    )
+
+    def approves_escalations(self, request: ApprovalRequest) -> bool:
+        """An approving rule answers the escalations of an ask only when it names them (hosts, root)."""
+        if request.sanitized.sandbox_permissions.writable_root and not self.writable_root:
+            return False
+        return covers_hosts(self.network or (), request.network_asked)
+
+
+def covers_hosts(allowed: Sequence[str], asked: Sequence[str]) -> bool:
+    """Whether the patterns ``allowed`` cover every host:port pattern ``asked``."""
+    if not asked:
+        return True
+    patterns = Allowlist(allowed)
+    return all(patterns.covers(parse_pattern(host)) for host in asked)
 
 
 class RuleApprovalsConfig(BaseModel):
@@ -50,6 +75,8 @@ class RuleApprover:
         facts = RequestFacts(sanitized, analysis_of_sanitized(sanitized), sanitized.profile or self._default_profile)
         for rule, matcher in self._compiled:
             grants = rule.outcome in ("approved", "approved_for_session")
+            if grants and not rule.approves_escalations(request):
+                continue
             if matcher.matches(facts, every_command=grants):
                 return ApprovalResult(
                     outcome=ApprovalOutcome(rule.outcome),
@@ -57,6 +84,12 @@ class RuleApprover:
                     reason=rule.reason or f"approval rule {rule.name!r} matched",
                 )
         return None
+
+    def refusal(self, request: ApprovalRequest) -> ApprovalResult | None:
+        """The first matching rule's outcome when it says no (denied, abort): final, whatever else might
+        approve the ask (auto-approve, a grant)."""
+        matched = self.match(request)
+        return matched if matched is not None and not matched.outcome.grants else None
 
     def evaluate(self, request: ApprovalRequest) -> ApprovalResult:
         matched = self.match(request)

@@ -55,6 +55,11 @@ class ApprovalRequest(_Frozen):
     sanitized: SanitizedRequest
     policy_reason: str
     timeout_s: float = Field(gt=0)
+    network_asked: list[str] = Field(
+        default_factory=list,
+        description="The host:port patterns this ask is about (its egress the policy does not cover and no "
+        "earlier approval of its session did): what approving it lets the sandbox reach.",
+    )
 
 
 def utcnow() -> datetime:

@@ -9,11 +9,20 @@ from __future__ import annotations
 
 from orchestrator.egress.allowlist import Allowlist, HostPattern, normalise_host, parse_authority, parse_pattern
 from orchestrator.egress.proxy import ConnectionRecord, EgressProxy, EgressRoute, ListenerHandle
-from orchestrator.egress.resolver import DEFAULT_DENIED, EgressRefused, IPNetwork, Resolver, is_denied, is_local
+from orchestrator.egress.resolver import (
+    DEFAULT_DENIED,
+    DEFAULT_INTERNAL,
+    EgressRefused,
+    IPNetwork,
+    Resolver,
+    is_denied,
+    is_local,
+)
 from orchestrator.egress.tls import HelloScan, HelloState, scan_client_hello, server_name
 
 __all__ = [
     "DEFAULT_DENIED",
+    "DEFAULT_INTERNAL",
     "Allowlist",
     "ConnectionRecord",
     "EgressProxy",

@@ -145,6 +145,10 @@ class EgressRoute:
     refused: list[ConnectionRecord] = field(default_factory=list)
     max_refused: int = 1000
     refused_dropped: int = 0
+    #: connections of this run open at once (past it: refused, ``limit``); on a shared listener this is what
+    #: keeps one run from taking every other run's share
+    max_connections: int = 32
+    open: int = 0  # counted by the proxy
 
 
 @dataclass(frozen=True)
@@ -381,29 +385,48 @@ class _Pump:
         self._inspect()
 
     def _inspect(self) -> None:
+        """The tunnel's first flight decides (fail closed): a TLS one must be a whole ClientHello naming the
+        CONNECT host (none at all only for an IP literal); plain HTTP is refused (it goes through the absolute
+        form, where its Host is checked); anything else (ssh, a protocol with no name in it) is tunnelled."""
         assert self._hello is not None
-        if self._hello[0] != 0x16:  # not a TLS handshake record: tunnelled as is, never looked at again
-            self._release()
+        if self._hello[0] != 0x16:
+            kind = http_first_line(bytes(self._hello))
+            if kind == "more" and len(self._hello) < MAX_RAW:
+                self._wait_for_more()
+            elif kind != "http":  # "other", or a line longer than any server takes as a request line
+                self._release()
+            else:
+                self._fail(EgressRefused("bad_request", PLAIN_HTTP_IN_TUNNEL))
             return
         scan = scan_client_hello(self._hello)
         if scan.state is HelloState.MORE:
-            if self._hello_timer is None:
-                timeout = self._conn.proxy.handshake_timeout_s
-                self._hello_timer = self._loop.call_later(timeout, self._hello_timed_out)
-            self._want_read()
+            self._wait_for_more()
             return
         if scan.state is HelloState.TOO_LARGE:
             self._fail(EgressRefused("bad_request", f"TLS ClientHello over {MAX_CLIENT_HELLO // 1024} KiB"))
             return
-        name = scan.server_name if scan.state is HelloState.HELLO else None
-        if name is not None:
+        if scan.state is not HelloState.HELLO:  # what the proxy cannot read, it cannot vouch for
+            self._fail(EgressRefused("sni_mismatch", "a TLS first flight that is not a ClientHello the proxy reads"))
+            return
+        wanted = self._conn.host
+        name = scan.server_name
+        if name is None:
+            if not _is_ip_literal(wanted):
+                self._fail(EgressRefused("sni_mismatch", f"a TLS ClientHello without a server name for {wanted!r}"))
+                return
+        else:
             self._conn.sni = name
-            wanted = self._conn.host
             if name.lower().removesuffix(".") != wanted:
                 detail = f"TLS server name {name[:255]!r} is not the CONNECT host {wanted!r}"
                 self._fail(EgressRefused("sni_mismatch", detail))
                 return
         self._release()
+
+    def _wait_for_more(self) -> None:
+        if self._hello_timer is None:
+            timeout = self._conn.proxy.handshake_timeout_s
+            self._hello_timer = self._loop.call_later(timeout, self._hello_timed_out)
+        self._want_read()
 
     def _release(self) -> None:
         """The held first bytes may go: write them, then tunnel."""
@@ -469,15 +492,20 @@ class _Connection:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last = self._t0
         self._finished = False
+        self._counted: EgressRoute | None = None  # the route whose open count holds this connection
 
     # -- the handler task
     async def run(self) -> None:
         try:
             if self.route is None:
-                self.route = await self._wait_for_route()
-                if self.route is None:
+                route = await self._wait_for_route()
+                if route is None:
                     logger.debug("egress: no route for peer %s; closed", self.peer)
                     return
+                self.route = route
+                if route.open >= route.max_connections:
+                    raise EgressRefused("limit", f"more than {route.max_connections} open connections of this run")
+                self.count_in(route)
             await self._handle(self.route)
         except EgressRefused as refusal:
             self._refuse(refusal)
@@ -703,6 +731,11 @@ class _Connection:
             with contextlib.suppress(OSError):  # best effort: a small answer fits any fresh socket's buffer
                 self.client.send(head + body)
 
+    def count_in(self, route: EgressRoute) -> None:
+        """This connection is one of ``route``'s open ones until it finishes."""
+        route.open += 1
+        self._counted = route
+
     def refuse_now(self, refusal: EgressRefused) -> None:
         """Refuse before any handling (over the connection cap): answer, close, record."""
         self._refuse(refusal)
@@ -713,6 +746,9 @@ class _Connection:
         if self._finished:
             return
         self._finished = True
+        if self._counted is not None:
+            self._counted.open -= 1
+            self._counted = None
         if self._idle_timer is not None:
             self._idle_timer.cancel()
         for pump in self._pumps:
@@ -743,6 +779,33 @@ class _Connection:
                 duration_ms=duration_ms,
             )
             self.proxy.emit(self.route, record)
+
+
+PLAIN_HTTP_IN_TUNNEL = "plain HTTP inside a CONNECT tunnel (use http:// through the proxy: its Host is checked)"
+# a request line: a method token, a target, an HTTP version (HTTP/2's preface "PRI * HTTP/2.0" too)
+_REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ +\S+ +HTTP/[0-9]", re.IGNORECASE)
+_MAYBE_REQUEST = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ ")
+MAX_METHOD = 20  # a first flight of letters longer than any method is not the start of a request line
+
+
+def http_first_line(data: bytes) -> str:
+    """Whether a tunnel's first client bytes are an HTTP request ("http"), may still become one ("more"), or
+    are something else ("other"). Leading blank lines are skipped, as servers skip them."""
+    text = data.lstrip(b"\r\n")
+    line, newline, _ = text.partition(b"\n")
+    if _REQUEST_LINE.match(line):
+        return "http"
+    if not newline and (not text or _MAYBE_REQUEST.match(text) or (text.isalpha() and len(text) <= MAX_METHOD)):
+        return "more"
+    return "other"
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _header(line: bytes) -> tuple[bytes, bytes]:
@@ -858,6 +921,7 @@ class EgressProxy:
         handshake_timeout_s: float = 10.0,
         idle_timeout_s: float = 300.0,
         max_connections_per_listener: int = 64,
+        max_connections: int = 128,
         use_splice: bool = True,
     ) -> None:
         self._on_record = on_record
@@ -866,6 +930,9 @@ class EgressProxy:
         self.handshake_timeout_s = handshake_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.max_connections_per_listener = max_connections_per_listener
+        # all listeners together: a connection holds 4-6 descriptors (sockets, splice pipes), and the controller's
+        # own (evidence, store, engine, API) must never run out because sandboxes opened connections
+        self.max_connections = max_connections
         self.use_splice = use_splice and hasattr(os, "splice")
         self.pipe_bytes = 0  # capacity of the enlarged splice pipes open now (see PIPE_BUDGET)
         self._listeners: dict[int, _Listener] = {}
@@ -993,6 +1060,16 @@ class EgressProxy:
                 return
             self._admit(listener, client, address)
 
+    def _over_cap(self, listener: _Listener, route: EgressRoute | None) -> str | None:
+        """Why one more connection may not be admitted (None: it may)."""
+        if route is not None and route.open >= route.max_connections:
+            return f"more than {route.max_connections} open connections of this run"
+        if len(listener.connections) >= self.max_connections_per_listener:
+            return f"more than {self.max_connections_per_listener} open connections through this listener"
+        if sum(len(lst.connections) for lst in self._listeners.values()) >= self.max_connections:
+            return f"the proxy holds its most connections ({self.max_connections}) at once"
+        return None
+
     def _admit(self, listener: _Listener, client: socket.socket, address: object) -> None:
         client.setblocking(False)
         peer = _peer_ip(address)
@@ -1002,14 +1079,16 @@ class EgressProxy:
             client.close()
             return
         connection = _Connection(self, listener, client, peer, route)
-        if len(listener.connections) >= self.max_connections_per_listener:
+        over = self._over_cap(listener, route)
+        if over is not None:
             if route is None:
                 logger.debug("egress: peer %s over the connection cap and without a route; closed", peer)
                 client.close()
                 return
-            cap = self.max_connections_per_listener
-            connection.refuse_now(EgressRefused("limit", f"more than {cap} open connections through this listener"))
+            connection.refuse_now(EgressRefused("limit", over))
             return
+        if route is not None:
+            connection.count_in(route)
         listener.connections.add(connection)
         task = asyncio.get_running_loop().create_task(connection.run(), name=f"egress-{peer}")
         connection.task = task

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 from orchestrator.egress.allowlist import normalise_host
 
-__all__ = ["DEFAULT_DENIED", "EgressRefused", "IPNetwork", "Resolver", "is_denied", "is_local"]
+__all__ = ["DEFAULT_DENIED", "DEFAULT_INTERNAL", "EgressRefused", "IPNetwork", "Resolver", "is_denied", "is_local"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,33 @@ DEFAULT_DENIED: tuple[IPNetwork, ...] = (
         for net in (ipaddress.IPv4Network(n) for n in _DENIED_V4)
     ),
 )
+
+
+_INTERNAL_V4 = (
+    "10.0.0.0/8",  # private (RFC 1918): a cluster's services and pods, a Docker bridge's containers
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",  # shared address space (CGNAT), incl. a cloud's metadata at 100.100.100.200
+    "198.18.0.0/15",  # benchmarking
+    "192.0.0.0/24",  # IETF protocol assignments
+)
+_INTERNAL_V6 = (
+    "fc00::/7",  # unique local, incl. a cloud's IPv6 metadata at fd00:ec2::254
+    "fec0::/10",  # site-local (deprecated, still routed in places)
+    "64:ff9b::/96",  # NAT64: an IPv4 address behind it, any of them
+    "64:ff9b:1::/48",
+    "2002::/16",  # 6to4: likewise
+    "2001::/32",  # Teredo
+    "::/96",  # IPv4-compatible
+)
+
+DEFAULT_INTERNAL: tuple[IPNetwork, ...] = (
+    *(ipaddress.IPv4Network(net) for net in _INTERNAL_V4),
+    *(ipaddress.IPv6Network(net) for net in _INTERNAL_V6),
+)
+"""Networks a name's DNS answer never leads to: only an address the operator wrote down (an IP in an allowlist
+pattern, a name pinned in ``egress.hosts``) is connected to there. An approver approves a *name*; whoever
+controls that name's DNS must not turn it into the cluster's API, a neighbour container or a metadata service."""
 
 
 class EgressRefused(Exception):
@@ -110,6 +137,7 @@ class Resolver:
         *,
         hosts: Mapping[str, str] | None = None,
         denied: Iterable[IPNetwork] = DEFAULT_DENIED,
+        internal: Iterable[IPNetwork] = DEFAULT_INTERNAL,
         timeout_s: float = 5.0,
         deny_local: bool = True,
     ) -> None:
@@ -122,6 +150,7 @@ class Resolver:
                 raise ValueError(f"egress hosts entry {name!r}: {address!r}: {e}") from None
             self._hosts[key] = value
         self._denied = tuple(denied)
+        self._internal = tuple(internal)  # denied to DNS answers, not to what the operator wrote (hosts, IPs)
         self._timeout_s = timeout_s
         self._deny_local = deny_local  # this host's own addresses (is_local): off only for tests on loopback
 
@@ -135,6 +164,7 @@ class Resolver:
             name = normalise_host(host)
         except ValueError as e:
             raise EgressRefused("dns", f"invalid host: {e}") from None
+        written = name in self._hosts or _is_ip(name)  # the operator's own address, not a DNS answer
         if name in self._hosts:
             found = [self._hosts[name]]
         elif _is_ip(name):
@@ -146,18 +176,25 @@ class Resolver:
         usable = [
             address
             for address in found
-            if not is_denied(address, self._denied) and not (self._deny_local and is_local(address))
+            if not is_denied(address, self._denied)
+            and (written or not is_denied(address, self._internal))
+            and not (self._deny_local and is_local(address))
         ]
         if not usable:
             shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
-            raise EgressRefused("address", f"{name} resolves only to denied or this host's own addresses ({shown})")
+            raise EgressRefused(
+                "address",
+                f"{name} resolves only to denied, internal or this host's own addresses ({shown}); pin an internal "
+                "name in egress.hosts",
+            )
         return usable
 
     async def _lookup(self, name: str, port: int) -> list[str]:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._timeout_s):
-                infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+                # absolute: the controller's search domains (a pod's ndots:5) are never tried first
+                infos = await loop.getaddrinfo(name + ".", port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
         except TimeoutError:
             raise EgressRefused("dns", f"{name}: no answer within {self._timeout_s:g}s") from None
         except (OSError, UnicodeError) as e:  # socket.gaierror is an OSError

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,12 +22,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.egress import DEFAULT_DENIED, Allowlist, ConnectionRecord, EgressProxy, EgressRoute, Resolver
 from orchestrator.evidence import EventType
+from orchestrator.results import Redactor
+from orchestrator.results.redact import MIN_LITERAL_LENGTH, marker
 
 log = logging.getLogger(__name__)
 
 #: how a command is pointed at the proxy: what curl, pip, git, npm, requests and the Go and Java tools read
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 _NO_PROXY = "localhost,127.0.0.1,::1"
+_REDACTED_LITERAL = marker("literal").decode()
+MAX_SUMMARY_HOSTS = 256  # distinct host:port a run's summary names; more are counted (hosts_left_out)
 
 
 class EgressSettings(BaseModel):
@@ -47,6 +52,15 @@ class EgressSettings(BaseModel):
     max_records: int = Field(
         default=1000, ge=1, le=1_000_000, description="Connection records per execution; more are only counted."
     )
+    max_connections_per_run: int = Field(
+        default=32, ge=1, le=1024, description="Connections one run may hold open at once (past it: refused)."
+    )
+    max_connections: int = Field(
+        default=128,
+        ge=1,
+        le=4096,
+        description="Connections the proxy holds open at once, all runs together (each takes 4-6 descriptors).",
+    )
     connect_timeout_s: float = Field(default=10.0, gt=0, le=300, description="Connecting to an allowed host.")
     idle_timeout_s: float = Field(default=300.0, gt=0, le=86_400, description="A connection idle this long ends.")
 
@@ -64,6 +78,23 @@ class EgressSettings(BaseModel):
         return networks
 
 
+class NameRedactor:
+    """Secrets out of what a sandbox names (a host, a TLS server name, a refusal's detail): the request's env
+    values and the built-in patterns, as in its output, and the values in any letter case too (the proxy
+    lower-cases host names). A sandbox could otherwise spell a secret into a name it connects to."""
+
+    def __init__(self, literals: Iterable[str]) -> None:
+        kept = [value for value in literals if len(value.strip()) >= MIN_LITERAL_LENGTH]
+        self._exact = Redactor(literals=kept)
+        self._folded = [re.compile(re.escape(value), re.IGNORECASE) for value in kept]
+
+    def __call__(self, text: str) -> str:
+        cleaned = self._exact.redact(text.encode("utf-8", "surrogateescape")).data.decode("utf-8", "replace")
+        for pattern in self._folded:
+            cleaned = pattern.sub(_REDACTED_LITERAL, cleaned)
+        return cleaned
+
+
 def proxy_environment(url: str) -> dict[str, str]:
     """The variables that point a command's tools at the proxy (set over the request's own)."""
     return {**dict.fromkeys(_PROXY_VARIABLES, url), "NO_PROXY": _NO_PROXY, "no_proxy": _NO_PROXY}
@@ -77,6 +108,7 @@ Write = Callable[..., None]
 class _Tracked:
     route: EgressRoute
     write: Write
+    redact: Callable[[str], str]
     written: int = 0
     left_out: int = 0
     allowed: int = 0
@@ -84,6 +116,7 @@ class _Tracked:
     bytes_up: int = 0
     bytes_down: int = 0
     hosts: set[str] = field(default_factory=set)
+    hosts_left_out: int = 0
 
 
 class Egress:
@@ -103,14 +136,20 @@ class Egress:
                 resolver=Resolver(hosts=self.settings.hosts, denied=(*DEFAULT_DENIED, *networks)),
                 connect_timeout_s=self.settings.connect_timeout_s,
                 idle_timeout_s=self.settings.idle_timeout_s,
+                max_connections_per_listener=self.settings.max_connections,  # a shared listener serves many runs
+                max_connections=self.settings.max_connections,
             )
         return self._proxy
 
-    def open(self, execution_id: str, allow: tuple[str, ...], write: Write) -> EgressRoute:
+    def open(
+        self, execution_id: str, allow: tuple[str, ...], write: Write, redact: Callable[[str], str]
+    ) -> EgressRoute:
         """The route of one run: what it may reach, and what it was refused (read after it); ``write`` puts
-        the run's records on the evidence."""
-        route = EgressRoute(execution_id=execution_id, allowlist=Allowlist(allow))
-        self._runs[execution_id] = _Tracked(route, write)
+        the run's records on the evidence, ``redact`` takes secrets out of the names a sandbox gives."""
+        route = EgressRoute(
+            execution_id=execution_id, allowlist=Allowlist(allow), max_connections=self.settings.max_connections_per_run
+        )
+        self._runs[execution_id] = _Tracked(route, write, redact)
         return route
 
     def close(self, execution_id: str) -> dict[str, Any] | None:
@@ -124,7 +163,8 @@ class Egress:
             "refused": tracked.refused,
             "bytes_up": tracked.bytes_up,
             "bytes_down": tracked.bytes_down,
-            "hosts": sorted(tracked.hosts)[:256],
+            "hosts": sorted(tracked.hosts),
+            "hosts_left_out": tracked.hosts_left_out,
             "records_left_out": tracked.left_out,
         }
         tracked.write(EventType.EGRESS_SUMMARY, data=summary)
@@ -142,13 +182,21 @@ class Egress:
         tracked.bytes_up += record.bytes_up
         tracked.bytes_down += record.bytes_down
         if record.host:
-            tracked.hosts.add(f"{record.host}:{record.port}")
+            host = tracked.redact(f"{record.host}:{record.port}")
+            if host in tracked.hosts or len(tracked.hosts) < MAX_SUMMARY_HOSTS:
+                tracked.hosts.add(host)
+            else:  # a sandbox asking for fresh names in a loop: counted, never held
+                tracked.hosts_left_out += 1
         if tracked.written >= self.settings.max_records:
             tracked.left_out += 1
             return
         tracked.written += 1
         fields = record.as_dict()
         del fields["execution_id"]
+        for name in ("host", "sni", "detail"):  # what the sandbox named: never a secret on the evidence
+            value = fields[name]
+            if isinstance(value, str):
+                fields[name] = tracked.redact(value)
         status = "allowed" if record.allowed else "refused"
         tracked.write(EventType.EGRESS_CONNECTION, status=status, data=fields)
 
@@ -162,11 +210,12 @@ class Egress:
 LIFTABLE = frozenset({"not_allowed"})
 
 
-def denied_hosts(route: EgressRoute, limit: int = 64) -> list[str]:
-    """The host:port a run was refused for not being on its allowlist (what ``retry_of`` may ask for)."""
+def denied_hosts(route: EgressRoute, redact: Callable[[str], str], limit: int = 64) -> list[str]:
+    """The host:port a run was refused for not being on its allowlist (what ``retry_of`` may ask for), with
+    secrets taken out (a name holding one is said redacted: nobody may be offered it)."""
     seen: dict[str, None] = {}
     for record in route.refused:
         if record.refusal in LIFTABLE and record.host:
             host = f"[{record.host}]" if ":" in record.host else record.host
-            seen.setdefault(f"{host}:{record.port}")
+            seen.setdefault(redact(f"{host}:{record.port}"))
     return list(seen)[:limit]

@@ -259,7 +259,11 @@ class ExecutionManager(Observer):
                 raw, execution_id=execution_id, observer=self, approval_deadline=approval_deadline
             )
             started = True
-            await self.workspaces.ensure(live.view.tenant, live.view.session_id)
+            try:
+                await self.workspaces.ensure(live.view.tenant, live.view.session_id)
+            except BaseException:  # never run: what a grant reserved for it is freed
+                await asyncio.shield(self.orchestrator.abandon(auth))
+                raise
             result = await self.orchestrator.run(
                 auth, workspace=workspace, observer=self, on_output=functools.partial(self.add_output, execution_id)
             )

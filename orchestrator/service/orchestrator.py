@@ -22,6 +22,7 @@ from typing import Any
 
 from orchestrator.approvals.auto import AutoApprove
 from orchestrator.approvals.base import ApprovalProvider, SettlesInStore, decide, is_suspend
+from orchestrator.approvals.rules import RuleApprover
 from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants, egress_grant_key
 from orchestrator.backends._support.launch_message import launch_message
 from orchestrator.backends.base import (
@@ -63,7 +64,7 @@ from orchestrator.results import Redactor, Snapshot, snapshot
 from orchestrator.service import grant_cover
 from orchestrator.service.budget_grants import GrantBook, Reservation
 from orchestrator.service.config import PoolSettings
-from orchestrator.service.egress import Egress, EgressSettings
+from orchestrator.service.egress import Egress, EgressSettings, NameRedactor
 from orchestrator.service.end_record import failed_side_effects, finished_fields
 from orchestrator.service.executor import RunOutcome, run_in_sandbox, workspace_changes
 from orchestrator.service.governing import Governing, governing_paths
@@ -175,6 +176,7 @@ class Orchestrator:
         self.auto_approve = auto_approve or AutoApprove()  # asks of trusted tenants or tools, approved without anyone
         self.budget_grants = budget_grants  # grants with budgets (the service's store): asks a live grant covers
         self._reserved: dict[str, Reservation] = {}  # execution id -> what a grant reserved, until authorized
+        self._charged: set[str] = set()  # executions whose reservation was settled or released (once each)
         self.grants = grants or SessionGrants()
         self.backend = backend
         self.profiles = profiles
@@ -419,23 +421,6 @@ class Orchestrator:
             await self._record_approval(execution_id, gate, cached, cached=True, durable=durable)
             _tell(observer, "approval_settled", execution_id, cached)
             return cached
-        auto = self.auto_approve.decide(request.tenant, request.tool)
-        if auto is not None:  # a trusted tenant's or tool's ask: approved without anyone, on the record as such
-            await self._record_approval(execution_id, gate, auto, cached=False, durable=durable)
-            _tell(observer, "approval_settled", execution_id, auto)
-            return auto
-        granted = await self._grant(execution_id, request, gate)
-        if granted is not None:  # a live grant covers it, with room for this run: its reservation is held
-            await self._record_approval(execution_id, gate, granted, cached=False, durable=durable)
-            _tell(observer, "approval_settled", execution_id, granted)
-            return granted
-
-        if self.approvals is None:
-            raise await self._refuse(
-                execution_id,
-                gate,
-                NoApprovalProvider(f"approval needed ({gate.decision.reason}) but no approval provider is configured"),
-            )
         timeout_s = self.gate.policy.current().config.approval_timeout_s
         if deadline is not None:  # resumed after a restart: what is left of the first wait
             timeout_s = max(deadline - time.time(), 0.001)
@@ -445,7 +430,35 @@ class Orchestrator:
             sanitized=gate.sanitized,
             policy_reason=gate.decision.reason,
             timeout_s=timeout_s,
+            network_asked=self._network_asked(request, gate),
         )
+        refused = self._rules_refusal(ask)
+        if refused is not None:  # an approval rule says no: final, whatever else would approve it
+            await self._record_approval(execution_id, gate, refused, cached=False)
+            _tell(observer, "approval_settled", execution_id, refused)
+            refusal = _REFUSALS[refused.outcome]
+            raise await self._refuse(execution_id, gate, refusal(f"{refused.approver}: {refused.reason}".rstrip(": ")))
+        auto = self.auto_approve.decide(ask)
+        if auto is not None:  # a trusted tenant's or tool's ask: approved without anyone, on the record as such
+            await self._record_approval(execution_id, gate, auto, cached=False, durable=durable)
+            _tell(observer, "approval_settled", execution_id, auto)
+            return auto
+        granted = await self._grant(execution_id, request, gate)
+        if granted is not None:  # a live grant covers it, with room for this run: its reservation is held
+            try:
+                await self._record_approval(execution_id, gate, granted, cached=False, durable=durable)
+            except BaseException:  # never on the record as approved: nothing may hold its budget
+                await asyncio.shield(self._release_reserved(execution_id))
+                raise
+            _tell(observer, "approval_settled", execution_id, granted)
+            return granted
+
+        if self.approvals is None:
+            raise await self._refuse(
+                execution_id,
+                gate,
+                NoApprovalProvider(f"approval needed ({gate.decision.reason}) but no approval provider is configured"),
+            )
         await self._record(
             EventType.APPROVAL_REQUESTED,
             execution_id,
@@ -473,9 +486,34 @@ class Orchestrator:
         if result.outcome is ApprovalOutcome.APPROVED_FOR_SESSION and scope is not None:
             self.grants.grant_key(scope, key, policy_hash)
             # the hosts asked about are approved for this session: its later requests reach them unasked
-            for host in self.gate.policy.current().uncovered_egress(gate.sanitized):
+            for host in ask.network_asked:
                 self.grants.grant_key(scope, egress_grant_key(host), policy_hash)
         return result
+
+    def _network_asked(self, request: Request, gate: GateResult) -> list[str]:
+        """The hosts an ask is about: its egress the policy does not cover and its session did not approve."""
+        approved = self._session_egress(request, tuple(gate.sanitized.egress or ()))
+        return self.gate.policy.current().uncovered_egress(gate.sanitized, approved)
+
+    def _rules_refusal(self, ask: ApprovalRequest) -> ApprovalResult | None:
+        """An approval rule's no (denied, abort) for ``ask``: consulted before auto-approve and grants."""
+        rules = self.approvals if isinstance(self.approvals, RuleApprover) else getattr(self.approvals, "rules", None)
+        return rules.refusal(ask) if isinstance(rules, RuleApprover) else None
+
+    async def _release_reserved(self, execution_id: str) -> None:
+        """Free what a grant reserved for an execution that will not run (never authorized, or abandoned)."""
+        reservation = self._reserved.pop(execution_id, None)
+        if reservation is not None and self.budget_grants is not None:
+            try:
+                await self.budget_grants.release(reservation)
+            except Exception as exc:  # held until the service's next start releases it
+                log.warning("grant %s of %s not released: %s", reservation.grant_id, execution_id, exc)
+
+    async def abandon(self, auth: Authorization) -> None:
+        """``auth`` will not be run (the caller gave up before ``run``): what a grant reserved for it is freed."""
+        if auth.reservation is not None and auth.execution_id not in self._charged:
+            await self._charge(auth, None, ran=False)
+        self._charged.discard(auth.execution_id)
 
     async def _grant(self, execution_id: ExecutionId, request: Request, gate: GateResult) -> ApprovalResult | None:
         """The approval of a live grant covering this ask (its reservation kept for the run), or None."""
@@ -560,6 +598,34 @@ class Orchestrator:
         (its stdin open for the backend's send_input from ``on_started`` on, its deadline the profile's
         session lifetime); see :mod:`orchestrator.service.sessions`. ``on_capped(stream)``: with
         ``on_output``, once a stream passed the profile's cap (nothing more of it is shown)."""
+        try:
+            return await self._run(
+                auth,
+                workspace=workspace,
+                observer=observer,
+                on_output=on_output,
+                session=session,
+                on_started=on_started,
+                on_capped=on_capped,
+            )
+        finally:
+            if auth.reservation is not None:  # settled or released once, whatever ended the run
+                if auth.execution_id not in self._charged:
+                    await _despite_cancellation(self._charge(auth, None, ran=False))
+                self._charged.discard(auth.execution_id)
+
+    async def _run(
+        self,
+        auth: Authorization,
+        *,
+        workspace: Path,
+        observer: Observer | None = None,
+        on_output: OutputCallback | None = None,
+        session: bool = False,
+        on_started: Callable[[SandboxHandle, ResolvedProfile], None] | None = None,
+        on_capped: Callable[[OutputStream], None] | None = None,
+    ) -> ExecutionResult:
+        """The run itself (see :meth:`run`)."""
         if self.backend is None or self.profiles is None:
             raise InternalError("this orchestrator has no sandbox backend")
         request, gate = auth.request, auth.gate
@@ -572,6 +638,11 @@ class Orchestrator:
             if auth.reservation is not None:  # within what its grant reserved for it
                 profile = grant_cover.narrowed(profile, auth.reservation)
             spec = launch_spec(execution_id, request, profile, workspace, interactive=session)
+            if set(profile.egress_allow) != set(gate.sanitized.egress or ()):
+                # the profile changed while its request waited (an approval): never hosts nobody decided about
+                raise SandboxUnavailable(
+                    f"profile {profile.name!r} now reaches other hosts than its request was decided with; ask again"
+                )
             if profile.network == "allowlist":
                 self._check_egress(profile, spec)
             if session:
@@ -639,9 +710,11 @@ class Orchestrator:
             _tell(observer, "running", execution_id, profile)
             handed, pooled = pooled, None  # from here on run_in_sandbox owns it: its teardown destroys it
             route = None
+            names: Callable[[str], str] = str
             if profile.network == "allowlist":  # its connections are recorded from the first one on
                 write = functools.partial(self._record_nowait, execution_id=execution_id, gate=gate)
-                route = self.egress.open(execution_id, profile.egress_allow, write)
+                names = NameRedactor(request.env.values())
+                route = self.egress.open(execution_id, profile.egress_allow, write, names)
             try:
                 with active_execution(execution_id, workspace):
                     outcome = await run_in_sandbox(
@@ -688,7 +761,7 @@ class Orchestrator:
 
         error = outcome.error
         if error is None:
-            error = restriction(outcome, profile, route, execution_id)
+            error = restriction(outcome, profile, route, execution_id, names)
             if error is not None:  # a retry of it is linked to what it was refused
                 self._restricted[execution_id] = (request.tenant, error.details["denied"])
                 while len(self._restricted) > KEPT_RESTRICTED:
@@ -785,8 +858,9 @@ class Orchestrator:
         unknown), nothing when it never started. A bookkeeping failure is logged: never in the way of the end
         record (the reservation stays held until the service's next start releases it)."""
         reservation, book = auth.reservation, self.budget_grants
-        if reservation is None or book is None:
+        if reservation is None or book is None or auth.execution_id in self._charged:
             return
+        self._charged.add(auth.execution_id)
         try:
             if not ran:
                 await book.release(reservation)

@@ -13,6 +13,7 @@ A seccomp denial is not among them: neither engine reports one (a refused call i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator.domain.errors import SandboxRestricted
@@ -22,10 +23,15 @@ from orchestrator.service.egress import denied_hosts
 from orchestrator.service.executor import RunOutcome
 
 _READ_ONLY = b"Read-only file system"
+REDACTED = "[REDACTED:"
 
 
 def restriction(
-    outcome: RunOutcome, profile: ResolvedProfile, route: EgressRoute | None, execution_id: str
+    outcome: RunOutcome,
+    profile: ResolvedProfile,
+    route: EgressRoute | None,
+    execution_id: str,
+    redact: Callable[[str], str],
 ) -> SandboxRestricted | None:
     """SANDBOX.RESTRICTED when the command failed (a non-zero exit) and the sandbox had refused it something an
     escalation could give; None otherwise (a command that succeeded despite a refusal is not restricted)."""
@@ -33,10 +39,12 @@ def restriction(
         return None
     denied: list[dict[str, Any]] = []
     escalation: dict[str, Any] = {}
-    hosts = denied_hosts(route) if route is not None else []
-    if hosts:
-        denied.extend({"kind": "egress", "host": host, "source": "proxy"} for host in hosts)
-        escalation["network"] = hosts
+    hosts = denied_hosts(route, redact) if route is not None else []
+    denied.extend({"kind": "egress", "host": host, "source": "proxy"} for host in hosts)
+    # a name that held a secret is said redacted, and never offered as an escalation
+    offered = [host for host in hosts if REDACTED not in host]
+    if offered:
+        escalation["network"] = offered
     if profile.read_only_root and _READ_ONLY in outcome.stderr:
         denied.append({"kind": "read_only_root", "source": "output"})
         escalation["writable_root"] = True

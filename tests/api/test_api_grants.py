@@ -56,7 +56,14 @@ async def test_who_may_issue_read_and_revoke(harness: Harness) -> None:
     status, created = await call(harness, "POST", "/v1/grants", body=BODY)
     assert status == 201 and created["id"].startswith("grt_") and created["created_by"] == "api:admin"
     grant_id = created["id"]
-    status, mine = await call(harness, "POST", "/v1/grants", token="approver-a", body=BODY)
+    # an approver may not grant in advance what it may not approve: its own requests (allow_self_approval off)
+    status, body = await call(harness, "POST", "/v1/grants", token="approver-a", body=BODY)
+    assert status == 403 and body["error"]["details"]["fields"] == ["conditions.subject"]
+    covering_self = {**BODY, "conditions": {"subject": ["approver-*"]}}
+    status, body = await call(harness, "POST", "/v1/grants", token="approver-a", body=covering_self)
+    assert status == 403
+    others = {**BODY, "conditions": {"subject": ["ci-*"]}}
+    status, mine = await call(harness, "POST", "/v1/grants", token="approver-a", body=others)
     assert status == 201 and mine["created_by"] == "api:approver-a"
 
     # an approver only for its own tenants; an agent never, on any route

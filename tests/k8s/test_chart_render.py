@@ -754,7 +754,15 @@ def test_egress_proxy_for_allowlist_pods() -> None:
     """backend.egress.enabled: the controller serves the proxy on its pod IP; pods of allowlist profiles (and
     only they) may reach it, on its port only; the default-deny policy still holds everything else."""
     docs = render({"backend": {"egress": {"enabled": True, "port": 3130}}})
-    deny, proxy = sorted(of_kind(docs, "NetworkPolicy"), key=lambda p: p["metadata"]["name"])
+    controller, deny, proxy = sorted(of_kind(docs, "NetworkPolicy"), key=lambda p: p["metadata"]["name"])
+    # the controller: its API open as before; the proxy's port only to those pods
+    assert controller["metadata"]["namespace"] == NAMESPACE
+    api, egress_in = controller["spec"]["ingress"]
+    assert "from" not in api and [p["port"] for p in api["ports"]] == [8700]
+    assert egress_in["ports"] == [{"protocol": "TCP", "port": 3130}]
+    [source] = egress_in["from"]
+    assert source["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": SANDBOX_NAMESPACE}}
+    assert source["podSelector"] == {"matchLabels": {LABEL_EGRESS: "proxy"}}
     assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     assert proxy["metadata"]["namespace"] == SANDBOX_NAMESPACE
     assert proxy["spec"]["podSelector"] == {"matchLabels": {LABEL_EGRESS: "proxy"}}

@@ -61,12 +61,44 @@ async def test_a_trusted_tenants_asks_are_approved_by_auto_and_others_still_ask(
     assert recorded[0]["reason"] == "auto_approve tenant ci: all"
 
 
+def ask(tenant: str, tool: str = "shell_exec", *, hosts: list[str] | None = None, root: bool = False) -> Any:
+    from orchestrator.domain.decisions import ApprovalRequest
+    from orchestrator.domain.requests import parse_request
+    from orchestrator.gate.sanitize import sanitize
+
+    body: dict[str, Any] = {"tool": tool, "tenant": tenant, "sandbox_permissions": {"writable_root": root}}
+    body.update({"argv": ["make"]} if tool == "shell_exec" else {"path": "x", "content": "y"})
+    if hosts:
+        body["sandbox_permissions"]["network"] = hosts
+    sanitized, _ = sanitize(parse_request(body))
+    return ApprovalRequest(
+        execution_id="ex-1",
+        approval_key="k",
+        sanitized=sanitized,
+        policy_reason="asked",
+        timeout_s=1,
+        network_asked=list(hosts or ()),
+    )
+
+
 def test_the_default_applies_to_unlisted_tenants() -> None:
     auto = AutoApprove.model_validate({"default": {"tools": ["shell_exec"]}, "tenants": {"t": "none"}})
-    assert auto.decide("anyone", "shell_exec") is not None
-    assert auto.decide("anyone", "shell_command") is None
-    assert auto.decide("t", "shell_exec") is None
-    assert AutoApprove().decide("anyone", "shell_exec") is None  # off unless configured
+    assert auto.decide(ask("anyone")) is not None
+    assert auto.decide(ask("anyone", "file_write")) is None
+    assert auto.decide(ask("t")) is None
+    assert AutoApprove().decide(ask("anyone")) is None  # off unless configured
+
+
+def test_escalations_are_approved_only_where_the_entry_names_them() -> None:
+    auto = AutoApprove.model_validate(
+        {"tenants": {"ci": "all", "builds": {"network": ["*.pythonhosted.org:443", "pypi.org:443"]}}}
+    )
+    assert auto.decide(ask("ci")) is not None
+    assert auto.decide(ask("ci", hosts=["pypi.org:443"])) is None  # all: every tool, no escalation
+    assert auto.decide(ask("ci", root=True)) is None
+    approved = auto.decide(ask("builds", hosts=["pypi.org:443", "files.pythonhosted.org:443"]))
+    assert approved is not None and "network *.pythonhosted.org:443, pypi.org:443" in approved.reason
+    assert auto.decide(ask("builds", hosts=["pypi.org:443", "exfil.example:443"])) is None
 
 
 @pytest.mark.parametrize(
@@ -75,6 +107,7 @@ def test_the_default_applies_to_unlisted_tenants() -> None:
         ("{tenants: {ci: everything}}", "auto_approve"),
         ("{tenants: {ci: {tools: [rm_rf]}}}", "unknown tool 'rm_rf'"),
         ("{tenants: {ci: {tools: []}}}", "tools"),
+        ("{tenants: {ci: {network: ['*:443']}}}", "a bare '*'"),
         ("{default: sometimes}", "default"),
         ("{tenants: {'bad tenant': all}}", "tenants"),
     ],

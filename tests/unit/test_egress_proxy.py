@@ -87,6 +87,12 @@ async def http_ok(up: Upstream, reader: asyncio.StreamReader, writer: asyncio.St
     await writer.drain()
 
 
+async def echo(up: Upstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while line := await reader.readline():
+        writer.write(line)
+        await writer.drain()
+
+
 async def sink_then_send(up: Upstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Read everything up to the client's EOF, then answer ``DOWN`` bytes and close."""
     got = 0
@@ -345,6 +351,61 @@ async def test_sni_mismatch_closes_the_tunnel() -> None:
         assert h.route.refused == [record]
 
 
+def hello_without_server_name() -> bytes:
+    """A real ClientHello with its server_name extension (type 0) renamed to an unknown type (0xfafa)."""
+    data = bytearray(client_hello("up.test"))
+    at = data.find(b"\x00\x00" + (len(b"up.test") + 5).to_bytes(2, "big"))
+    assert at > 0
+    data[at : at + 2] = b"\xfa\xfa"
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    ("first_flight", "why"),
+    [
+        # an empty TLS record before a stock ClientHello (OpenSSL skips it; a parser that gives up must refuse)
+        (b"\x16\x03\x01\x00\x00" + client_hello("evil.test"), "sni_mismatch"),
+        # a ClientHello naming no server at all, for a CONNECT to a name
+        (hello_without_server_name(), "sni_mismatch"),
+        # plain HTTP inside the tunnel: its Host would not be checked (the absolute form is where it is)
+        (b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n", "bad_request"),
+        (b"\r\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\n\r\n", "bad_request"),  # blank lines first
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "bad_request"),  # HTTP/2's preface
+    ],
+)
+async def test_a_first_flight_the_proxy_cannot_vouch_for_is_refused(first_flight: bytes, why: str) -> None:
+    async with upstream(sink_then_send) as up, Harness([f"up.test:{up.port}"]) as h:
+        async with h.connection() as (reader, writer):
+            await h.tunnel(reader, writer, f"up.test:{up.port}")
+            writer.write(first_flight)
+            await writer.drain()
+            assert await asyncio.wait_for(read_all(reader), LOOP_WAIT_S) == b""
+        (record,) = await h.records_after(1)
+        assert (record.refusal, record.allowed, record.bytes_up) == (why, False, 0), record
+
+
+async def test_plain_http_split_over_segments_is_still_seen() -> None:
+    async with upstream(sink_then_send) as up, Harness([f"up.test:{up.port}"]) as h:
+        async with h.connection() as (reader, writer):
+            await h.tunnel(reader, writer, f"up.test:{up.port}")
+            for piece in (b"GE", b"T /x HT", b"TP/1.1\r\nHost: evil.test\r\n\r\n"):
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0.02)
+            assert await asyncio.wait_for(read_all(reader), LOOP_WAIT_S) == b""
+        (record,) = await h.records_after(1)
+        assert (record.refusal, record.bytes_up) == ("bad_request", 0)
+
+
+async def test_a_protocol_with_no_name_in_it_is_tunnelled() -> None:
+    """ssh and the like: the allowlisted host:port is all there is to check."""
+    async with upstream(echo) as up, Harness([f"up.test:{up.port}"]) as h, h.connection() as (reader, writer):
+        await h.tunnel(reader, writer, f"up.test:{up.port}")
+        writer.write(b"SSH-2.0-OpenSSH_9.2\r\n")
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readline(), LOOP_WAIT_S) == b"SSH-2.0-OpenSSH_9.2\r\n"
+
+
 async def test_sni_split_over_segments_and_trailing_dot_and_case_pass() -> None:
     hello = client_hello("UP.test.")
     async with upstream(sink_then_send) as up, Harness([f"up.test:{up.port}"]) as h:
@@ -485,6 +546,8 @@ async def test_dns_failures_are_refusals(monkeypatch: pytest.MonkeyPatch) -> Non
     loop = asyncio.get_running_loop()
 
     async def getaddrinfo(host: str, port: int, **kwargs: int) -> list[tuple[int, int, int, str, tuple[str, int]]]:
+        assert host.endswith("."), host  # absolute: no search domain is tried first
+        host = host[:-1]
         if host == "hang.test":
             await asyncio.sleep(10)
         if host == "mixed.test":
@@ -651,7 +714,7 @@ async def test_close_listener_emits_every_record_first_and_leaves_nothing() -> N
         assert h.handle is not None
         async with h.connection() as (r1, w1), h.connection() as (r2, w2), h.connection() as (r3, w3):
             await h.tunnel(r1, w1, f"up.test:{up.port}")  # an open tunnel
-            w1.write(b"data")
+            w1.write(b"dat\n")  # not TLS, not HTTP: tunnelled
             await w1.drain()
             w2.write(b"CONNECT up.test")  # a request half sent
             await w2.drain()
@@ -742,14 +805,14 @@ async def test_close_route_ends_one_routes_connections_on_a_shared_listener() ->
         async with h, h.connection() as (r1, w1), h.connection() as (r2, w2):
             await h.tunnel(r1, w1, f"up.test:{up.port}")
             await h.tunnel(r2, w2, f"up.test:{up.port}")
-            w1.write(b"abc")
+            w1.write(b"ab\n")
             await w1.drain()
             await asyncio.sleep(0.05)
             await h.proxy.close_route(first)
             assert [(r.execution_id, r.allowed, r.bytes_up) for r in h.records] == [("exec-a", True, 3)]
             assert await asyncio.wait_for(read_all(r1), LOOP_WAIT_S) == b""
             assert h.proxy.describe() == {"listeners": 1, "connections": 1}
-            w2.write(b"still open")
+            w2.write(b"still ope\n")
             await w2.drain()
             await asyncio.sleep(0.05)  # spliced to the upstream: the tunnel was not touched by the other's end
             await h.proxy.close_route(second)
@@ -760,3 +823,34 @@ def test_this_hosts_own_addresses_are_local() -> None:
     assert is_local("127.0.0.1") and is_local("::ffff:127.0.0.1")
     assert not is_local("192.0.2.1")  # TEST-NET-1: no interface here has it (binding tells; nothing is sent)
     assert is_local("not an address")  # what is not an address is never connected to
+
+
+async def test_a_dns_answer_never_leads_into_internal_networks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name whose DNS someone else controls must not become the cluster's API, a neighbour or a metadata
+    service; the operator's own addresses (an IP written in the allowlist, a pinned name) still are reached."""
+    loop = asyncio.get_running_loop()
+    answers = {
+        "kube.test": "10.96.0.1",
+        "ula.test": "fd00:ec2::254",
+        "cgnat.test": "100.100.100.200",
+        "nat64.test": "64:ff9b::a9fe:a9fe",
+        "sixtofour.test": "2002:7f00:1::1",
+        "public.test": "192.0.2.7",
+    }
+
+    async def getaddrinfo(host: str, port: int, **kwargs: int) -> list[tuple[int, int, int, str, tuple[str, int]]]:
+        address = answers[host.removesuffix(".")]
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        return [(family, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
+    resolver = Resolver(hosts={"git.internal": "10.0.4.7"})
+    for name in ("kube.test", "ula.test", "cgnat.test", "nat64.test", "sixtofour.test"):
+        with pytest.raises(EgressRefused) as refused:
+            await resolver.resolve(name, 443)
+        assert refused.value.kind == "address" and "egress.hosts" in refused.value.detail, name
+    assert await resolver.resolve("public.test", 443) == ["192.0.2.7"]
+    assert await resolver.resolve("git.internal", 443) == ["10.0.4.7"]  # pinned by the operator
+    assert await resolver.resolve("10.0.4.8", 443) == ["10.0.4.8"]  # written in an allowlist
+    with pytest.raises(EgressRefused):  # never the always-denied ones, written or not
+        await resolver.resolve("169.254.169.254", 80)

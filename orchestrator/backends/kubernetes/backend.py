@@ -607,6 +607,9 @@ class KubernetesBackend:
             if code is not None:
                 return code
         await self._until_ended(handle, pod, watch)
+        if pod is not None and pod.egress_ip is not None:  # its address may go to another pod from now on
+            ip, pod.egress_ip = pod.egress_ip, None
+            await asyncio.shield(self._egress.close(ip))
         last = watch.last(handle.name)
         state = None if last is None else pods.exit_state(last)
         if state is None or state.exit_code is None:
@@ -817,6 +820,8 @@ class KubernetesBackend:
     # -- egress (EgressBackend) -------------------------------------------------------------------------
 
     def egress_problem(self, profile: ResolvedProfile) -> str | None:
+        if self.settings.workspace.mode != "pvc":  # the command is launched into a waiting pod (as a pooled one)
+            return "egress needs the workspace mounted (backend.kubernetes.workspace.mode: pvc) in this release"
         return self._egress.problem()
 
     async def open_egress(self, handle: SandboxHandle, route: EgressRoute, proxy: EgressProxy) -> str:

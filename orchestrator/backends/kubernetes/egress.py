@@ -22,8 +22,6 @@ from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.egress import EgressProxy, EgressRoute, ListenerHandle
 
 LABEL_EGRESS: Final = "org.sandbox-orchestrator.egress"  # "proxy" on pods whose one route is the egress proxy
-#: how long a connection from an address with no route yet waits for one (a pod whose route is being added)
-ROUTE_WAIT_S: Final = 2.0
 
 
 @dataclass
@@ -89,7 +87,8 @@ class PodEgress:
                 raise SandboxUnavailable(
                     f"the egress proxy cannot listen on {self.settings.listen}: {exc}", details={"sandbox": pod}
                 ) from exc
-            listener = await proxy.add_listener(sock, self._routes.get, wait_for_route_s=ROUTE_WAIT_S)
+            # a pod's route is in place before its command is launched: a peer without one is closed at once
+            listener = await proxy.add_listener(sock, self._routes.get)
             self._open = _Open(proxy, listener)
 
     async def close(self, ip: str) -> None:

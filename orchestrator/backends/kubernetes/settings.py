@@ -5,9 +5,10 @@ Pure data (no client import), so the service can validate a config without loadi
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
@@ -64,6 +65,22 @@ class EgressListener(BaseModel):
         description="A network namespace file to listen in (a controller outside the cluster's pod network: "
         "the test cluster's attachment, /var/run/netns/so-k8s-egress); needs CAP_SYS_ADMIN.",
     )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        host, port = value.rsplit(":", 1)
+        ipaddress.IPv4Address(host)  # ValueError names it
+        if not 1 <= int(port) <= 65535:
+            raise ValueError(f"port {port} is not in 1..65535")
+        return value
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            ipaddress.IPv4Address(value)
+        return value
 
 
 class KubernetesSettings(BaseModel):
