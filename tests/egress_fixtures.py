@@ -21,6 +21,37 @@ import pytest
 
 SERVERS = Path(__file__).resolve().parent / "egress_servers.py"
 HTTP_PORT, TLS_PORT = 8080, 8443
+
+# What a sandbox runs, from its workspace (the CA file beside it): a fetch through the proxy, and a probe of
+# what it could reach without it (the far host directly, a name by DNS).
+FETCH = """
+import json, ssl, sys, urllib.request
+url = sys.argv[1]
+# the TLS server's certificate is the test's own, given in the workspace
+context = ssl.create_default_context(cafile="/workspace/ca.pem") if url.startswith("https") else None
+try:
+    body = urllib.request.urlopen(url, timeout=10, context=context).read()
+    print(json.dumps({"ok": True, "body": body.decode(errors="replace")[:200], "size": len(body)}))
+except Exception as exc:  # the test reads what failed
+    print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}))
+    sys.exit(3)
+"""
+
+PROBE = """
+import errno, json, socket, sys
+out = {}
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+    out["direct"] = "connected"
+except OSError as exc:
+    out["direct"] = errno.errorcode.get(exc.errno or 0, str(exc))
+try:
+    socket.getaddrinfo("web.test", 8080)
+    out["dns"] = "resolved"
+except OSError as exc:
+    out["dns"] = type(exc).__name__
+print(json.dumps(out))
+"""
 NAMES = ("web.test", "tls.test", "other.test")  # all served by the one far host
 
 

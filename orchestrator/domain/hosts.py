@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["Allowlist", "HostPattern", "normalise_host", "parse_authority", "parse_pattern"]
+__all__ = ["Allowlist", "HostPattern", "is_ip", "normalise_host", "parse_authority", "parse_pattern"]
 
 MAX_HOST_LENGTH = 253
 # letters, digits, '-' and '_' (seen in real service names); no '-' at either end; 1..63 characters
@@ -121,7 +121,8 @@ def parse_authority(text: str, default_port: int | None) -> tuple[str, int]:
     return normalise_host(host), port
 
 
-def _is_ip(host: str) -> bool:
+def is_ip(host: str) -> bool:
+    """Whether ``host`` is an IP address (v4 or v6, no brackets)."""
     try:
         ipaddress.ip_address(host)
     except ValueError:
@@ -209,7 +210,7 @@ def _parse_pattern(text: str) -> HostPattern:
         if not rest or rest == ".":
             raise ValueError("nothing after '*.'")
         domain = normalise_host(rest)
-        if _is_ip(domain):
+        if is_ip(domain):
             raise ValueError("a wildcard cannot precede an IP address")
         if "." not in domain:
             raise ValueError(f"'*.{domain}' would allow a whole top-level domain: name a domain under it")

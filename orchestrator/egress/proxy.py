@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from orchestrator.domain.hosts import is_ip
 from orchestrator.egress.allowlist import Allowlist, parse_authority
 from orchestrator.egress.resolver import EgressRefused, Resolver
 from orchestrator.egress.tls import MAX_CLIENT_HELLO, MAX_RAW, HelloState, scan_client_hello
@@ -411,7 +412,7 @@ class _Pump:
         wanted = self._conn.host
         name = scan.server_name
         if name is None:
-            if not _is_ip_literal(wanted):
+            if not is_ip(wanted):
                 self._fail(EgressRefused("sni_mismatch", f"a TLS ClientHello without a server name for {wanted!r}"))
                 return
         else:
@@ -799,13 +800,6 @@ def http_first_line(data: bytes) -> str:
         return "more"
     return "other"
 
-
-def _is_ip_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _header(line: bytes) -> tuple[bytes, bytes]:

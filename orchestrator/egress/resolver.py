@@ -15,7 +15,7 @@ import logging
 import socket
 from collections.abc import Iterable, Mapping
 
-from orchestrator.egress.allowlist import normalise_host
+from orchestrator.domain.hosts import is_ip, normalise_host
 
 __all__ = ["DEFAULT_DENIED", "DEFAULT_INTERNAL", "EgressRefused", "IPNetwork", "Resolver", "is_denied", "is_local"]
 
@@ -164,10 +164,10 @@ class Resolver:
             name = normalise_host(host)
         except ValueError as e:
             raise EgressRefused("dns", f"invalid host: {e}") from None
-        written = name in self._hosts or _is_ip(name)  # the operator's own address, not a DNS answer
+        written = name in self._hosts or is_ip(name)  # the operator's own address, not a DNS answer
         if name in self._hosts:
             found = [self._hosts[name]]
-        elif _is_ip(name):
+        elif is_ip(name):
             found = [name]
         else:
             found = await self._lookup(name, port)
@@ -209,10 +209,3 @@ class Resolver:
                 addresses.append(address)
         return addresses
 
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True

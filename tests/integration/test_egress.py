@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from egress_fixtures import HTTP_PORT, TLS_PORT, EgressNet, egress_net
+from egress_fixtures import FETCH, HTTP_PORT, PROBE, TLS_PORT, EgressNet, egress_net
 from engine_helpers import answering_or_skip
 
 from orchestrator.backends.docker import DockerBackend
@@ -28,35 +28,6 @@ from orchestrator.service.factory import build_orchestrator
 from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
 
 pytestmark = pytest.mark.integration
-
-FETCH = """
-import json, os, socket, ssl, sys, urllib.request
-url = sys.argv[1]
-# the TLS server's certificate is the test's own, given in the workspace
-context = ssl.create_default_context(cafile="/workspace/ca.pem") if url.startswith("https") else None
-try:
-    body = urllib.request.urlopen(url, timeout=10, context=context).read()
-    print(json.dumps({"ok": True, "body": body.decode(errors="replace")[:200], "size": len(body)}))
-except Exception as exc:  # the test reads what failed
-    print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}))
-    sys.exit(3)
-"""
-
-PROBE = """
-import errno, json, socket, sys
-out = {}
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
-    out["direct"] = "connected"
-except OSError as exc:
-    out["direct"] = errno.errorcode.get(exc.errno or 0, str(exc))
-try:
-    socket.getaddrinfo("web.test", 8080)
-    out["dns"] = "resolved"
-except OSError as exc:
-    out["dns"] = type(exc).__name__
-print(json.dumps(out))
-"""
 
 
 class CountingApprover:

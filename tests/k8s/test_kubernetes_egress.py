@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from egress_fixtures import HTTP_PORT, TLS_PORT, EgressNet, egress_net
+from egress_fixtures import FETCH, HTTP_PORT, PROBE, TLS_PORT, EgressNet, egress_net
 from kube_fixtures import SANDBOX_UID, SandboxSpace
 
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
@@ -29,34 +29,6 @@ pytestmark = pytest.mark.k8s
 
 # k8s-cluster.sh's attachment to the pods' network: a namespace of its own on the pod bridge
 ATTACHMENT = EgressListener(listen="10.253.0.254:3128", netns="/var/run/netns/so-k8s-egress")
-
-FETCH = """
-import json, ssl, sys, urllib.request
-url = sys.argv[1]
-context = ssl.create_default_context(cafile="/workspace/ca.pem") if url.startswith("https") else None
-try:
-    body = urllib.request.urlopen(url, timeout=10, context=context).read()
-    print(json.dumps({"ok": True, "body": body.decode(errors="replace")[:200]}))
-except Exception as exc:
-    print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}))
-    sys.exit(3)
-"""
-
-PROBE = """
-import errno, json, socket, sys
-out = {}
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
-    out["direct"] = "connected"
-except OSError as exc:
-    out["direct"] = errno.errorcode.get(exc.errno or 0, str(exc))
-try:
-    socket.getaddrinfo("web.test", 8080)
-    out["dns"] = "resolved"
-except OSError as exc:
-    out["dns"] = type(exc).__name__
-print(json.dumps(out))
-"""
 
 
 @pytest.fixture(scope="module")
