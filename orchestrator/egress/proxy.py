@@ -801,7 +801,6 @@ def http_first_line(data: bytes) -> str:
     return "other"
 
 
-
 def _header(line: bytes) -> tuple[bytes, bytes]:
     if line[:1] in (b" ", b"\t"):
         raise EgressRefused("bad_request", "folded header line")

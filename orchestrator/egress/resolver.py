@@ -208,4 +208,3 @@ class Resolver:
             if address not in addresses:
                 addresses.append(address)
         return addresses
-
