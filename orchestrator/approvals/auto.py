@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orchestrator.approvals.rules import covers_hosts
+from orchestrator.approvals.rules import names_escalations
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
 from orchestrator.domain.requests import ALL_TOOLS
 from orchestrator.gate.config import EgressPatternText
@@ -56,9 +56,7 @@ class Entry(BaseModel):
         tool = request.sanitized.tool
         if self.tools != "all" and tool not in expand_tools(self.tools):
             return False
-        if request.sanitized.sandbox_permissions.writable_root and not self.writable_root:
-            return False
-        return covers_hosts(self.network, request.network_asked)
+        return names_escalations(request, self.network, self.writable_root)
 
     def describe(self) -> str:
         parts = ["all" if self.tools == "all" else f"tools {', '.join(self.tools)}"]

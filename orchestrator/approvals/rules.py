@@ -31,19 +31,14 @@ class ApprovalRule(MatchConditions):
         default=False, description="Whether an approving rule may approve an ask for a writable root."
     )
 
-    def approves_escalations(self, request: ApprovalRequest) -> bool:
-        """An approving rule answers the escalations of an ask only when it names them (hosts, root)."""
-        if request.sanitized.sandbox_permissions.writable_root and not self.writable_root:
-            return False
-        return covers_hosts(self.network or (), request.network_asked)
 
-
-def covers_hosts(allowed: Sequence[str], asked: Sequence[str]) -> bool:
-    """Whether the patterns ``allowed`` cover every host:port pattern ``asked``."""
-    if not asked:
-        return True
-    patterns = Allowlist(allowed)
-    return all(patterns.covers(parse_pattern(host)) for host in asked)
+def names_escalations(request: ApprovalRequest, network: Sequence[str], writable_root: bool) -> bool:
+    """Whether an answer that names ``network`` patterns and (or not) a writable root may approve ``request``:
+    every host it asks about covered, its writable root named (a rule or an auto-approve entry alike)."""
+    if request.sanitized.sandbox_permissions.writable_root and not writable_root:
+        return False
+    patterns = Allowlist(network)
+    return all(patterns.covers(parse_pattern(host)) for host in request.network_asked)
 
 
 class RuleApprovalsConfig(BaseModel):
@@ -75,7 +70,7 @@ class RuleApprover:
         facts = RequestFacts(sanitized, analysis_of_sanitized(sanitized), sanitized.profile or self._default_profile)
         for rule, matcher in self._compiled:
             grants = rule.outcome in ("approved", "approved_for_session")
-            if grants and not rule.approves_escalations(request):
+            if grants and not names_escalations(request, rule.network or (), rule.writable_root):
                 continue
             if matcher.matches(facts, every_command=grants):
                 return ApprovalResult(

@@ -127,20 +127,6 @@ def request_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return raw
 
 
-def _profile_egress(request: Any, default_profile: str) -> tuple[str, ...]:
-    """The hosts the request's profile reaches (part of what a run asks, as the service sees it)."""
-    from orchestrator.domain.errors import OrchestratorError
-    from orchestrator.domain.requests import EXEC_TOOLS
-    from orchestrator.profiles import ProfileRegistry
-
-    if request.tool not in EXEC_TOOLS:
-        return ()
-    try:
-        return ProfileRegistry().get(request.profile or default_profile).network.allow
-    except OrchestratorError:
-        return ()
-
-
 def handle(args: argparse.Namespace) -> int:
     import shlex
     from pathlib import Path
@@ -149,14 +135,16 @@ def handle(args: argparse.Namespace) -> int:
     from orchestrator.domain.text import printable
     from orchestrator.gate.gate import Gate
     from orchestrator.gate.policy import PolicySource
+    from orchestrator.profiles import ProfileRegistry
     from orchestrator.service.config import load_config
+    from orchestrator.service.launch import profile_egress
 
     config = Path(args.config) if args.config else None
     if config is not None:
         load_config(config)  # the whole file must be valid, not only its safety section
     request = parse_request(request_from_args(args))
     gate = Gate(PolicySource(config), workspace=workspace_from_args(args))
-    result = gate.evaluate(request, profile_egress=_profile_egress(request, gate.default_profile))
+    result = gate.evaluate(request, profile_egress=profile_egress(ProfileRegistry(), request, gate.default_profile))
     if args.json:
         emit_json(result.to_json())
         return 0

@@ -16,10 +16,10 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from orchestrator.domain.hosts import HostPattern
 from orchestrator.egress import DEFAULT_DENIED, Allowlist, ConnectionRecord, EgressProxy, EgressRoute, Resolver
 from orchestrator.evidence import EventType
 from orchestrator.results import Redactor
@@ -106,7 +106,6 @@ Write = Callable[..., None]
 
 @dataclass
 class _Tracked:
-    route: EgressRoute
     write: Write
     redact: Callable[[str], str]
     written: int = 0
@@ -149,14 +148,14 @@ class Egress:
         route = EgressRoute(
             execution_id=execution_id, allowlist=Allowlist(allow), max_connections=self.settings.max_connections_per_run
         )
-        self._runs[execution_id] = _Tracked(route, write, redact)
+        self._runs[execution_id] = _Tracked(write, redact)
         return route
 
-    def close(self, execution_id: str) -> dict[str, Any] | None:
-        """Done with a run (its sandbox is gone): its summary, also written as ``egress_summary``."""
+    def close(self, execution_id: str) -> None:
+        """Done with a run (its sandbox is gone): its ``egress_summary`` record."""
         tracked = self._runs.pop(execution_id, None)
         if tracked is None:
-            return None
+            return
         summary = {
             "connections": tracked.allowed + tracked.refused,
             "allowed": tracked.allowed,
@@ -168,7 +167,6 @@ class Egress:
             "records_left_out": tracked.left_out,
         }
         tracked.write(EventType.EGRESS_SUMMARY, data=summary)
-        return summary
 
     def _on_record(self, record: ConnectionRecord) -> None:
         tracked = self._runs.get(record.execution_id)
@@ -216,6 +214,5 @@ def denied_hosts(route: EgressRoute, redact: Callable[[str], str], limit: int = 
     seen: dict[str, None] = {}
     for record in route.refused:
         if record.refusal in LIFTABLE and record.host:
-            host = f"[{record.host}]" if ":" in record.host else record.host
-            seen.setdefault(redact(f"{host}:{record.port}"))
+            seen.setdefault(redact(HostPattern(record.host, record.port, "").canonical))
     return list(seen)[:limit]

@@ -20,8 +20,9 @@ from orchestrator.backends.base import (
     LaunchSpec,
     Workspace,
 )
-from orchestrator.domain.errors import ConfigInvalid, InputInvalid, PolicyDenied, SandboxUnavailable
+from orchestrator.domain.errors import ConfigInvalid, InputInvalid, OrchestratorError, PolicyDenied, SandboxUnavailable
 from orchestrator.domain.requests import (
+    EXEC_TOOLS,
     ExecCommandRequest,
     Request,
     ShellCommandRequest,
@@ -31,7 +32,7 @@ from orchestrator.domain.requests import (
 )
 from orchestrator.gate.interactive import is_interactive_shell
 from orchestrator.gate.paths import SYSTEM_PREFIXES
-from orchestrator.profiles import ResolvedProfile
+from orchestrator.profiles import ProfileRegistry, ResolvedProfile
 from orchestrator.service.governing import Governing, first_exposure
 
 SHELL = ("/bin/bash", "-c")
@@ -236,6 +237,17 @@ def refuse_unavailable_escalations(request: Request) -> None:
         )
     if perms.extra_mounts:
         raise SandboxUnavailable("extra mounts were approved but are not supported in this release")
+
+
+def profile_egress(profiles: ProfileRegistry, request: Request, default_profile: str) -> tuple[str, ...]:
+    """The hosts the profile ``request`` runs with may reach (part of what an exec tool asks); () for other
+    tools, or a profile unknown here (its run refuses it, on the record)."""
+    if request.tool not in EXEC_TOOLS:
+        return ()
+    try:
+        return profiles.get(request.profile or default_profile).network.allow
+    except OrchestratorError:
+        return ()
 
 
 def check_session_allowed(profile: ResolvedProfile, argv: tuple[str, ...]) -> None:

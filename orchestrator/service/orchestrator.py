@@ -53,7 +53,7 @@ from orchestrator.domain.errors import (
     SandboxUnavailable,
 )
 from orchestrator.domain.ids import ExecutionId, new_execution_id
-from orchestrator.domain.requests import EXEC_TOOLS, ExecCommandRequest, Request, WriteStdinRequest, parse_request
+from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
 from orchestrator.domain.wire import ErrorBody, RunResult
 from orchestrator.evidence import EventType, EvidenceWriter
 from orchestrator.evidence.input_key import load_input_key
@@ -74,6 +74,7 @@ from orchestrator.service.launch import (
     check_session_allowed,
     check_workspace,
     launch_spec,
+    profile_egress,
     refuse_unavailable_escalations,
 )
 from orchestrator.service.pool import PooledSandbox, PoolKey, SandboxPool
@@ -443,7 +444,7 @@ class Orchestrator:
             await self._record_approval(execution_id, gate, auto, cached=False, durable=durable)
             _tell(observer, "approval_settled", execution_id, auto)
             return auto
-        granted = await self._grant(execution_id, request, gate)
+        granted = await self._grant(execution_id, request, gate, ask.network_asked)
         if granted is not None:  # a live grant covers it, with room for this run: its reservation is held
             try:
                 await self._record_approval(execution_id, gate, granted, cached=False, durable=durable)
@@ -515,10 +516,11 @@ class Orchestrator:
             await self._charge(auth, None, ran=False)
         self._charged.discard(auth.execution_id)
 
-    async def _grant(self, execution_id: ExecutionId, request: Request, gate: GateResult) -> ApprovalResult | None:
+    async def _grant(
+        self, execution_id: ExecutionId, request: Request, gate: GateResult, network_asked: list[str]
+    ) -> ApprovalResult | None:
         """The approval of a live grant covering this ask (its reservation kept for the run), or None."""
-        uncovered = self.gate.policy.current().uncovered_egress(gate.sanitized)
-        if self.budget_grants is None or self.profiles is None or not grant_cover.coverable(gate, uncovered):
+        if self.budget_grants is None or self.profiles is None or not grant_cover.coverable(gate, network_asked):
             return None
         try:
             profile = self._resolve(request, session=False)
@@ -546,14 +548,8 @@ class Orchestrator:
         return {"execution_id": request.retry_of, "known": True, "denied": restricted[1]}
 
     def _profile_egress(self, request: Request) -> tuple[str, ...]:
-        """The egress allowlist of the profile ``request`` runs with (part of what it asks); () when the
-        profile is unknown here (the run then refuses it, on the record)."""
-        if self.profiles is None or request.tool not in EXEC_TOOLS:
-            return ()
-        try:
-            return self.profiles.get(request.profile or self.gate.default_profile).network.allow
-        except OrchestratorError:
-            return ()
+        """The egress allowlist of the profile ``request`` runs with (part of what it asks)."""
+        return () if self.profiles is None else profile_egress(self.profiles, request, self.gate.default_profile)
 
     def _session_egress(self, request: Request, profile_egress: tuple[str, ...]) -> frozenset[str]:
         """Of the hosts ``request`` may reach, those approved earlier in its session (approved_for_session)."""
@@ -757,7 +753,7 @@ class Orchestrator:
             if pool_key is not None and self.pool is not None:
                 # the key filled again once this run is over: a fill beside it would slow it down (the
                 # engine's work is most of a run), and the next command of an agent comes later than that
-                self.pool.want(pool_key, dataclasses.replace(spec, egress=None))
+                self.pool.want(pool_key, spec)  # the route is the run's own: never in the spec kept
 
         error = outcome.error
         if error is None:

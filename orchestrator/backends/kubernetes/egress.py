@@ -96,9 +96,3 @@ class PodEgress:
         route = self._routes.pop(ip, None)
         if route is not None and self._open is not None:
             await self._open.proxy.close_route(route)
-
-    async def aclose(self) -> None:
-        self._routes.clear()
-        if self._open is not None:
-            await self._open.proxy.close_listener(self._open.listener)
-            self._open = None
