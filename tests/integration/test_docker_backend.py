@@ -39,7 +39,7 @@ from orchestrator.backends.base import (
     SandboxBackend,
     Workspace,
 )
-from orchestrator.backends.docker import DockerBackend, discover_endpoint
+from orchestrator.backends.docker import DockerBackend, cgroups, discover_endpoint, run_cgroup
 from orchestrator.backends.docker.capture import FrameDemuxer
 from orchestrator.backends.docker.cgroups import CGROUP_ROOT
 from orchestrator.backends.docker.config import READ_ONLY_TMP_OPTIONS, container_config
@@ -654,6 +654,39 @@ async def test_usage_is_sampled_from_the_cgroup(sandboxes: Sandboxes) -> None:
     assert usage.memory_peak_bytes is not None and usage.memory_peak_bytes >= 40 * 1024 * 1024
     assert usage.cpu_total_ns is not None and usage.cpu_total_ns > 0
     assert (await backend.usage(handle)) == usage  # still known after destroy
+
+
+@integration
+@pytest.mark.parametrize("profile_name", ["workspace-write", "untrusted"])  # runc, runsc
+async def test_a_run_over_before_it_is_first_sampled_still_reports_what_it_used(
+    sandboxes: Sandboxes, docker_api: Any, profile_name: str
+) -> None:
+    """The container's own cgroup is gone before the backend first looks (the event loop held until the
+    command is over): its own parent cgroup kept the totals, and goes with it."""
+    if not run_cgroup.sees_engine_tree(discover_endpoint().url.removeprefix("unix://")):
+        pytest.skip("the engine's cgroups are not visible here")
+    backend = sandboxes.backend
+    handle = await backend.create(sandboxes.spec(["true"], profile=resolved(profile_name)))
+    try:
+        capture = asyncio.create_task(backend.capture(handle, 100, 100))
+        await backend.start(handle)
+        container_id = handle.sandbox_id
+        until = time.monotonic() + 10
+        while docker_api.inspect_container(container_id)["State"]["Running"] and time.monotonic() < until:
+            time.sleep(0.02)  # blocking on purpose: no sampling happens before the command ended
+        time.sleep(0.2)  # and the runtime removed the container's own cgroup
+        assert cgroups.locate(container_id, parent=run_cgroup.parent_of(handle.name)) is None
+        assert await backend.wait(handle) == 0
+        await capture
+        usage = await backend.usage(handle)
+    finally:
+        await backend.destroy(handle)
+    assert usage.cpu_total_ns is not None and usage.cpu_total_ns > 0, usage
+    assert usage.memory_peak_bytes is not None and usage.memory_peak_bytes > 0, usage
+    assert usage.pids_peak is not None and usage.pids_peak >= 1, usage
+    assert (await backend.usage(handle)) == usage
+    left = [tree for tree in CGROUP_ROOT.iterdir() if (tree / run_cgroup.TOP / handle.name).exists()]
+    assert not left, left
 
 
 # forks until refused, then exits at once: the refused forks are only countable for the few

@@ -47,7 +47,7 @@ from orchestrator.backends.base import (
     SandboxHandle,
     StreamCapture,
 )
-from orchestrator.backends.docker import cgroups
+from orchestrator.backends.docker import cgroups, run_cgroup
 from orchestrator.backends.docker.capture import FrameDemuxer
 from orchestrator.backends.docker.config import container_config, container_name
 from orchestrator.backends.docker.egress import SandboxEgress, egress_problem
@@ -85,6 +85,9 @@ POOL_WORKERS = 32
 EVENTS_REPLAY_S = 1.0
 REMOVAL_IN_PROGRESS_WAIT_S = 10.0
 KEPT_USAGE = 256
+# a parent cgroup (run_cgroup) whose sandbox is gone is swept once this old: younger ones may be a
+# sandbox another controller on this engine is just creating
+LEFTOVER_CGROUP_AGE_S = 60.0
 #: how long inspect/usage wait for the reading taken at the container's exit (normally already there)
 EXIT_READING_WAIT_S = 1.0
 #: runtimes whose sandbox dies when it reaches its pids limit: gVisor counts its own host threads
@@ -115,6 +118,7 @@ class _Sandbox:
     report: str = ""  # the launch's report token: the init's refusal line carries it (launch_message)
     egress: SandboxEgress | None = None  # the proxy serving it (open_egress), closed before it is removed
     init_pidfd: int | None = None  # a pooled sandbox's init, when this process sees its pid
+    cgroup_parent: str = ""  # its own parent cgroup (run_cgroup), or "" for the engine's default
 
 
 def _in_container(pid: int, container_id: str) -> bool:
@@ -159,6 +163,7 @@ class DockerBackend:
         self._final_usage: OrderedDict[str, ResourceUsage] = OrderedDict()
         self._runtimes_verified: set[str] = set()
         self._etc_dir: str | None = None
+        self._own_cgroups: bool | None = None  # whether sandboxes get a parent cgroup each (run_cgroup)
         self._closed = False
 
     @property
@@ -288,13 +293,33 @@ class DockerBackend:
             self._etc_dir = etc_directory()
         return self._etc_dir
 
+    async def _gives_own_cgroups(self, engine: EngineClient) -> bool:
+        """Whether each sandbox gets a parent cgroup of its own: when the engine takes one that this
+        process can read and remove (see ``run_cgroup``; decided once per backend)."""
+        if self._own_cgroups is None:
+            self._own_cgroups = self._endpoint.is_local_socket and await self._call(self._sees_cgroups, engine)
+        return self._own_cgroups
+
+    async def _cgroup_parent(self, engine: EngineClient, name: str) -> str:
+        """The sandbox's own parent cgroup, or "" (the engine's default)."""
+        return run_cgroup.parent_of(name) if await self._gives_own_cgroups(engine) else ""
+
+    def _sees_cgroups(self, engine: EngineClient) -> bool:
+        try:
+            driver = jstr(engine.info(), "CgroupDriver")
+        except EngineError:
+            return False
+        socket_path = self._endpoint.url.removeprefix("unix://")
+        return driver == "cgroupfs" and run_cgroup.sees_engine_tree(socket_path)
+
     async def create(self, spec: LaunchSpec) -> SandboxHandle:
         """A fresh container (never reused) with its stdio attached; nothing runs yet."""
-        config = container_config(spec, etc_dir=self._sandbox_etc())
         name = container_name(spec.execution_id)
         profile = spec.profile
         engine = await self._engine()
         await self._require_runtime(engine, profile.runtime)
+        parent = await self._cgroup_parent(engine, name)
+        config = container_config(spec, etc_dir=self._sandbox_etc(), cgroup_parent=parent)
         loop = asyncio.get_running_loop()
         creating = loop.run_in_executor(self._pool(), engine.create, config, name)
         try:
@@ -326,7 +351,13 @@ class DockerBackend:
             raise
         handle = SandboxHandle(execution_id=spec.execution_id, sandbox_id=container_id, name=name)
         self._sandboxes[container_id] = _Sandbox(
-            handle=handle, attach=attach, stdin=spec.stdin, tty=spec.tty, runtime=profile.runtime, pooled=spec.pooled
+            handle=handle,
+            attach=attach,
+            stdin=spec.stdin,
+            tty=spec.tty,
+            runtime=profile.runtime,
+            pooled=spec.pooled,
+            cgroup_parent=parent,
         )
         if spec.interactive:  # written from the start on: what comes before the command reads is queued
             self._sandboxes[container_id].feed = InputFeed(name, attach.send, attach.end_input)
@@ -414,12 +445,13 @@ class DockerBackend:
 
     async def _sample(self, sandbox: _Sandbox) -> None:
         try:
-            files = cgroups.locate(sandbox.handle.sandbox_id)
-            if files is None:
+            files = cgroups.locate(sandbox.handle.sandbox_id, parent=sandbox.cgroup_parent)
+            totals = run_cgroup.totals(sandbox.handle.name) if sandbox.cgroup_parent else None
+            if files is None and totals is None:
                 return
-            sampler = cgroups.UsageSampler(files)
+            sampler = cgroups.UsageSampler(files, totals)
             sandbox.sampler = sampler
-            if not sampler.sample():
+            if not sampler.sample():  # it has exited already: its parent's totals are what it used
                 return
             watch = ExitWatch(sampler, sandbox.handle.sandbox_id, sandbox.handle.name)
             if watch.start():
@@ -567,13 +599,24 @@ class DockerBackend:
         return sampler.usage()
 
     async def destroy(self, handle: SandboxHandle) -> None:
-        """Remove the container and its anonymous volumes (forced: kills it if running). Idempotent."""
+        """Remove the container and its anonymous volumes (forced: kills it if running), then its own
+        parent cgroup (the last reading taken from it first). Idempotent."""
         sandbox = self._sandboxes.pop(handle.sandbox_id, None)
         if sandbox is not None:
             if sandbox.egress is not None:  # its connections end (and are recorded) before it goes
                 egress, sandbox.egress = sandbox.egress, None
                 await asyncio.shield(egress.close())
             self._forget(sandbox)
+        try:
+            await self._remove(handle)
+        finally:
+            if self._endpoint.is_local_socket:
+                sampler = sandbox.sampler if sandbox is not None and sandbox.cgroup_parent else None
+                final = await self._call(_release_cgroup, handle.name, sampler)
+                if final is not None:
+                    self._final_usage[handle.sandbox_id] = final
+
+    async def _remove(self, handle: SandboxHandle) -> None:
         engine = await self._engine()
         try:
             await self._call(engine.remove, handle.sandbox_id)
@@ -769,7 +812,11 @@ class DockerBackend:
             listed = await self._call(engine.containers, [f"{LABEL_MANAGED_BY}={MANAGED_BY}"])
         except EngineError as exc:
             raise self._error(exc, f"cannot list sandboxes: {exc.reason}") from exc
-        return [managed_sandbox(item) for item in listed]
+        managed = [managed_sandbox(item) for item in listed]
+        if await self._gives_own_cgroups(engine):  # what the reaper lists, it collects: parents left behind too
+            live = {sandbox.name for sandbox in managed}
+            await self._call(run_cgroup.sweep, live, older_than_s=LEFTOVER_CGROUP_AGE_S)
+        return managed
 
     async def close(self) -> None:
         """Stop every stream and thread this backend started and close the client. Idempotent."""
@@ -784,6 +831,17 @@ class DockerBackend:
         if client is not None:
             client.close()
         self._calls.shutdown()
+
+
+def _release_cgroup(name: str, sampler: cgroups.UsageSampler | None) -> ResourceUsage | None:
+    """The totals a sandbox's parent cgroup kept (exact, the container gone), then the parent itself."""
+    final = None
+    if sampler is not None:
+        sampler.sample()
+        final = sampler.usage()
+    with contextlib.suppress(ValueError):  # a name that is none of ours: nothing of it to remove
+        run_cgroup.remove(name)
+    return final
 
 
 def _abort_attach(attaching: asyncio.Future[AttachStream]) -> None:

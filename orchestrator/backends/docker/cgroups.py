@@ -14,7 +14,9 @@ kernel's own counters — cheap reads of in-memory pseudo-files, no engine reque
 
 Sampling starts right after start and backs off from 5 ms to 100 ms; it stops when the cgroup
 disappears (``exit_watch`` takes the last reading as the container's processes exit, before the
-runtime removes the cgroup). Under gVisor the cgroup also holds the sandbox's own processes (the Sentry and Gofer),
+runtime removes the cgroup). A sandbox with a parent cgroup of its own (``run_cgroup``: the cgroupfs
+driver) is also read there — CPU time, memory peak and pids peak exact even after its exit, however
+short the run. Under gVisor the cgroup also holds the sandbox's own processes (the Sentry and Gofer),
 so memory and pids include that overhead. Only possible when the engine is local (unix socket) and
 this process sees the host's ``/sys/fs/cgroup``; otherwise every figure stays unknown (``None``).
 """
@@ -65,40 +67,50 @@ class CgroupFiles:
     procs: Path | None = None  # cgroup.procs: the container's processes (those this process can see)
 
 
-def locate(container_id: str, root: Path = CGROUP_ROOT) -> CgroupFiles | None:
-    """The counter files of a running container (cgroupfs or systemd driver, v1 or v2), or None."""
-    leaves = (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope")
-    if (root / "cgroup.controllers").exists():  # unified hierarchy (v2)
-        for leaf in leaves:
-            base = root / leaf
-            if base.is_dir():
-                return CgroupFiles(
-                    2,
-                    base / "memory.peak",
-                    base / "cpu.stat",
-                    _existing(base / "pids.peak"),
-                    _existing(base / "pids.events"),
-                    base / "cgroup.procs",
-                )
-        return None
+def locate(container_id: str, root: Path = CGROUP_ROOT, parent: str = "") -> CgroupFiles | None:
+    """The counter files of a running container (cgroupfs or systemd driver, v1 or v2), or None; under
+    ``parent`` (its ``CgroupParent``) when it was given one (see ``run_cgroup``)."""
+    if parent:
+        leaves: tuple[str, ...] = (f"{parent.strip('/')}/{container_id}",)
+    else:
+        leaves = (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope")
     for leaf in leaves:
-        memory = root / "memory" / leaf
-        if not memory.is_dir():
-            continue
-        cpu = next(
-            (root / c / leaf / "cpuacct.usage" for c in ("cpuacct", "cpu,cpuacct") if (root / c / leaf).is_dir()),
-            root / "cpuacct" / leaf / "cpuacct.usage",
-        )
-        pids = root / "pids" / leaf
-        return CgroupFiles(
-            1,
-            memory / "memory.max_usage_in_bytes",
-            cpu,
-            _existing(pids / "pids.peak"),
-            _existing(pids / "pids.events"),
-            _existing(pids / "cgroup.procs"),
-        )
+        files = files_at(leaf, root)
+        if files is not None:
+            return files
     return None
+
+
+def files_at(path: str, root: Path = CGROUP_ROOT) -> CgroupFiles | None:
+    """The counter files of the cgroup at ``path`` (relative to each hierarchy's root), if it exists."""
+    if (root / "cgroup.controllers").exists():  # unified hierarchy (v2)
+        base = root / path
+        if not base.is_dir():
+            return None
+        return CgroupFiles(
+            2,
+            base / "memory.peak",
+            base / "cpu.stat",
+            _existing(base / "pids.peak"),
+            _existing(base / "pids.events"),
+            base / "cgroup.procs",
+        )
+    memory = root / "memory" / path
+    if not memory.is_dir():
+        return None
+    cpu = next(
+        (root / c / path / "cpuacct.usage" for c in ("cpuacct", "cpu,cpuacct") if (root / c / path).is_dir()),
+        root / "cpuacct" / path / "cpuacct.usage",
+    )
+    pids = root / "pids" / path
+    return CgroupFiles(
+        1,
+        memory / "memory.max_usage_in_bytes",
+        cpu,
+        _existing(pids / "pids.peak"),
+        _existing(pids / "pids.events"),
+        _existing(pids / "cgroup.procs"),
+    )
 
 
 def _existing(path: Path) -> Path | None:
@@ -107,36 +119,42 @@ def _existing(path: Path) -> Path | None:
 
 class UsageSampler:
     """Keeps the last values read from one container's cgroup (thread-safe: the event loop samples
-    periodically, ``exit_watch`` at the container's exit)."""
+    periodically, ``exit_watch`` at the container's exit). ``totals`` are the counters of the sandbox's
+    own parent cgroup (``run_cgroup``), which include the container's and outlive it: read at every
+    sample, so the usage is known exactly even once the container's own cgroup is gone."""
 
-    def __init__(self, files: CgroupFiles) -> None:
+    def __init__(self, files: CgroupFiles | None, totals: CgroupFiles | None = None) -> None:
         self.files = files
+        self.totals = totals
         self.memory_peak: int | None = None
         self.cpu_ns: int | None = None
         self.pids_peak: int | None = None
         self.pids_limit_hits: int | None = None
-        self.gone = False
+        self.gone = files is None
         self._lock = threading.Lock()
 
     def sample(self) -> bool:
-        """Read the counters; False once the cgroup is gone (the container stopped)."""
+        """Read the counters; False once the container's cgroup is gone (the container stopped)."""
         with self._lock:
-            return self._sample()
+            if self.totals is not None:
+                self._read(self.totals)
+            if self.gone or self.files is None:
+                return False
+            if not self._read(self.files):
+                self.gone = True
+            return not self.gone
 
-    def _sample(self) -> bool:
-        if self.gone:
+    def _read(self, files: CgroupFiles) -> bool:
+        memory = _read_int(files.memory_peak)
+        if memory is None and not os.path.exists(files.memory_peak):
             return False
-        memory = _read_int(self.files.memory_peak)
-        if memory is None and not os.path.exists(self.files.memory_peak):
-            self.gone = True
-            return False
-        if self.files.version == 1:
-            cpu = _read_int(self.files.cpu)
+        if files.version == 1:
+            cpu = _read_int(files.cpu)
         else:
-            usec = _read_keyed(self.files.cpu, b"usage_usec")
+            usec = _read_keyed(files.cpu, b"usage_usec")
             cpu = usec * 1000 if usec is not None else None
-        pids = _read_int(self.files.pids_peak) if self.files.pids_peak is not None else None
-        hits = _read_keyed(self.files.pids_events, b"max") if self.files.pids_events is not None else None
+        pids = _read_int(files.pids_peak) if files.pids_peak is not None else None
+        hits = _read_keyed(files.pids_events, b"max") if files.pids_events is not None else None
         # high-water marks and cumulative counters only grow: never let a late partial read lower them
         if memory is not None:
             self.memory_peak = max(memory, self.memory_peak or 0)

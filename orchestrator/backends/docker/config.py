@@ -80,9 +80,10 @@ def container_labels(spec: LaunchSpec) -> dict[str, str]:
     return labels
 
 
-def container_config(spec: LaunchSpec, *, etc_dir: str) -> dict[str, object]:
+def container_config(spec: LaunchSpec, *, etc_dir: str, cgroup_parent: str = "") -> dict[str, object]:
     """``POST /containers/create`` body for ``spec`` (validated: argv, workdir, env); ``etc_dir`` holds
-    the sandbox's own hostname, hosts and resolv.conf (``sandbox_etc.etc_directory``)."""
+    the sandbox's own hostname, hosts and resolv.conf (``sandbox_etc.etc_directory``); ``cgroup_parent``
+    is its own parent cgroup (``run_cgroup``), "" for the engine's default."""
     profile = spec.profile
     check_spec(spec)
     if spec.stdin is not None and (spec.tty or spec.interactive):
@@ -138,6 +139,7 @@ def container_config(spec: LaunchSpec, *, etc_dir: str) -> dict[str, object]:
         "PidMode": "",  # a private PID namespace
         "UTSMode": "",
         "CgroupnsMode": "private",
+        "CgroupParent": cgroup_parent,
         "Init": False,
         "AutoRemove": False,  # removed explicitly after its state was read
         "RestartPolicy": {"Name": "no"},

@@ -65,7 +65,7 @@ class ExitWatch:
 
     def start(self) -> bool:
         """Begin watching; False when there is nothing this process can watch."""
-        procs = self._sampler.files.procs
+        procs = self._sampler.files.procs if self._sampler.files is not None else None
         if procs is None:
             return False
         fds = _member_pidfds(procs, self._container_id)
