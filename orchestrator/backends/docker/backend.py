@@ -295,20 +295,25 @@ class DockerBackend:
 
     async def _gives_own_cgroups(self, engine: EngineClient) -> bool:
         """Whether each sandbox gets a parent cgroup of its own: when the engine takes one that this
-        process can read and remove (see ``run_cgroup``; decided once per backend)."""
+        process can read and remove (see ``run_cgroup``; decided once per backend, when the engine answers)."""
         if self._own_cgroups is None:
-            self._own_cgroups = self._endpoint.is_local_socket and await self._call(self._sees_cgroups, engine)
-        return self._own_cgroups
+            if not self._endpoint.is_local_socket:
+                self._own_cgroups = False
+            else:
+                self._own_cgroups = await self._call(self._sees_cgroups, engine)
+        return bool(self._own_cgroups)
 
     async def _cgroup_parent(self, engine: EngineClient, name: str) -> str:
         """The sandbox's own parent cgroup, or "" (the engine's default)."""
-        return run_cgroup.parent_of(name) if await self._gives_own_cgroups(engine) else ""
+        if not run_cgroup.is_sandbox_name(name) or not await self._gives_own_cgroups(engine):
+            return ""
+        return run_cgroup.parent_of(name)
 
-    def _sees_cgroups(self, engine: EngineClient) -> bool:
+    def _sees_cgroups(self, engine: EngineClient) -> bool | None:
         try:
             driver = jstr(engine.info(), "CgroupDriver")
         except EngineError:
-            return False
+            return None  # asked again next time: the engine's own error is the caller's to report
         socket_path = self._endpoint.url.removeprefix("unix://")
         return driver == "cgroupfs" and run_cgroup.sees_engine_tree(socket_path)
 
@@ -607,14 +612,12 @@ class DockerBackend:
                 egress, sandbox.egress = sandbox.egress, None
                 await asyncio.shield(egress.close())
             self._forget(sandbox)
-        try:
-            await self._remove(handle)
-        finally:
-            if self._endpoint.is_local_socket:
-                sampler = sandbox.sampler if sandbox is not None and sandbox.cgroup_parent else None
-                final = await self._call(_release_cgroup, handle.name, sampler)
-                if final is not None:
-                    self._final_usage[handle.sandbox_id] = final
+        await self._remove(handle)  # when it fails the container may be there still: so is its parent
+        if self._own_cgroups:
+            sampler = sandbox.sampler if sandbox is not None and sandbox.cgroup_parent else None
+            final = await self._call(_release_cgroup, handle.name, sampler)
+            if final is not None:
+                self._final_usage[handle.sandbox_id] = final
 
     async def _remove(self, handle: SandboxHandle) -> None:
         engine = await self._engine()

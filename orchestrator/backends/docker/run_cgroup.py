@@ -33,9 +33,13 @@ _PEERCRED = struct.Struct("iII")  # pid, uid, gid
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
+def is_sandbox_name(name: str) -> bool:
+    return _NAME.fullmatch(name) is not None
+
+
 def parent_of(name: str) -> str:
     """The ``CgroupParent`` of the sandbox called ``name``."""
-    if not _NAME.fullmatch(name):
+    if not is_sandbox_name(name):
         raise ValueError(f"not a sandbox name: {name!r}")
     return f"/{TOP}/{name}"
 
@@ -107,7 +111,7 @@ def sweep(live: Iterable[str], *, older_than_s: float, root: Path = CGROUP_ROOT)
         top = tree / TOP
         try:
             for entry in top.iterdir():
-                ours = entry.is_dir() and _NAME.fullmatch(entry.name) is not None and entry.name not in keep
+                ours = entry.is_dir() and is_sandbox_name(entry.name) and entry.name not in keep
                 if ours and now - entry.stat().st_mtime >= older_than_s:
                     names.add(entry.name)
         except OSError:
