@@ -13,5 +13,9 @@ os.environ.setdefault("SANDBOX_STATE_DIR", "/tmp/sandbox-orchestrator-tests-stat
 # with Ctrl-C need it delivered. A handler here is reset to the default in every program the tests exec.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# Likewise SIGHUP under nohup: the tests that relay it to a command need the command to see it. A handler
+# that does nothing keeps this run as nohup wanted it, while every program it execs gets the default.
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: None)
 
 pytest_plugins = ["kube_fixtures"]

@@ -338,6 +338,17 @@ async def test_the_apis_refusals_are_shown_as_it_said_them(ui_harness: Harness, 
         await sign_in(ui, "admin", live=False)
         status = page.locator("#status")
 
+        # the list refreshes the page makes after each answer are held until the 409 is shown: the one
+        # after the 403 could otherwise land after the other approver's answer and drop that card first
+        released = asyncio.Event()
+
+        async def hold_refreshes(route: Route) -> None:
+            if route.request.method == "GET":
+                await released.wait()
+            await route.continue_()
+
+        await page.route("**/v1/approvals", hold_refreshes)
+
         mine = page.locator(f'li.approval[data-approval-id="{own.execution_id}"]')
         await mine.get_by_role("button", name="Approve", exact=True).click()
         refusal = (
@@ -355,7 +366,9 @@ async def test_the_apis_refusals_are_shown_as_it_said_them(ui_harness: Harness, 
             f"Approve for session “uname -n” failed: approval {other.execution_id} is no longer pending:"
             " denied by api:approver-a (APPROVAL.NOT_PENDING, HTTP 409)"
         )
+        released.set()
         await expect(theirs).to_have_count(0)  # stale: the refresh after the answer dropped it
+        await expect(mine).to_have_count(1)  # the refused one still waits
         # without a stream the lists are still shown (the denied one is refused there)
         row = page.locator(f'tr[data-execution-id="{other.execution_id}"]')
         await expect(row.locator(".state")).to_have_text(re.compile("pending_approval|refused"))
