@@ -314,8 +314,7 @@ class DockerBackend:
             driver = jstr(engine.info(), "CgroupDriver")
         except EngineError:
             return None  # asked again next time: the engine's own error is the caller's to report
-        socket_path = self._endpoint.url.removeprefix("unix://")
-        return driver == "cgroupfs" and run_cgroup.sees_engine_tree(socket_path)
+        return driver == "cgroupfs" and run_cgroup.engine_fits(self._endpoint.url.removeprefix("unix://"))
 
     async def create(self, spec: LaunchSpec) -> SandboxHandle:
         """A fresh container (never reused) with its stdio attached; nothing runs yet."""
@@ -452,6 +451,12 @@ class DockerBackend:
         try:
             files = cgroups.locate(sandbox.handle.sandbox_id, parent=sandbox.cgroup_parent)
             totals = run_cgroup.totals(sandbox.handle.name) if sandbox.cgroup_parent else None
+            if sandbox.cgroup_parent and totals is None and self._own_cgroups:
+                # started, yet its parent is nowhere to be seen: the engine's tree is not this one after all
+                log.warning(
+                    "%s: its parent cgroup is not visible here; sandboxes keep the engine's", sandbox.handle.name
+                )
+                self._own_cgroups = False
             if files is None and totals is None:
                 return
             sampler = cgroups.UsageSampler(files, totals)
@@ -595,6 +600,8 @@ class DockerBackend:
 
     async def _usage_now(self, sandbox: _Sandbox) -> ResourceUsage:
         sampler = sandbox.sampler
+        if sampler is None and sandbox.cgroup_parent and sandbox.started:  # not sampled (yet): its parent
+            sampler = await self._call(_parent_sampler, sandbox.handle.name)
         if sampler is None:
             return ResourceUsage()
         if not sampler.sample() and sandbox.exit_watch is not None:
@@ -613,9 +620,10 @@ class DockerBackend:
                 await asyncio.shield(egress.close())
             self._forget(sandbox)
         await self._remove(handle)  # when it fails the container may be there still: so is its parent
-        if self._own_cgroups:
-            sampler = sandbox.sampler if sandbox is not None and sandbox.cgroup_parent else None
-            final = await self._call(_release_cgroup, handle.name, sampler)
+        if self._own_cgroups or (sandbox is not None and sandbox.cgroup_parent):
+            sampler = sandbox.sampler if sandbox is not None else None
+            started = sandbox is not None and bool(sandbox.cgroup_parent) and sandbox.started
+            final = await self._call(_release_cgroup, handle.name, sampler if started else None, started)
             if final is not None:
                 self._final_usage[handle.sandbox_id] = final
 
@@ -836,14 +844,23 @@ class DockerBackend:
         self._calls.shutdown()
 
 
-def _release_cgroup(name: str, sampler: cgroups.UsageSampler | None) -> ResourceUsage | None:
-    """The totals a sandbox's parent cgroup kept (exact, the container gone), then the parent itself."""
+def _parent_sampler(name: str) -> cgroups.UsageSampler | None:
+    totals = run_cgroup.totals(name)
+    return None if totals is None else cgroups.UsageSampler(None, totals)
+
+
+def _release_cgroup(name: str, sampler: cgroups.UsageSampler | None, started: bool) -> ResourceUsage | None:
+    """The totals a started sandbox's parent cgroup kept (exact, the container gone), then the parent."""
+    if not run_cgroup.is_sandbox_name(name):
+        return None  # none of ours: nothing of it to remove
     final = None
-    if sampler is not None:
-        sampler.sample()
-        final = sampler.usage()
-    with contextlib.suppress(ValueError):  # a name that is none of ours: nothing of it to remove
-        run_cgroup.remove(name)
+    if started:
+        sampler = sampler or _parent_sampler(name)
+        if sampler is not None:
+            sampler.sample()
+            final = sampler.usage()
+    if not run_cgroup.remove(name):
+        log.warning("the parent cgroup of %s could not be removed; the reaper tries again", name)
     return final
 
 

@@ -52,8 +52,11 @@ SHM_SIZE_BYTES = 64 * 1024 * 1024
 READ_ONLY_TMP_OPTIONS = "ro,nosuid,nodev,noexec,size=4096,mode=1777"
 
 
+NAME_PREFIX = "sbx-"  # every sandbox's container name starts so
+
+
 def container_name(execution_id: str) -> str:
-    return f"sbx-{execution_id}"
+    return f"{NAME_PREFIX}{execution_id}"
 
 
 def tmpfs_mounts(profile: ResolvedProfile) -> dict[str, str]:
