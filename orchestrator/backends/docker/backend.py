@@ -164,6 +164,7 @@ class DockerBackend:
         self._runtimes_verified: set[str] = set()
         self._etc_dir: str | None = None
         self._own_cgroups: bool | None = None  # whether sandboxes get a parent cgroup each (run_cgroup)
+        self._own_cgroups_lock = threading.Lock()
         self._closed = False
 
     @property
@@ -190,14 +191,15 @@ class DockerBackend:
             return self._client
 
     def prepare(self) -> None:
-        """Start connecting (client set-up, API version negotiation) on a backend thread now, so that
-        the first real call does not wait for it; a failure is left for that call to report."""
+        """Start connecting (client set-up, API version negotiation) and finding out whether sandboxes
+        get parent cgroups of their own (an engine ``info``) on a backend thread now, so that the first
+        real call does not wait for them; a failure is left for that call to report."""
         if self._client is None and not self._closed:
             self._pool().submit(self._connect_quietly)
 
     def _connect_quietly(self) -> None:
         with contextlib.suppress(EngineError):
-            self._connect()
+            self._decide_own_cgroups(self._connect())
 
     async def _engine(self) -> EngineClient:
         if self._closed:
@@ -296,12 +298,15 @@ class DockerBackend:
     async def _gives_own_cgroups(self, engine: EngineClient) -> bool:
         """Whether each sandbox gets a parent cgroup of its own: when the engine takes one that this
         process can read and remove (see ``run_cgroup``; decided once per backend, when the engine answers)."""
-        if self._own_cgroups is None:
-            if not self._endpoint.is_local_socket:
-                self._own_cgroups = False
-            else:
-                self._own_cgroups = await self._call(self._sees_cgroups, engine)
-        return bool(self._own_cgroups)
+        if self._own_cgroups is not None:
+            return self._own_cgroups
+        return await self._call(self._decide_own_cgroups, engine)
+
+    def _decide_own_cgroups(self, engine: EngineClient) -> bool:
+        with self._own_cgroups_lock:  # prepare() may be deciding it right now: once is enough
+            if self._own_cgroups is None:
+                self._own_cgroups = self._sees_cgroups(engine) if self._endpoint.is_local_socket else False
+            return bool(self._own_cgroups)
 
     async def _cgroup_parent(self, engine: EngineClient, name: str) -> str:
         """The sandbox's own parent cgroup, or "" (the engine's default)."""
