@@ -89,8 +89,7 @@ class AutoApprove(BaseModel):
         mode = self.tenants[tenant] if listed else self.default
         if mode == "none":
             return None
-        entry = _ALL if mode == "all" else mode
-        assert isinstance(entry, Entry)
+        entry = mode if isinstance(mode, Entry) else _ALL
         if not entry.approves(request):
             return None
         rule = f"tenant {tenant}" if listed else "default"

@@ -151,6 +151,12 @@ class EgressRoute:
     max_connections: int = 32
     open: int = 0  # counted by the proxy
 
+    def full(self) -> str | None:
+        """Why this run may open no more connections now (None: it may)."""
+        if self.open >= self.max_connections:
+            return f"more than {self.max_connections} open connections of this run"
+        return None
+
 
 @dataclass(frozen=True)
 class ListenerHandle:
@@ -504,8 +510,9 @@ class _Connection:
                     logger.debug("egress: no route for peer %s; closed", self.peer)
                     return
                 self.route = route
-                if route.open >= route.max_connections:
-                    raise EgressRefused("limit", f"more than {route.max_connections} open connections of this run")
+                full = route.full()
+                if full is not None:
+                    raise EgressRefused("limit", full)
                 self.count_in(route)
             await self._handle(self.route)
         except EgressRefused as refusal:
@@ -1055,8 +1062,9 @@ class EgressProxy:
 
     def _over_cap(self, listener: _Listener, route: EgressRoute | None) -> str | None:
         """Why one more connection may not be admitted (None: it may)."""
-        if route is not None and route.open >= route.max_connections:
-            return f"more than {route.max_connections} open connections of this run"
+        full = route.full() if route is not None else None
+        if full is not None:
+            return full
         if len(listener.connections) >= self.max_connections_per_listener:
             return f"more than {self.max_connections_per_listener} open connections through this listener"
         if sum(len(lst.connections) for lst in self._listeners.values()) >= self.max_connections:

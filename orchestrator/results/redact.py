@@ -765,9 +765,12 @@ class Redactor:
         return merged
 
 
+MARKER_PREFIX = b"[REDACTED:"  # how every marker starts
+
+
 def marker(kind: str) -> bytes:
     """What replaces a secret of this kind."""
-    return b"[REDACTED:" + kind.encode("ascii") + b"]"
+    return MARKER_PREFIX + kind.encode("ascii") + b"]"
 
 
 def _find_literal(data: bytes, form: bytes, spans: list[tuple[int, int, int, str]], since: int = 0) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 from orchestrator.approvals.auto import AutoApprove
 from orchestrator.approvals.base import ApprovalProvider, SettlesInStore, decide, is_suspend
@@ -147,6 +147,25 @@ class Authorization:
             "approved_by": self.approved_by,
             "approval_key": self.gate.approval_key,
         }
+
+
+_RunArgs = ParamSpec("_RunArgs")
+_Run = Callable[Concatenate["Orchestrator", Authorization, _RunArgs], Coroutine[Any, Any, "ExecutionResult"]]
+
+
+def _settles_reservation(run: _Run[_RunArgs]) -> _Run[_RunArgs]:
+    """``run`` settles or releases its grant's reservation exactly once, whatever ends it (cancellation too)."""
+
+    @functools.wraps(run)
+    async def settled(
+        self: Orchestrator, auth: Authorization, /, *args: _RunArgs.args, **kwargs: _RunArgs.kwargs
+    ) -> ExecutionResult:
+        try:
+            return await run(self, auth, *args, **kwargs)
+        finally:
+            await _despite_cancellation(self.abandon(auth))
+
+    return settled
 
 
 class Orchestrator:
@@ -511,7 +530,8 @@ class Orchestrator:
                 log.warning("grant %s of %s not released: %s", reservation.grant_id, execution_id, exc)
 
     async def abandon(self, auth: Authorization) -> None:
-        """``auth`` will not be run (the caller gave up before ``run``): what a grant reserved for it is freed."""
+        """What a grant reserved for ``auth`` and nobody charged yet is freed: the caller gave up before
+        ``run``, or the run ended before it settled the reservation (see ``_settles_reservation``)."""
         if auth.reservation is not None and auth.execution_id not in self._charged:
             await self._charge(auth, None, ran=False)
         self._charged.discard(auth.execution_id)
@@ -579,6 +599,7 @@ class Orchestrator:
         auth = await self.authorize(raw, execution_id=execution_id, observer=observer, durable=False)
         return await self.run(auth, workspace=workspace, observer=observer, on_output=on_output)
 
+    @_settles_reservation
     async def run(
         self,
         auth: Authorization,
@@ -594,34 +615,6 @@ class Orchestrator:
         (its stdin open for the backend's send_input from ``on_started`` on, its deadline the profile's
         session lifetime); see :mod:`orchestrator.service.sessions`. ``on_capped(stream)``: with
         ``on_output``, once a stream passed the profile's cap (nothing more of it is shown)."""
-        try:
-            return await self._run(
-                auth,
-                workspace=workspace,
-                observer=observer,
-                on_output=on_output,
-                session=session,
-                on_started=on_started,
-                on_capped=on_capped,
-            )
-        finally:
-            if auth.reservation is not None:  # settled or released once, whatever ended the run
-                if auth.execution_id not in self._charged:
-                    await _despite_cancellation(self._charge(auth, None, ran=False))
-                self._charged.discard(auth.execution_id)
-
-    async def _run(
-        self,
-        auth: Authorization,
-        *,
-        workspace: Path,
-        observer: Observer | None = None,
-        on_output: OutputCallback | None = None,
-        session: bool = False,
-        on_started: Callable[[SandboxHandle, ResolvedProfile], None] | None = None,
-        on_capped: Callable[[OutputStream], None] | None = None,
-    ) -> ExecutionResult:
-        """The run itself (see :meth:`run`)."""
         if self.backend is None or self.profiles is None:
             raise InternalError("this orchestrator has no sandbox backend")
         request, gate = auth.request, auth.gate

@@ -19,11 +19,12 @@ from typing import Any
 from orchestrator.domain.errors import SandboxRestricted
 from orchestrator.egress import EgressRoute
 from orchestrator.profiles import ResolvedProfile
+from orchestrator.results.redact import MARKER_PREFIX
 from orchestrator.service.egress import denied_hosts
 from orchestrator.service.executor import RunOutcome
 
 _READ_ONLY = b"Read-only file system"
-REDACTED = "[REDACTED:"
+REDACTED = MARKER_PREFIX.decode()
 
 
 def restriction(

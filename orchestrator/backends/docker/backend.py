@@ -164,7 +164,8 @@ class DockerBackend:
         self._runtimes_verified: set[str] = set()
         self._etc_dir: str | None = None
         self._own_cgroups: bool | None = None  # whether sandboxes get a parent cgroup each (run_cgroup)
-        self._own_cgroups_lock = threading.Lock()
+        self._facts: JsonObject | None = None  # the engine's info, once (_engine_facts)
+        self._facts_lock = threading.Lock()
         self._closed = False
 
     @property
@@ -284,7 +285,7 @@ class DockerBackend:
         sandboxed process can unshare a user namespace and chroot. Refuse rather than run weaker."""
         if runtime != "runsc" or runtime in self._runtimes_verified:
             return
-        problem = runsc_seccomp_problem(await self._call(engine.info))
+        problem = runsc_seccomp_problem(await self._call(self._engine_facts, engine))
         if problem is not None:
             raise SandboxUnavailable(problem, details={"runtime": runtime})
         self._runtimes_verified.add(runtime)
@@ -295,6 +296,14 @@ class DockerBackend:
             self._etc_dir = etc_directory()
         return self._etc_dir
 
+    def _engine_facts(self, engine: EngineClient) -> JsonObject:
+        """The engine's ``info`` (its runtimes' options, its cgroup driver), asked once per backend: by
+        prepare() beside the connection, or by the first call that needs it."""
+        with self._facts_lock:  # prepare() may be asking right now: once is enough
+            if self._facts is None:
+                self._facts = engine.info()
+            return self._facts
+
     async def _gives_own_cgroups(self, engine: EngineClient) -> bool:
         """Whether each sandbox gets a parent cgroup of its own: when the engine takes one that this
         process can read and remove (see ``run_cgroup``; decided once per backend, when the engine answers)."""
@@ -303,10 +312,9 @@ class DockerBackend:
         return await self._call(self._decide_own_cgroups, engine)
 
     def _decide_own_cgroups(self, engine: EngineClient) -> bool:
-        with self._own_cgroups_lock:  # prepare() may be deciding it right now: once is enough
-            if self._own_cgroups is None:
-                self._own_cgroups = self._sees_cgroups(engine) if self._endpoint.is_local_socket else False
-            return bool(self._own_cgroups)
+        if self._own_cgroups is None:  # (two threads deciding at once reach the same answer)
+            self._own_cgroups = self._endpoint.is_local_socket and self._sees_cgroups(engine)
+        return bool(self._own_cgroups)
 
     async def _cgroup_parent(self, engine: EngineClient, name: str) -> str:
         """The sandbox's own parent cgroup, or "" (the engine's default)."""
@@ -316,7 +324,7 @@ class DockerBackend:
 
     def _sees_cgroups(self, engine: EngineClient) -> bool | None:
         try:
-            driver = jstr(engine.info(), "CgroupDriver")
+            driver = jstr(self._engine_facts(engine), "CgroupDriver")
         except EngineError:
             return None  # asked again next time: the engine's own error is the caller's to report
         return driver == "cgroupfs" and run_cgroup.engine_fits(self._endpoint.url.removeprefix("unix://"))
