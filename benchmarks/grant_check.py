@@ -23,12 +23,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from orchestrator.budgets.book import GrantBook, RunCaps
 from orchestrator.domain.grants import GrantRequest, Usage
 from orchestrator.domain.requests import parse_request
 from orchestrator.gate.matching import RequestFacts
 from orchestrator.gate.sanitize import sanitize
-from orchestrator.service.budget_grants import GrantBook, RunCaps
-from orchestrator.service.store import StateStore
+from orchestrator.state.store import StateStore
 
 TARGET_P95_MS = 1.0
 CAPS = RunCaps.of(timeout_s=300, cpus=1, stdout_max_bytes=1 << 20, stderr_max_bytes=1 << 20)

@@ -53,8 +53,8 @@ from orchestrator.backends.kubernetes.start_barrier import (  # noqa: E402
     reader_command,
 )
 from orchestrator.domain.ids import new_execution_id  # noqa: E402
+from orchestrator.pipeline.factory import build_orchestrator  # noqa: E402
 from orchestrator.profiles import ProfileRegistry  # noqa: E402
-from orchestrator.service.factory import build_orchestrator  # noqa: E402
 
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
 

@@ -43,9 +43,9 @@ from service_overhead import free_port, wait_up
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.client import AsyncClient
 from orchestrator.evidence import iter_records
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import Orchestrator
 
 PROFILES = {"runc": "workspace-write", "runsc": "untrusted"}
 SERVICE_TARGET = 0.5

@@ -41,9 +41,9 @@ from sandbox_overhead import pct
 
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.evidence import iter_records
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
 
 TARGET_S = 0.3
 #: the kubelet's relist period (generic PLEG): when it learns that a container ended

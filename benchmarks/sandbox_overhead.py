@@ -62,10 +62,10 @@ from orchestrator.cli.warm.protocol import socket_path
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.domain.requests import parse_request
 from orchestrator.evidence import verify
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.launch import launch_spec
+from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.launch import launch_spec
-from orchestrator.service.orchestrator import Orchestrator
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -619,8 +619,8 @@ async def phase_startup(bench: Bench) -> bool:
         "from orchestrator.backends.docker import DockerBackend; "
         "from orchestrator.domain.errors import InputInvalid, OrchestratorError; "
         "from orchestrator.profiles import ProfileRegistry; "
-        "from orchestrator.service.factory import build_orchestrator; "
-        "from orchestrator.service.reaper import collect_orphans; import docker"
+        "from orchestrator.pipeline.factory import build_orchestrator; "
+        "from orchestrator.pipeline.reaper import collect_orphans; import docker"
     )
     print_imports(
         "the run handler's imports (+ docker, imported at the first engine call)",

@@ -37,7 +37,7 @@ from orchestrator.client import AsyncClient
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.domain.wire import OutputChunk
 from orchestrator.evidence import iter_records, verify
-from orchestrator.service.factory import open_orchestrator
+from orchestrator.pipeline.factory import open_orchestrator
 
 TOKEN = "bench-token-0123456789abcdef"
 

@@ -48,8 +48,8 @@ from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.manifest import pod_manifest
 from orchestrator.domain.ids import new_execution_id
+from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
 from orchestrator.service.sessions import Sessions
 
 TARGET = 1.5

@@ -34,10 +34,10 @@ from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.docker.backend import OUTPUT_PACE_S
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.domain.requests import parse_request
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.launch import launch_spec
+from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.launch import launch_spec
-from orchestrator.service.orchestrator import Orchestrator
 
 TARGET_MS = 50.0
 PROFILES = {"runc": "workspace-write", "runsc": "untrusted"}

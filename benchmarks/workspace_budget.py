@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends.docker import DockerBackend
+from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
 
 MIB = 1 << 20
 BUDGET_BYTES = 32 * MIB

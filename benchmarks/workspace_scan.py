@@ -34,7 +34,7 @@ from typing import Any
 
 import orchestrator
 import orchestrator.results as results
-from orchestrator.service import executor
+from orchestrator.pipeline import executor
 
 DIRS = 200
 

@@ -19,10 +19,10 @@ TYPE_CHECKING = False
 
 # name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "open_orchestrator": "orchestrator.service.factory",
-    "Orchestrator": "orchestrator.service.orchestrator",
-    "ExecutionResult": "orchestrator.service.orchestrator",
-    "Authorization": "orchestrator.service.orchestrator",
+    "open_orchestrator": "orchestrator.pipeline.factory",
+    "Orchestrator": "orchestrator.pipeline.orchestrator",
+    "ExecutionResult": "orchestrator.pipeline.orchestrator",
+    "Authorization": "orchestrator.pipeline.orchestrator",
     "parse_request": "orchestrator.domain.requests",
     "Request": "orchestrator.domain.requests",
     "ShellRequest": "orchestrator.domain.requests",
@@ -94,8 +94,8 @@ if TYPE_CHECKING:
         parse_request,
     )
     from orchestrator.domain.wire import ExecutionState, ExecutionView, RunResult
-    from orchestrator.service.factory import open_orchestrator
-    from orchestrator.service.orchestrator import Authorization, ExecutionResult, Orchestrator
+    from orchestrator.pipeline.factory import open_orchestrator
+    from orchestrator.pipeline.orchestrator import Authorization, ExecutionResult, Orchestrator
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: the first use imports the module

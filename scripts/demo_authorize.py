@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.domain.errors import OrchestratorError
-from orchestrator.service.factory import build_orchestrator
+from orchestrator.pipeline.factory import build_orchestrator
 
 REQUESTS = [
     ("allow (allowlisted)", {"tool": "shell_exec", "argv": ["git", "status"]}),

@@ -16,11 +16,11 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.api.body import read_json
 from orchestrator.api.keys import SERVICE, principal_of
+from orchestrator.budgets.book import GrantBook
 from orchestrator.domain.errors import Forbidden, InputInvalid, NotFound
 from orchestrator.domain.grants import GrantList, GrantRequest, GrantView, RevokeBody
 from orchestrator.domain.principal import Principal, Role
 from orchestrator.domain.requests import describe_validation_error
-from orchestrator.service.budget_grants import GrantBook
 
 #: where the app holds the service's GrantBook: ``app[GRANT_BOOK] = GrantBook(service.store)``
 GRANT_BOOK = web.AppKey("grant_book", GrantBook)

@@ -7,7 +7,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from orchestrator.domain.wire import ExecutionState, ExecutionView
-from orchestrator.service.orchestrator import Telemetry
+from orchestrator.pipeline.orchestrator import Telemetry
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _SLOW = (0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600, 1800)

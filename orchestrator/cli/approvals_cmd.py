@@ -42,8 +42,8 @@ def _store(args: argparse.Namespace) -> Any:
     from pathlib import Path
 
     from orchestrator.approvals.queue import ApprovalStore
-    from orchestrator.service.config import load_config
-    from orchestrator.service.factory import queue_path
+    from orchestrator.pipeline.config import load_config
+    from orchestrator.pipeline.factory import queue_path
 
     if args.db:
         return ApprovalStore(Path(args.db))

@@ -135,9 +135,9 @@ def handle(args: argparse.Namespace) -> int:
     from orchestrator.domain.text import printable
     from orchestrator.gate.gate import Gate
     from orchestrator.gate.policy import PolicySource
+    from orchestrator.pipeline.config import load_config
+    from orchestrator.pipeline.launch import profile_egress
     from orchestrator.profiles import ProfileRegistry
-    from orchestrator.service.config import load_config
-    from orchestrator.service.launch import profile_egress
 
     config = Path(args.config) if args.config else None
     if config is not None:

@@ -37,9 +37,9 @@ def handle_doctor(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from orchestrator.domain.text import printable
+    from orchestrator.pipeline.backend_choice import backend_for_file
+    from orchestrator.pipeline.doctor import run_doctor
     from orchestrator.profiles import ProfileRegistry
-    from orchestrator.service.backends import backend_for_file
-    from orchestrator.service.doctor import run_doctor
 
     async def main() -> list[Any]:
         backend = backend_for_file(Path(args.config) if args.config else None)
@@ -64,8 +64,8 @@ def handle_gc(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from orchestrator.evidence import EvidenceWriter
-    from orchestrator.service.backends import backend_for_file
-    from orchestrator.service.reaper import collect_orphans
+    from orchestrator.pipeline.backend_choice import backend_for_file
+    from orchestrator.pipeline.reaper import collect_orphans
 
     async def main() -> list[Any]:
         backend = backend_for_file(Path(args.config) if args.config else None)

@@ -11,7 +11,7 @@ from orchestrator.cli.check_cmd import add_request_arguments, request_from_args,
 from orchestrator.cli.output import Subparsers, emit_json, report_error
 
 if TYPE_CHECKING:
-    from orchestrator.service.orchestrator import Orchestrator
+    from orchestrator.pipeline.orchestrator import Orchestrator
 
 REFUSED_EXIT = 125
 
@@ -74,9 +74,9 @@ def handle(args: argparse.Namespace) -> int:
 async def open_orchestrator(args: argparse.Namespace, workspace: Path) -> Orchestrator:
     """The orchestrator `run` and `session` use: --config's backend (connecting in the background while
     the gate decides), --evidence, the profiles of this host. Raises OrchestratorError (the backend closed)."""
+    from orchestrator.pipeline.backend_choice import backend_for_file
+    from orchestrator.pipeline.factory import build_orchestrator
     from orchestrator.profiles import ProfileRegistry
-    from orchestrator.service.backends import backend_for_file
-    from orchestrator.service.factory import build_orchestrator
 
     config = Path(args.config) if args.config else None
     backend = backend_for_file(config)
@@ -109,7 +109,7 @@ async def _run(args: argparse.Namespace, progress: _Progress) -> int:
     import signal
 
     from orchestrator.domain.errors import InputInvalid, OrchestratorError
-    from orchestrator.service.reaper import collect_orphans
+    from orchestrator.pipeline.reaper import collect_orphans
 
     # start-up is over: what it built lives as long as the process (see main.entry)
     gc.freeze()

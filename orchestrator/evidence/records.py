@@ -56,7 +56,7 @@ class EventType(StrEnum):
     SESSION_INPUT = "session_input"
     SESSION_OUTPUT = "session_output"
     SESSION_CLOSED = "session_closed"
-    # a pre-started sandbox (service/pool.py), under its own pool id: ready, then taken or thrown away
+    # a pre-started sandbox (pipeline/pool.py), under its own pool id: ready, then taken or thrown away
     SANDBOX_POOLED = "sandbox_pooled"
     SANDBOX_CLAIMED = "sandbox_claimed"
     SANDBOX_DISCARDED = "sandbox_discarded"

@@ -47,11 +47,11 @@ from orchestrator.domain.wire import (
 )
 from orchestrator.evidence import EventType
 from orchestrator.gate.gate import GateResult
+from orchestrator.pipeline.orchestrator import ExecutionResult, Observer, Orchestrator
 from orchestrator.profiles import ResolvedProfile
-from orchestrator.service.orchestrator import ExecutionResult, Observer, Orchestrator
 from orchestrator.service.output_log import BoundsMemory, OutputLog
-from orchestrator.service.store import StateStore, StoredExecution
 from orchestrator.service.workspaces import Workspaces
+from orchestrator.state.store import StateStore, StoredExecution
 
 log = logging.getLogger(__name__)
 

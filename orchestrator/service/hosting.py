@@ -17,25 +17,25 @@ from orchestrator.approvals.base import ApprovalProvider
 from orchestrator.approvals.queue import QueueApprover
 from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
 from orchestrator.backends.base import SandboxBackend
+from orchestrator.budgets.book import GrantBook
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.principal import Principal
 from orchestrator.evidence import EvidenceWriter, default_evidence_path, format_ts, records_of, verify
 from orchestrator.gate.policy import PolicySource
+from orchestrator.pipeline.backend_choice import backend_for
+from orchestrator.pipeline.config import OrchestratorConfig, ServiceLimits, load_config
+from orchestrator.pipeline.factory import state_dir
+from orchestrator.pipeline.governing import Governing, approval_queue, policy_file
+from orchestrator.pipeline.orchestrator import Orchestrator
+from orchestrator.pipeline.reaper import collect_orphans
+from orchestrator.pipeline.tasks import Guarded
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.backends import backend_for
-from orchestrator.service.budget_grants import GrantBook
-from orchestrator.service.config import OrchestratorConfig, ServiceLimits, load_config
 from orchestrator.service.executions import ExecutionManager
-from orchestrator.service.factory import state_dir
-from orchestrator.service.governing import Governing, approval_queue, policy_file
-from orchestrator.service.grants import StoredGrants
-from orchestrator.service.orchestrator import Orchestrator
-from orchestrator.service.reaper import collect_orphans
 from orchestrator.service.sessions import Sessions
-from orchestrator.service.store import StateStore
-from orchestrator.service.tasks import Guarded
 from orchestrator.service.tokens import Credential, load_credentials
 from orchestrator.service.workspaces import Workspaces
+from orchestrator.state.session_approvals import StoredGrants
+from orchestrator.state.store import StateStore
 
 log = logging.getLogger(__name__)
 

@@ -43,8 +43,8 @@ from orchestrator.domain.ids import new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, WriteStdinRequest, parse_request
 from orchestrator.domain.wire import ErrorBody, SessionAnswer
 from orchestrator.evidence import EventType
+from orchestrator.pipeline.orchestrator import Authorization, ExecutionResult, Observer, Orchestrator
 from orchestrator.profiles import ResolvedProfile
-from orchestrator.service.orchestrator import Authorization, ExecutionResult, Observer, Orchestrator
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from orchestrator.domain.errors import ConfigInvalid
 from orchestrator.domain.principal import Principal, Role
-from orchestrator.service.config import TokenEntry
+from orchestrator.pipeline.config import TokenEntry
 
 MIN_TOKEN_CHARS = 16
 

@@ -24,8 +24,8 @@ from orchestrator.api.app import start_site
 from orchestrator.api.connections import ConnectionGuard
 from orchestrator.client import AsyncClient
 from orchestrator.domain.errors import SandboxUnavailable
+from orchestrator.pipeline.launch import owner_label
 from orchestrator.service.hosting import Service
-from orchestrator.service.launch import owner_label
 
 ROOT = Path(__file__).parents[2]
 # screenshots of the browser tests (tests/api/test_ui_browser.py); git ignores the default place

@@ -16,6 +16,7 @@ import pytest
 from conftest import Harness, start_service, token_of, write_config
 
 from orchestrator.api.grant_handlers import grant_book
+from orchestrator.budgets.book import GrantBook, RunCaps
 from orchestrator.cli import grants_cmd
 from orchestrator.client import Client
 from orchestrator.domain.errors import Forbidden, InputInvalid, NotFound
@@ -23,7 +24,6 @@ from orchestrator.domain.grants import Budgets, GrantChargePage, GrantRequest, G
 from orchestrator.domain.requests import parse_request
 from orchestrator.gate.matching import RequestFacts
 from orchestrator.gate.sanitize import sanitize
-from orchestrator.service.budget_grants import GrantBook, RunCaps
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from engine_helpers import list_managed
 
 from orchestrator.backends.base import ManagedSandbox
 from orchestrator.domain.errors import SandboxUnavailable
-from orchestrator.service.launch import owner_label
+from orchestrator.pipeline.launch import owner_label
 
 if TYPE_CHECKING:
     from controller_helpers import Controllers

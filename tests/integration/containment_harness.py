@@ -29,9 +29,9 @@ from orchestrator.backends.kubernetes.kube import KubeClient, KubeError
 from orchestrator.backends.kubernetes.manifest import pod_name
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.evidence import EvidenceRecord, iter_records, verify
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
 
 if TYPE_CHECKING:
     from kube_fixtures import SandboxSpace

@@ -61,8 +61,8 @@ from containment_harness import (
 from orchestrator.backends.docker.sandbox_etc import FILES as SANDBOX_ETC
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.evidence import iter_records
+from orchestrator.pipeline.launch import owner_label
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.launch import owner_label
 
 MASKABLE_PROC = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "timer_stats")
 # the kubelet's /etc/hosts for a pod without hostAliases, before the line naming the pod's own address

@@ -23,9 +23,9 @@ from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
 from orchestrator.domain.errors import NoApprovalProvider, SandboxUnavailable
 from orchestrator.evidence import iter_records, verify
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
 
 pytestmark = pytest.mark.integration
 

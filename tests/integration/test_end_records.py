@@ -26,9 +26,9 @@ import pytest
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.evidence import END_EVENTS, MAX_RECORD_BYTES, EvidenceRecord, iter_records, verify
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_sandboxes")]
 

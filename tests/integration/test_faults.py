@@ -41,10 +41,10 @@ from orchestrator.backends.docker import DockerBackend, discover_endpoint
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.evidence import EvidenceWriter, iter_records, verify
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.launch import owner_label
+from orchestrator.pipeline.reaper import collect_orphans
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.launch import owner_label
-from orchestrator.service.reaper import collect_orphans
 
 pytestmark = pytest.mark.integration
 

@@ -15,13 +15,14 @@ import pytest
 from engine_helpers import answering_or_skip
 
 from orchestrator.backends.docker import DockerBackend
+from orchestrator.budgets.book import GrantBook
 from orchestrator.domain.errors import NoApprovalProvider
 from orchestrator.domain.grants import GrantRequest
 from orchestrator.evidence import EvidenceWriter, iter_records, verify
 from orchestrator.gate.policy import PolicySource
+from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.budget_grants import GrantBook
-from orchestrator.service.orchestrator import Orchestrator
+from orchestrator.state import open_grant_book
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +32,7 @@ ASKED = {"tool": "shell_exec", "argv": ["python3", "-c", "print('granted')"], "t
 
 @pytest.fixture
 async def book(tmp_path: Path) -> AsyncIterator[GrantBook]:
-    opened = await GrantBook.open(tmp_path / "state.db")
+    opened = await open_grant_book(tmp_path / "state.db")
     yield opened
     await opened.aclose()
 

@@ -16,9 +16,9 @@ from engine_helpers import answering_or_skip
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import SandboxStartFailed
 from orchestrator.evidence import iter_records, verify
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
 
 pytestmark = pytest.mark.integration
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"
@@ -243,7 +243,7 @@ from pathlib import Path
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import SandboxStartFailed
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
+from orchestrator.pipeline.factory import build_orchestrator
 
 async def main():
     o = build_orchestrator(Path({str(config)!r}), evidence_path=Path({str(evidence)!r}), backend=DockerBackend(),
@@ -273,7 +273,7 @@ asyncio.run(main())
 
     async def collect() -> list[str]:
         from orchestrator.evidence import EvidenceWriter
-        from orchestrator.service.reaper import collect_orphans
+        from orchestrator.pipeline.reaper import collect_orphans
 
         backend = DockerBackend()
         writer = EvidenceWriter(evidence)
@@ -307,7 +307,7 @@ async def test_a_pooled_sandbox_that_died_is_never_handed_out(orch: Orchestrator
 
 
 async def test_the_orphan_collector_leaves_this_processs_pool_alone(orch: Orchestrator, tmp_path: Path) -> None:
-    from orchestrator.service.reaper import collect_orphans
+    from orchestrator.pipeline.reaper import collect_orphans
 
     ws = workspace(tmp_path)
     await orch.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=ws)

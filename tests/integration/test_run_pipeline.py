@@ -19,9 +19,9 @@ from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import InputInvalid, ProfileNotFound, SandboxUnavailable
 from orchestrator.evidence import iter_records, verify
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import Orchestrator
 
 pytestmark = pytest.mark.integration
 SANDBOXCTL = [sys.executable, "-m", "orchestrator.cli.main"]

@@ -19,8 +19,8 @@ from orchestrator.backends.base import SandboxBackend
 from orchestrator.domain.errors import PolicyDenied, SessionLimit, SessionNotFound
 from orchestrator.evidence import iter_records, verify
 from orchestrator.evidence.input_key import load_input_key
+from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
 from orchestrator.service.sessions import SessionReply, Sessions
 
 ALLOW_ALL = (
@@ -382,7 +382,7 @@ import asyncio, sys
 from pathlib import Path
 {where.imports}
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
+from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.service.sessions import Sessions
 
 async def main():
@@ -407,7 +407,7 @@ asyncio.run(main())
 
     async def collect() -> list[str]:
         from orchestrator.evidence import EvidenceWriter
-        from orchestrator.service.reaper import collect_orphans
+        from orchestrator.pipeline.reaper import collect_orphans
 
         backend = where.backend()
         writer = EvidenceWriter(evidence)

@@ -42,8 +42,7 @@ from orchestrator.backends.kubernetes.egress import LABEL_EGRESS
 from orchestrator.backends.kubernetes.preflight import NEEDED
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.evidence.paths import default_evidence_path
-from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.config import (
+from orchestrator.pipeline.config import (
     ApprovalsSection,
     EvidenceSection,
     OrchestratorConfig,
@@ -51,7 +50,8 @@ from orchestrator.service.config import (
     ServiceSection,
     load_config,
 )
-from orchestrator.service.launch import CONTROLLER_ID_ENV, check_workspace
+from orchestrator.pipeline.launch import CONTROLLER_ID_ENV, check_workspace
+from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.tokens import load_credentials
 
 pytestmark = pytest.mark.k8s

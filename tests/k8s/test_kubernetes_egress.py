@@ -21,9 +21,9 @@ from kube_fixtures import SANDBOX_UID, SandboxSpace
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.settings import EgressListener
 from orchestrator.evidence import iter_records, verify
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
 
 pytestmark = pytest.mark.k8s
 

@@ -27,10 +27,10 @@ from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError
 from orchestrator.backends.kubernetes.preflight import _probe_pod, _weaken
 from orchestrator.evidence import iter_records, verify
+from orchestrator.pipeline.doctor import run_doctor
+from orchestrator.pipeline.factory import build_orchestrator, open_orchestrator
+from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.doctor import run_doctor
-from orchestrator.service.factory import build_orchestrator, open_orchestrator
-from orchestrator.service.orchestrator import Orchestrator
 
 pytestmark = pytest.mark.k8s
 
@@ -142,7 +142,7 @@ CHILD = textwrap.dedent(
     from orchestrator.backends.kubernetes.backend import KubernetesBackend
     from orchestrator.backends.kubernetes.settings import KubernetesSettings
     from orchestrator.profiles import ProfileRegistry
-    from orchestrator.service.factory import build_orchestrator
+    from orchestrator.pipeline.factory import build_orchestrator
     from pathlib import Path
 
     async def main():

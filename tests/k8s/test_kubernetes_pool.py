@@ -19,9 +19,9 @@ from orchestrator.backends.kubernetes.kube import KubeClient
 from orchestrator.backends.kubernetes.manifest import pod_name
 from orchestrator.backends.kubernetes.settings import WorkspaceDelivery
 from orchestrator.evidence import iter_records, verify
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import ExecutionResult, Orchestrator
 
 pytestmark = pytest.mark.k8s
 

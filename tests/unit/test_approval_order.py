@@ -14,13 +14,14 @@ import pytest
 
 from orchestrator.approvals.auto import AutoApprove
 from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
+from orchestrator.budgets.book import GrantBook
 from orchestrator.domain.errors import ApprovalDenied
 from orchestrator.domain.grants import GrantRequest
 from orchestrator.evidence import EvidenceWriter
 from orchestrator.gate.policy import PolicySource
+from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.budget_grants import GrantBook
-from orchestrator.service.orchestrator import Orchestrator
+from orchestrator.state import open_grant_book
 
 ASKED = {"tool": "shell_exec", "argv": ["python3", "-c", "print(1)"], "tenant": "ci"}  # opaque: always asked
 
@@ -31,7 +32,7 @@ def rules(*entries: dict[str, Any]) -> RuleApprover:
 
 @pytest.fixture
 async def book(tmp_path: Path) -> AsyncIterator[GrantBook]:
-    opened = await GrantBook.open(tmp_path / "state.db")
+    opened = await open_grant_book(tmp_path / "state.db")
     yield opened
     await opened.aclose()
 

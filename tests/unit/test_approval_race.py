@@ -25,8 +25,8 @@ from orchestrator.approvals.queue import ApprovalStore, Resolution
 from orchestrator.domain.decisions import ApprovalOutcome
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.evidence import iter_records, verify
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import Authorization
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import Authorization
 
 TIMEOUT_S = 0.3
 ROUNDS, CONCURRENT = 6, 10  # 60 asks, 10 waiting at once

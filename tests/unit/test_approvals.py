@@ -224,7 +224,8 @@ def test_an_answer_that_lost_the_race_exits_non_zero_and_says_what_was_kept(tmp_
     store.withdraw(ask({"tool": "shell_exec", "argv": ["c"]}, execution_id="ex-withdrawn"))
     # past its deadline, nobody settled it yet: this answer closes it as timed out
     store.submit(ask({"tool": "shell_exec", "argv": ["d"]}, timeout_s=0.05, execution_id="ex-expired"))
-    store.submit(ask({"tool": "shell_exec", "argv": ["e"]}, execution_id="ex-open"))
+    # long enough for the six CLI calls before its answer, on a loaded machine too
+    store.submit(ask({"tool": "shell_exec", "argv": ["e"]}, timeout_s=300, execution_id="ex-open"))
     time.sleep(0.1)
 
     code, out, err = _approvals_cli("approve", "ex-timed-out", "--db", str(db))

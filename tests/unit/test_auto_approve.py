@@ -11,8 +11,8 @@ import pytest
 
 from orchestrator.approvals.auto import AutoApprove
 from orchestrator.domain.errors import ConfigInvalid, NoApprovalProvider, PolicyDenied
-from orchestrator.service.config import load_config
-from orchestrator.service.factory import build_orchestrator
+from orchestrator.pipeline.config import load_config
+from orchestrator.pipeline.factory import build_orchestrator
 
 CONFIG = """
 approvals:

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
+from orchestrator.budgets.book import GrantBook, Reservation, RunCaps
 from orchestrator.domain.errors import InputInvalid, NotFound
 from orchestrator.domain.grants import GrantRequest, Usage
 from orchestrator.domain.requests import parse_request
 from orchestrator.gate.matching import RequestFacts
 from orchestrator.gate.sanitize import sanitize
-from orchestrator.service.budget_grants import GrantBook, Reservation, RunCaps
-from orchestrator.service.store import StateStore
+from orchestrator.state import open_grant_book
+from orchestrator.state.store import StateStore
 
 CAPS = RunCaps(wall_seconds=60.0, cpu_seconds=60.0, output_bytes=2 * 1024 * 1024)
 
@@ -368,7 +369,7 @@ async def test_an_expired_grant_never_covers_and_reads_expired(book: GrantBook, 
 # -- durability --------------------------------------------------------------------------------------
 async def test_everything_survives_closing_and_reopening_the_store(tmp_path: Path, clock: Clock) -> None:
     path = tmp_path / "service.db"
-    book = await GrantBook.open(path)
+    book = await open_grant_book(path)
     book = GrantBook(book.store, clock=clock, owns_store=True)
     view = await book.create(grant(budgets={"executions": 3, "wall_seconds": 100}), created_by="api:ops")
     done = await reserve(book, "ex-1")
@@ -411,7 +412,7 @@ async def test_recover_releases_orphaned_reservations(tmp_path: Path, clock: Clo
 
 
 def test_the_migration_is_appended_and_the_tables_exist(tmp_path: Path) -> None:
-    from orchestrator.service.store import MIGRATIONS
+    from orchestrator.state.store import MIGRATIONS
 
     store_path = tmp_path / "s.db"
     asyncio.run(_open_close(store_path))

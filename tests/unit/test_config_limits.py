@@ -15,9 +15,9 @@ import yaml
 
 from orchestrator import yamlfile
 from orchestrator.domain.errors import ConfigInvalid
+from orchestrator.pipeline.config import load_config
 from orchestrator.profiles import ProfileRegistry, parse_seccomp
 from orchestrator.profiles.seccomp import load_seccomp_file
-from orchestrator.service.config import load_config
 from orchestrator.yamlfile import DEFAULT_LIMITS, YamlLimits, load_yaml_mapping, parse_yaml
 
 # the classic "billion laughs": 9 levels of 9 aliases each, 9**9 values once expanded

@@ -15,16 +15,16 @@ from orchestrator.domain.canonical import canonical_json
 from orchestrator.domain.errors import SandboxOutputLimit
 from orchestrator.evidence import MAX_RECORD_BYTES, EventType, EvidenceWriter, iter_records, verify
 from orchestrator.evidence.fit import DEGRADED_KEY
-from orchestrator.profiles import ProfileRegistry, ResolvedProfile
-from orchestrator.results import Redactor, collect, snapshot
-from orchestrator.results.record import SIDE_EFFECTS_MAX_BYTES
-from orchestrator.service.end_record import (
+from orchestrator.pipeline.end_record import (
     clip,
     finished_fields,
     side_effects_json,
     stream_json,
 )
-from orchestrator.service.executor import KeptOutput, RunOutcome, keep_output
+from orchestrator.pipeline.executor import KeptOutput, RunOutcome, keep_output
+from orchestrator.profiles import ProfileRegistry, ResolvedProfile
+from orchestrator.results import Redactor, collect, snapshot
+from orchestrator.results.record import SIDE_EFFECTS_MAX_BYTES
 
 
 @pytest.fixture(scope="module")

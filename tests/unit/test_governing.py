@@ -14,10 +14,9 @@ import pytest
 import orchestrator
 from orchestrator.domain.errors import ConfigInvalid, InputInvalid
 from orchestrator.gate.policy import PolicySource
-from orchestrator.profiles import ProfileRegistry
-from orchestrator.service import launch
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.governing import (
+from orchestrator.pipeline import launch
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.governing import (
     Governing,
     approval_queue,
     governing_paths,
@@ -25,7 +24,8 @@ from orchestrator.service.governing import (
     policy_file,
     resolve,
 )
-from orchestrator.service.launch import active_execution, check_workspace
+from orchestrator.pipeline.launch import active_execution, check_workspace
+from orchestrator.profiles import ProfileRegistry
 
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
 

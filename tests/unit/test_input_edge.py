@@ -24,7 +24,7 @@ from orchestrator.domain.requests import (
 )
 from orchestrator.evidence import EvidenceWriter
 from orchestrator.gate.policy import PolicySource
-from orchestrator.service.orchestrator import Orchestrator
+from orchestrator.pipeline.orchestrator import Orchestrator
 
 BAD = "\udcff"  # the byte 0xff of a command line, as Python hands it over
 SECRET = "sk-live-0123456789abcdef"

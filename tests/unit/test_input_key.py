@@ -13,8 +13,8 @@ from orchestrator.approvals.session import ExecSessionOrigin
 from orchestrator.domain.errors import EvidenceUnavailable
 from orchestrator.evidence import iter_records
 from orchestrator.evidence.input_key import input_key_path, load_input_key
+from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
 
 ALLOW_ALL = "safety:\n  mode: allow\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"
 

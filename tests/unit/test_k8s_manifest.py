@@ -244,7 +244,7 @@ def test_the_mapping_table_names_every_resolved_profile_field() -> None:
 def test_the_services_workspaces_must_be_on_the_claim() -> None:
     from pydantic import ValidationError
 
-    from orchestrator.service.config import OrchestratorConfig
+    from orchestrator.pipeline.config import OrchestratorConfig
 
     backend = {"kind": "kubernetes", "kubernetes": {"workspace": {"mode": "pvc", "root": "/srv/ws"}}}
     OrchestratorConfig.model_validate({"backend": backend, "service": {"workspaces": "/srv/ws/tenants"}})

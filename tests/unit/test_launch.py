@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.domain.errors import InputInvalid
-from orchestrator.service.launch import check_workspace
+from orchestrator.pipeline.launch import check_workspace
 
 
 @pytest.mark.parametrize("path", ["/", "/etc", "/usr/lib", "/var", "/var/run", "/run/sandbox-orchestrator", "/proc/1"])

@@ -9,10 +9,10 @@ import pytest
 
 from orchestrator.backends.base import OutputStream, StreamCapture
 from orchestrator.backends.docker.capture import StreamSink
+from orchestrator.pipeline.executor import keep_output
+from orchestrator.pipeline.live_output import LiveOutput
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
 from orchestrator.results import Redactor
-from orchestrator.service.executor import keep_output
-from orchestrator.service.live_output import LiveOutput
 
 SECRET = "tok-3f9a1c77e2b04d5e"
 

@@ -15,8 +15,8 @@ from orchestrator.domain.globs import compile_glob, glob_problem
 from orchestrator.gate.config import load_safety_config
 from orchestrator.gate.matching import MatchConditions, Matcher
 from orchestrator.gate.policy import PolicySource
-from orchestrator.service.config import load_config
-from orchestrator.service.factory import build_orchestrator
+from orchestrator.pipeline.config import load_config
+from orchestrator.pipeline.factory import build_orchestrator
 
 GOOD = ["*", "*.env", "*/.ssh/*", "pytest *", "[!a]*", "[]]x", "[[]", "a-b", "[a-]", "[!]]", "ci-?", "x[0-9]"]
 BAD = {

@@ -5,8 +5,8 @@ import socket
 import time
 
 from orchestrator.backends.base import ManagedSandbox
-from orchestrator.service.launch import active_execution, owner_label
-from orchestrator.service.reaper import orphan_reason
+from orchestrator.pipeline.launch import active_execution, owner_label
+from orchestrator.pipeline.reaper import orphan_reason
 
 
 def sandbox(owner: str | None, deadline: float | None, execution_id: str = "ex-1") -> ManagedSandbox:

@@ -20,6 +20,7 @@ import pytest
 
 from orchestrator.domain.canonical import canonical_json
 from orchestrator.evidence import MAX_RECORD_BYTES, EvidenceEvent
+from orchestrator.pipeline.end_record import side_effects_json
 from orchestrator.results import CollectLimits, Redactor, SideEffects, collect, snapshot
 from orchestrator.results.fstree import MAX_PATH_BYTES, entry_at, strip_setid
 from orchestrator.results.record import (
@@ -31,7 +32,6 @@ from orchestrator.results.record import (
     Names,
     RecordBuilder,
 )
-from orchestrator.service.end_record import side_effects_json
 
 
 def sha(data: bytes) -> str:

@@ -12,8 +12,8 @@ from orchestrator.backends.docker.config import container_config
 from orchestrator.backends.docker.sandbox_etc import FILES, etc_directory, etc_mounts
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.domain.requests import parse_request
+from orchestrator.pipeline.launch import launch_spec
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.launch import launch_spec
 
 
 def test_files_are_written_once_exact_and_read_only(tmp_path: Path) -> None:

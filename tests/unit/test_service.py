@@ -23,8 +23,8 @@ from orchestrator.domain.errors import (
 )
 from orchestrator.evidence import EvidenceWriter, verify
 from orchestrator.gate.policy import PolicySource
-from orchestrator.service.factory import build_orchestrator
-from orchestrator.service.orchestrator import Orchestrator
+from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import Orchestrator
 
 SECRET = "hunter2-super-secret"
 

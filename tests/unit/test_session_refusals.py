@@ -12,8 +12,8 @@ from orchestrator.backends.base import SandboxBackend
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.domain.errors import InputInvalid, SandboxUnavailable, SessionNotFound
 from orchestrator.evidence import iter_records
+from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.factory import build_orchestrator
 from orchestrator.service.sessions import Sessions
 
 ALLOW_ALL = "safety:\n  mode: allow\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"

@@ -74,9 +74,9 @@ def _warm_up() -> None:
     from orchestrator.domain.requests import parse_request
     from orchestrator.gate.gate import Gate
     from orchestrator.gate.policy import PolicySource
+    from orchestrator.pipeline.config import load_config
     from orchestrator.profiles import ProfileRegistry
     from orchestrator.results import Redactor
-    from orchestrator.service.config import load_config
 
     for request in (
         {"tool": "shell_exec", "argv": ["true"]},

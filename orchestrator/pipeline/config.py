@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from orchestrator.approvals.auto import AutoApprove
 from orchestrator.approvals.rules import ApprovalRule, GrantOutcome
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
+from orchestrator.egress.runs import EgressSettings
 from orchestrator.gate.config import SafetyConfig, default_safety_config, with_defaults
 from orchestrator.profiles import ProfileCaps
-from orchestrator.service.egress import EgressSettings
 from orchestrator.yamlfile import load_yaml_mapping, validate
 
 
@@ -135,7 +135,7 @@ class OrchestratorConfig(BaseModel):
     service: ServiceSection = Field(default_factory=ServiceSection, description="`sandboxctl serve` only.")
     backend: BackendSection = Field(default_factory=BackendSection)
     pool: PoolSettings = Field(
-        default_factory=PoolSettings, description="Pre-started sandboxes (off unless enabled; see service/pool.py)."
+        default_factory=PoolSettings, description="Pre-started sandboxes (off unless enabled; see pipeline/pool.py)."
     )
     egress: EgressSettings = Field(
         default_factory=EgressSettings,

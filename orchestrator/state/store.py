@@ -25,13 +25,22 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from orchestrator.approvals.queue import ApprovalStore
+from orchestrator.budgets.ledger import (
+    Amounts,
+    Limits,
+    NewBudgetGrant,
+    StoredBudgetGrant,
+    StoredCharge,
+    StoredReservation,
+    room,
+)
 from orchestrator.domain.wire import ExecutionView
 
 T = TypeVar("T")
@@ -172,98 +181,6 @@ class StoredGrant:
     session: str
     approval_key: str
     policy_hash: str
-
-
-@dataclass(frozen=True, slots=True)
-class Amounts:
-    """Amounts in the store's units: runs, CPU microseconds, output bytes, wall microseconds (integers:
-    sums are exact, no float drift past a budget)."""
-
-    executions: int = 0
-    cpu_us: int = 0
-    output_bytes: int = 0
-    wall_us: int = 0
-
-    def __iter__(self) -> Iterator[int]:
-        return iter((self.executions, self.cpu_us, self.output_bytes, self.wall_us))
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """A grant's bounds, in the store's units; None: no bound in that dimension."""
-
-    executions: int | None = None
-    cpu_us: int | None = None
-    output_bytes: int | None = None
-    wall_us: int | None = None
-
-    def __iter__(self) -> Iterator[int | None]:
-        return iter((self.executions, self.cpu_us, self.output_bytes, self.wall_us))
-
-
-@dataclass(frozen=True, slots=True)
-class NewBudgetGrant:
-    id: str
-    tenant: str
-    conditions: str  # GrantConditions as JSON
-    reason: str
-    created_by: str
-    created_at: float
-    expires_at: float | None
-    limits: Limits
-
-
-@dataclass(frozen=True, slots=True)
-class StoredBudgetGrant:
-    seq: int
-    id: str
-    tenant: str
-    conditions: str
-    reason: str
-    created_by: str
-    created_at: float
-    expires_at: float | None
-    state: str  # active | revoked | exhausted: 'expired' is read, never stored
-    limits: Limits
-    used: Amounts
-    reserved: Amounts
-    revoked_by: str | None
-    revoked_at: float | None
-    revoke_reason: str | None
-
-    def state_at(self, now: float) -> str:
-        """The state as read at ``now``: an active grant past its expiry is expired."""
-        if self.state == "active" and self.expires_at is not None and self.expires_at <= now:
-            return "expired"
-        return self.state
-
-    def room(self) -> Limits:
-        """What can still be reserved per bounded dimension (None: no bound)."""
-        return _room(tuple(self.limits), tuple(self.used), tuple(self.reserved))
-
-
-@dataclass(frozen=True, slots=True)
-class StoredReservation:
-    execution_id: str
-    grant_id: str
-    amounts: Amounts
-    reserved_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class StoredCharge:
-    seq: int
-    grant_id: str
-    execution_id: str
-    kind: str  # settled | released
-    amounts: Amounts
-    state_after: str
-    at: float
-
-
-def _room(limits: Sequence[int | None], used: Sequence[int], reserved: Sequence[int]) -> Limits:
-    """Per dimension, the bound less what is used and reserved (never below 0); None: no bound."""
-    return Limits(*(None if m is None else max(m - u - r, 0) for m, u, r in zip(limits, used, reserved, strict=True)))
 
 
 _SELECT_GRANT = (
@@ -628,7 +545,7 @@ class StateStore:
                 return StoredReservation(execution_id, held[0], Amounts(*held[1:5]), held[5])
             rows = self._db.execute(_LIVE_GRANTS, (tenant, now)).fetchall()
             for grant_id, conditions, *figures in rows:
-                take = fit(_room(figures[0:4], figures[4:8], figures[8:12]))
+                take = fit(room(figures[0:4], figures[4:8], figures[8:12]))
                 if take is None or not covers(grant_id, conditions):
                     continue
                 # the guard holds whatever fit said: no budget is ever passed

@@ -1,5 +1,5 @@
 """Grants with budgets in the flow of a run: whether a live grant answers an ask, how its reservation narrows
-the run, and what the run's real use charges it (see service/budget_grants.py for the bookkeeping).
+the run, and what the run's real use charges it (see budgets/book.py for the bookkeeping).
 
 A grant answers an ask the way an approval rule would (the operator who issued it is the approver), with
 three limits of its own: it never turns a denial into a yes (only asks reach it), it never covers an
@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.backends.base import ResourceUsage
+from orchestrator.budgets.book import GrantBook, Reservation, RunCaps
 from orchestrator.domain.grants import Usage
 from orchestrator.gate.gate import GateResult
 from orchestrator.gate.matching import RequestFacts
 from orchestrator.profiles import ResolvedProfile
-from orchestrator.service.budget_grants import GrantBook, Reservation, RunCaps
-from orchestrator.service.executor import RunOutcome
 
 #: sessions hold their sandbox for a lifetime, and write_stdin belongs to its session's grant: not covered
 UNCOVERED_TOOLS = frozenset({"exec_command", "write_stdin"})
@@ -63,15 +61,13 @@ def narrowed(profile: ResolvedProfile, reservation: Reservation) -> ResolvedProf
     return ResolvedProfile.model_validate(fields)
 
 
-def used(outcome: RunOutcome, reservation: Reservation) -> Usage:
+def used(reservation: Reservation, *, cpu_seconds: float | None, output_bytes: int, wall_seconds: float) -> Usage:
     """What a run that ran used, as the engine reported it: CPU time (charged at the reservation when the
-    engine does not report it), the output kept (what the caller was given), the wall time."""
-    usage: ResourceUsage | None = outcome.usage
-    cpu = usage.cpu_total_ns / 1e9 if usage is not None and usage.cpu_total_ns is not None else None
-    kept = sum(len(k.data) for k in (outcome.stdout_kept, outcome.stderr_kept) if k is not None)
+    engine does not report it: ``cpu_seconds`` None), the output kept (what the caller was given), the wall
+    time."""
     return Usage(
         executions=1,
-        cpu_seconds=reservation.cpu_seconds if cpu is None else cpu,
-        output_bytes=kept,
-        wall_seconds=outcome.duration_ms / 1000,
+        cpu_seconds=reservation.cpu_seconds if cpu_seconds is None else cpu_seconds,
+        output_bytes=output_bytes,
+        wall_seconds=wall_seconds,
     )

@@ -14,19 +14,19 @@ from orchestrator.backends.base import SandboxBackend
 from orchestrator.domain.errors import NoApprovalProvider
 from orchestrator.evidence import EvidenceWriter, default_evidence_path
 from orchestrator.gate.policy import PolicySource
-from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.backends import backend_for_file
-from orchestrator.service.config import OrchestratorConfig, load_config
-from orchestrator.service.governing import (
+from orchestrator.pipeline.backend_choice import backend_for_file
+from orchestrator.pipeline.config import OrchestratorConfig, load_config
+from orchestrator.pipeline.governing import (
     Governing,
     approval_queue,
     governing_paths,
     policy_file,
     state_directories,
 )
-from orchestrator.service.launch import check_workspace
-from orchestrator.service.orchestrator import Orchestrator
-from orchestrator.service.reaper import collect_orphans
+from orchestrator.pipeline.launch import check_workspace
+from orchestrator.pipeline.orchestrator import Orchestrator
+from orchestrator.pipeline.reaper import collect_orphans
+from orchestrator.profiles import ProfileRegistry
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from orchestrator.approvals.session import Scope, SessionGrants
-from orchestrator.service.store import StateStore, StoredGrant
+from orchestrator.state.store import StateStore, StoredGrant
 
 log = logging.getLogger(__name__)
 

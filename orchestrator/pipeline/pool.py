@@ -40,8 +40,8 @@ from orchestrator.backends.base import (
 )
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.evidence import EventType
-from orchestrator.service.config import PoolSettings
-from orchestrator.service.launch import DEADLINE_GRACE_S, hold_active, release_active
+from orchestrator.pipeline.config import PoolSettings
+from orchestrator.pipeline.launch import DEADLINE_GRACE_S, hold_active, release_active
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ from typing import Any, Final
 
 from orchestrator.domain.canonical import canonical_sha256, sha256_hex
 from orchestrator.domain.errors import OrchestratorError
+from orchestrator.pipeline.executor import KeptOutput, RunOutcome
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.results import SideEffects
 from orchestrator.results.write_meter import MeterReport
-from orchestrator.service.executor import KeptOutput, RunOutcome
 
 log = logging.getLogger(__name__)
 

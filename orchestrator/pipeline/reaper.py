@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from orchestrator.backends.base import ManagedSandbox, SandboxBackend, SandboxHandle
 from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
-from orchestrator.service.launch import is_active_here, owner_alive, owner_label
+from orchestrator.pipeline.launch import is_active_here, owner_alive, owner_label
 
 log = logging.getLogger(__name__)
 

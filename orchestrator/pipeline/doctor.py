@@ -17,10 +17,10 @@ from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.domain.requests import parse_request
 from orchestrator.evidence import EventType, verify
+from orchestrator.pipeline.executor import run_in_sandbox
+from orchestrator.pipeline.launch import launch_spec
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
 from orchestrator.results import Redactor, snapshot
-from orchestrator.service.executor import run_in_sandbox
-from orchestrator.service.launch import launch_spec
 
 SETUP_FIX = "run `make setup` (it starts a project-managed engine when none answers)"
 RUNSC_FIX = "run `make setup` (registers runsc with --oci-seccomp) or use a runc profile"

@@ -16,7 +16,6 @@ reserved is released by ``recover`` at the next start.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import re
@@ -25,11 +24,18 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Self
 
 from pydantic import ValidationError
 
+from orchestrator.budgets.ledger import (
+    Amounts,
+    GrantLedger,
+    Limits,
+    NewBudgetGrant,
+    StoredBudgetGrant,
+    StoredCharge,
+    StoredReservation,
+)
 from orchestrator.domain.errors import InputInvalid, NotFound
 from orchestrator.domain.grants import (
     GRANT_ID_PREFIX,
@@ -45,15 +51,6 @@ from orchestrator.domain.grants import (
     Usage,
 )
 from orchestrator.gate.matching import MatchConditions, Matcher, RequestFacts
-from orchestrator.service.store import (
-    Amounts,
-    Limits,
-    NewBudgetGrant,
-    StateStore,
-    StoredBudgetGrant,
-    StoredCharge,
-    StoredReservation,
-)
 
 log = logging.getLogger(__name__)
 
@@ -139,13 +136,13 @@ class Reservation:
 
 
 class GrantBook:
-    """Grants over a ``StateStore``: the service's own (``GrantBook(service.store)``), or, for the
-    in-process library, a store file of its own (``await GrantBook.open(path)``, then ``aclose()``).
-    Every figure lives in the store: several GrantBooks over one store agree."""
+    """Grants over a store (a ``GrantLedger``): the service's own (``GrantBook(service.store)``), or, for the
+    in-process library, a store file of its own (``await orchestrator.state.open_grant_book(path)``, then
+    ``aclose()``). Every figure lives in the store: several GrantBooks over one store agree."""
 
     def __init__(
         self,
-        store: StateStore,
+        store: GrantLedger,
         *,
         min_run_s: float = MIN_RUN_S,
         clock: Callable[[], float] = time.time,
@@ -156,12 +153,6 @@ class GrantBook:
         self._clock = clock
         self._owns_store = owns_store
         self._matchers: dict[str, Matcher | None] = {}  # grant id -> its conditions, compiled once
-
-    @classmethod
-    async def open(cls, path: Path, *, min_run_s: float = MIN_RUN_S) -> Self:
-        """A GrantBook over the store file at ``path`` (created if missing), closed with ``aclose``."""
-        store = await asyncio.to_thread(StateStore, path)
-        return cls(store, min_run_s=min_run_s, owns_store=True)
 
     async def aclose(self) -> None:
         if self._owns_store:

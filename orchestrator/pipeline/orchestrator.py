@@ -35,6 +35,8 @@ from orchestrator.backends.base import (
     SandboxBackend,
     SandboxHandle,
 )
+from orchestrator.budgets import cover as grant_cover
+from orchestrator.budgets.book import GrantBook, Reservation
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult, Decision
 from orchestrator.domain.errors import (
     ApprovalAborted,
@@ -55,20 +57,16 @@ from orchestrator.domain.errors import (
 from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.requests import ExecCommandRequest, Request, WriteStdinRequest, parse_request
 from orchestrator.domain.wire import ErrorBody, RunResult
+from orchestrator.egress.runs import Egress, EgressSettings, NameRedactor
 from orchestrator.evidence import EventType, EvidenceWriter
 from orchestrator.evidence.input_key import load_input_key
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
-from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
-from orchestrator.results import Redactor, Snapshot, snapshot
-from orchestrator.service import grant_cover
-from orchestrator.service.budget_grants import GrantBook, Reservation
-from orchestrator.service.config import PoolSettings
-from orchestrator.service.egress import Egress, EgressSettings, NameRedactor
-from orchestrator.service.end_record import failed_side_effects, finished_fields
-from orchestrator.service.executor import RunOutcome, run_in_sandbox, workspace_changes
-from orchestrator.service.governing import Governing, governing_paths
-from orchestrator.service.launch import (
+from orchestrator.pipeline.config import PoolSettings
+from orchestrator.pipeline.end_record import failed_side_effects, finished_fields
+from orchestrator.pipeline.executor import RunOutcome, run_in_sandbox, workspace_changes
+from orchestrator.pipeline.governing import Governing, governing_paths
+from orchestrator.pipeline.launch import (
     active_execution,
     check_out_of_earlier_workspaces,
     check_session_allowed,
@@ -77,9 +75,11 @@ from orchestrator.service.launch import (
     profile_egress,
     refuse_unavailable_escalations,
 )
-from orchestrator.service.pool import PooledSandbox, PoolKey, SandboxPool
-from orchestrator.service.restrictions import restriction
-from orchestrator.service.tasks import Guarded
+from orchestrator.pipeline.pool import PooledSandbox, PoolKey, SandboxPool
+from orchestrator.pipeline.restrictions import restriction
+from orchestrator.pipeline.tasks import Guarded
+from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
+from orchestrator.results import Redactor, Snapshot, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class Orchestrator:
         # recent SANDBOX.RESTRICTED runs (execution id -> tenant, what was denied): what a retry_of links to
         self._restricted: OrderedDict[str, tuple[str, list[dict[str, Any]]]] = OrderedDict()
         self.background = Guarded()  # e.g. the orphan reaper (service.factory.open_orchestrator)
-        # pre-started sandboxes (service/pool.py): when the config enables them and the backend can
+        # pre-started sandboxes (pipeline/pool.py): when the config enables them and the backend can
         self.pool: SandboxPool | None = None
         if pool is not None and pool.enabled and isinstance(backend, PooledBackend) and backend.can_pool:
             self.pool = SandboxPool(backend, pool, self._record_pooled)
@@ -855,7 +855,16 @@ class Orchestrator:
                 await book.release(reservation)
                 data: dict[str, Any] = {"grant_id": reservation.grant_id, "kind": "released"}
             else:
-                usage = grant_cover.used(outcome, reservation) if outcome is not None else reservation.most()
+                usage = (
+                    grant_cover.used(
+                        reservation,
+                        cpu_seconds=outcome.cpu_seconds,
+                        output_bytes=outcome.kept_bytes,
+                        wall_seconds=outcome.duration_ms / 1000,
+                    )
+                    if outcome is not None
+                    else reservation.most()
+                )
                 charge = await book.settle(reservation, usage)
                 data = {"grant_id": charge.grant_id, "kind": charge.kind, "charged": charge.charged.model_dump(),
                         "state": charge.state}  # fmt: skip

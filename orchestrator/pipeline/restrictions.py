@@ -18,10 +18,10 @@ from typing import Any
 
 from orchestrator.domain.errors import SandboxRestricted
 from orchestrator.egress import EgressRoute
+from orchestrator.egress.runs import denied_hosts
+from orchestrator.pipeline.executor import RunOutcome
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.results.redact import MARKER_PREFIX
-from orchestrator.service.egress import denied_hosts
-from orchestrator.service.executor import RunOutcome
 
 _READ_ONLY = b"Read-only file system"
 REDACTED = MARKER_PREFIX.decode()

@@ -4,7 +4,7 @@ begin record (durable) → subscribe to the engine's events → create (while th
 watching) → start → output ‖ wait under the deadline and the workspace write budget → kill on timeout or
 over budget → inspect (OOM from the engine) → destroy on every path → side effects (set-id bits removed)
 → redact, then cap the output. Lifecycle records carry the engine's own timestamps; the end record is
-built from the outcome by :mod:`orchestrator.service.end_record`.
+built from the outcome by :mod:`orchestrator.pipeline.end_record`.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ from orchestrator.domain.errors import (
     SideEffectsIncomplete,
 )
 from orchestrator.egress import EgressProxy
+from orchestrator.egress.runs import proxy_environment
 from orchestrator.evidence import EventType
+from orchestrator.pipeline.live_output import LiveOutput
+from orchestrator.pipeline.pool import PooledSandbox
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.results import CollectLimits, Redactor, SideEffects, Snapshot, collect
 from orchestrator.results.write_meter import MeterReport, WorkspaceMeter, WriteBudget
-from orchestrator.service.egress import proxy_environment
-from orchestrator.service.live_output import LiveOutput
-from orchestrator.service.pool import PooledSandbox
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ RECORDED_ATTRIBUTES = ("reason", "node")
 OUTPUT_END_WAIT_S = 10.0
 # how long teardown waits for the engine to report the destroy event before moving on
 DESTROY_EVENT_WAIT_S = 5.0
-#: what a pooled sandbox's own records hold already (service/pool.py), not repeated on the execution's
+#: what a pooled sandbox's own records hold already (pipeline/pool.py), not repeated on the execution's
 POOL_RECORDED = frozenset({"create", "schedule", "start"})
 
 Record = Callable[..., Awaitable[None]]
@@ -118,6 +118,17 @@ class RunOutcome:
     @property
     def redactions(self) -> int:
         return sum(k.redactions for k in (self.stdout_kept, self.stderr_kept) if k is not None)
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        """The CPU time the engine reported (None: it did not)."""
+        cpu_ns = self.usage.cpu_total_ns if self.usage is not None else None
+        return None if cpu_ns is None else cpu_ns / 1e9
+
+    @property
+    def kept_bytes(self) -> int:
+        """The output kept: what the caller was given."""
+        return sum(len(k.data) for k in (self.stdout_kept, self.stderr_kept) if k is not None)
 
     @property
     def over_budget(self) -> bool:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from orchestrator.backends.base import SandboxBackend
 from orchestrator.backends.docker import DockerBackend
-from orchestrator.service.config import OrchestratorConfig, load_config
+from orchestrator.pipeline.config import OrchestratorConfig, load_config
 
 
 def backend_for(config: OrchestratorConfig) -> SandboxBackend:

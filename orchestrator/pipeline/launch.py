@@ -32,8 +32,8 @@ from orchestrator.domain.requests import (
 )
 from orchestrator.gate.interactive import is_interactive_shell
 from orchestrator.gate.paths import SYSTEM_PREFIXES
+from orchestrator.pipeline.governing import Governing, first_exposure
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
-from orchestrator.service.governing import Governing, first_exposure
 
 SHELL = ("/bin/bash", "-c")
 # an orphan is collected once its deadline has passed by this much (teardown has time to finish)
