@@ -1,7 +1,7 @@
 """One error tree with stable codes. Codes are public API: add new ones, never rename.
 
 Each code carries its CLI exit code and its HTTP status side by side (the API, the client and the
-README table read them from here). ``http_status`` None: never a response's status — the error is part
+table of docs/errors.md read them from here). ``http_status`` None: never a response's status — the error is part
 of an execution's outcome, reported inside the execution (HTTP 200).
 """
 
@@ -243,7 +243,7 @@ def error_class(code: str) -> type[OrchestratorError]:
 
 
 def all_error_types() -> list[type[OrchestratorError]]:
-    """Every concrete error class, for the README table test."""
+    """Every concrete error class, for the error table's test (docs/errors.md)."""
     seen: list[type[OrchestratorError]] = []
     stack: list[type[OrchestratorError]] = [OrchestratorError]
     while stack:

@@ -25,7 +25,7 @@ class _Wire(BaseModel):
 
 
 class ErrorBody(_Wire):
-    code: str = Field(description="Stable error code (README: Error codes).")
+    code: str = Field(description="Stable error code (docs/errors.md).")
     message: str = Field(description="What happened, safe to show (never a secret).")
     retryable: bool = Field(default=False, description="Trying again later may succeed.")
     details: dict[str, Any] | None = Field(default=None, description="Structured context: fields, file, line, ...")

@@ -16,7 +16,7 @@ How (a :class:`WorkspaceMeter` runs one thread):
   descriptor opened with ``O_NOFOLLOW``, never by path); a create, write, move or delete event makes the
   meter ``fstatat`` that one name. New directories are watched as they appear, and what they already hold
   is scanned. Granularity: one write call; the overshoot is what the sandbox writes between the event and
-  the kill (event latency plus the engine's kill: measured in the README).
+  the kill (event latency plus the engine's kill: measured in docs/evidence-and-workspace.md).
 * **rescan**: when the kernel's event queue overflowed, the whole tree is walked again (descriptor-relative,
   bounded: it stops as soon as the budget is passed); and every 10 s (at most a tenth of the time) as a
   safety net, should some writes ever escape the events.

@@ -6,8 +6,8 @@ drives it, for the ``workspace-write`` (runc) and ``untrusted`` (runsc/gVisor) p
 test cluster, gVisor through the ``gvisor`` RuntimeClass; marker ``k8s``). A probe is a short script
 printing one ``VERDICT {json}`` line; each test compares every field with the exact outcome expected (errno
 names, exit codes). Where runc and gVisor, or a container and a pod, legitimately differ, both outcomes are
-spelled out, each with why (see docs/setup-notes.md for the gVisor quirks, the README's "Kubernetes
-backend" for the pod's).
+spelled out, each with why (see docs/setup-notes.md for the gVisor quirks, docs/kubernetes.md
+for the pod's).
 
 For every execution the evidence is checked too: one ``execution_finished`` with the right status,
 exit code and error code, the lifecycle records (created, [scheduled,] started, died, destroyed) with the
@@ -70,7 +70,7 @@ KUBELET_HOSTS = (
     "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
     "fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n"
 )
-# a pod's usage figures: none come back (the kubelet's are node-scoped; README, "Kubernetes backend")
+# a pod's usage figures: none come back (the kubelet's are node-scoped; docs/kubernetes.md)
 NO_USAGE = ("cpu_total_ns", "memory_peak_bytes", "pids_limit_hits", "pids_peak")
 RTF_LOCAL = 0x80000000  # an IPv6 route to an address of this host (/proc/net/ipv6_route flags)
 REFUSED_SYSCALLS = (
@@ -159,8 +159,8 @@ def _listeners() -> tuple[socket.socket, socket.socket | None, socket.socket]:
 async def test_network(harness: Harness, profile: str) -> None:
     """Host loopback services are unreachable (the sandbox's loopback is its own), only `lo` exists and
     routes nowhere, DNS has no resolver, and raw/packet/vsock/alg/non-route netlink sockets are refused.
-    A runc pod also has the CNI's eth0 in its own subnet, without a default route (README, "Kubernetes
-    backend"); what the pods of that subnet can reach of each other: test_other_sandboxes_are_invisible."""
+    A runc pod also has the CNI's eth0 in its own subnet, without a default route
+    (docs/kubernetes.md); what the pods of that subnet can reach of each other: test_other_sandboxes_are_invisible."""
     tcp, tcp6, udp = _listeners()
     try:
         ports = (tcp.getsockname()[1], tcp6.getsockname()[1] if tcp6 else 1, udp.getsockname()[1])
@@ -952,7 +952,7 @@ async def test_no_host_env_engine_socket_or_token(
             + [f"/proc/{m}" for m in MASKABLE_PROC if os.path.exists(f"/proc/{m}")]
         )
         # a pod: the kubelet's termination-message file, out of the sandbox user's reach (test_writable_places),
-        # and the stdio pipes' volume (README, "Stdio"); runc: containerd masks /proc/interrupts too
+        # and the stdio pipes' volume (docs/kubernetes.md, "Stdio, exact"); runc: containerd masks /proc/interrupts too
         + (["/root/.termination-log", "/run/sandbox-io"] if harness.k8s else [])
         + (["/proc/interrupts"] if harness.k8s and not gvisor(profile) else [])
     )
@@ -1128,7 +1128,7 @@ async def test_other_sandboxes_are_invisible(harness: Harness, profile: str) -> 
     assert (ws_a / "a-accepted").exists() is runc_pods
     assert verdict.pop("reach_other_sandbox") == (
         # runc pods: the test cluster's bridge CNI enforces no NetworkPolicy, so the namespace's default-deny
-        # policy does not stop one pod reaching another (README, "Kubernetes backend"; a real containment gap
+        # policy does not stop one pod reaching another (docs/kubernetes.md; a real containment gap
         # on such a cluster, which Docker's --network none does not have)
         "ok"
         if runc_pods
