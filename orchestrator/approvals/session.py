@@ -11,8 +11,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 
-def egress_grant_key(pattern: str) -> str:
-    """The session grant of one egress host:port pattern (canonical), kept beside approval keys: an
+def egress_approval_key(pattern: str) -> str:
+    """The session approval of one egress host:port pattern (canonical), kept beside approval keys: an
     approved_for_session answer approves the hosts it was asked about for the rest of that session."""
     return f"egress:{pattern}"
 
@@ -31,7 +31,7 @@ class ExecSessionOrigin:
     subject: str
 
 
-class SessionGrants:
+class SessionApprovals:
     """In-memory and bounded (least recently used first out: forgetting only means asking again)."""
 
     def __init__(self, max_entries: int = 10_000) -> None:
@@ -39,7 +39,7 @@ class SessionGrants:
         self._exec: OrderedDict[str, ExecSessionOrigin] = OrderedDict()
         self._max = max_entries
 
-    def grant_key(self, scope: Scope, key: str, policy_version_hash: str) -> None:
+    def approve_key(self, scope: Scope, key: str, policy_version_hash: str) -> None:
         self._keys[(scope, key)] = policy_version_hash
         self._keys.move_to_end((scope, key))
         while len(self._keys) > self._max:

@@ -6,16 +6,22 @@ import logging
 import os
 from pathlib import Path
 
+from orchestrator.approvals.auto import AutoApprove
 from orchestrator.approvals.base import ApprovalProvider
 from orchestrator.approvals.queue import ApprovalStore, QueueApprover
 from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
+from orchestrator.approvals.session import SessionApprovals
 from orchestrator.approvals.terminal import TerminalApprover
 from orchestrator.backends.base import SandboxBackend
+from orchestrator.budgets.book import GrantBook
 from orchestrator.domain.errors import NoApprovalProvider
+from orchestrator.egress.runs import EgressSettings
 from orchestrator.evidence import EvidenceWriter, default_evidence_path
+from orchestrator.gate.gate import DEFAULT_PROFILE
 from orchestrator.gate.policy import PolicySource
+from orchestrator.pipeline.authorizer import Authorizer
 from orchestrator.pipeline.backend_choice import backend_for_file
-from orchestrator.pipeline.config import OrchestratorConfig, load_config
+from orchestrator.pipeline.config import OrchestratorConfig, PoolSettings, load_config
 from orchestrator.pipeline.governing import (
     Governing,
     approval_queue,
@@ -24,9 +30,15 @@ from orchestrator.pipeline.governing import (
     state_directories,
 )
 from orchestrator.pipeline.launch import check_workspace
+from orchestrator.pipeline.observer import GuardedTelemetry
 from orchestrator.pipeline.orchestrator import Orchestrator
+from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.pipeline.reaper import collect_orphans
-from orchestrator.profiles import ProfileRegistry
+from orchestrator.pipeline.recorder import Evidence
+from orchestrator.pipeline.reservations import Reservations
+from orchestrator.pipeline.restrictions import RestrictedRuns
+from orchestrator.pipeline.runner import Runner
+from orchestrator.profiles import ProfileCaps, ProfileRegistry
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +94,7 @@ def build_orchestrator(
         check_workspace(
             Path(workspace), governing=governing_paths(evidence=path, profile_dirs=profile_dirs, extra=governing)
         )
-    return Orchestrator(
+    return assemble(
         evidence=EvidenceWriter(path),
         policy=PolicySource(config_path),
         approvals=approvals if approvals is not None else approval_provider(config),
@@ -95,6 +107,56 @@ def build_orchestrator(
         auto_approve=config.approvals.auto_approve,
         egress=config.egress,
     )
+
+
+def assemble(
+    *,
+    evidence: EvidenceWriter,
+    policy: PolicySource | None = None,
+    approvals: ApprovalProvider | None = None,
+    workspace: str | os.PathLike[str] | None = None,
+    session_approvals: SessionApprovals | None = None,
+    backend: SandboxBackend | None = None,
+    profiles: ProfileRegistry | None = None,
+    caps: ProfileCaps | None = None,
+    governing: tuple[Governing, ...] = (),
+    pool: PoolSettings | None = None,
+    auto_approve: AutoApprove | None = None,
+    egress: EgressSettings | None = None,
+    budget_grants: GrantBook | None = None,
+) -> Orchestrator:
+    """The composition root: an Orchestrator from its parts. Without a backend and profiles it only decides
+    (``run`` is INTERNAL); what the authorizer and the runner share (the evidence, the grants' reservations,
+    the restricted runs that retries link to) is made once here."""
+    records = Evidence(evidence, GuardedTelemetry())
+    reservations = Reservations(budget_grants)
+    restricted = RestrictedRuns()
+    chosen = None if profiles is None else Profiles(profiles, caps, DEFAULT_PROFILE)
+    authorizer = Authorizer(
+        evidence=records,
+        policy=policy,
+        approvals=approvals,
+        workspace=workspace,
+        session_approvals=session_approvals,
+        auto_approve=auto_approve,
+        reservations=reservations,
+        profiles=chosen,
+        restricted=restricted,
+        governing=governing,
+    )
+    runner = None
+    if backend is not None and chosen is not None:
+        runner = Runner(
+            backend=backend,
+            profiles=chosen,
+            evidence=records,
+            reservations=reservations,
+            restricted=restricted,
+            governing=governing,
+            pool=pool,
+            egress=egress,
+        )
+    return Orchestrator(authorizer, runner)
 
 
 async def open_orchestrator(

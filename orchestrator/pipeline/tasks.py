@@ -1,4 +1,5 @@
-"""Background tasks that never vanish: a crash is logged with its cause and kept for inspection."""
+"""Tasks: background ones that never vanish (a crash is logged with its cause and kept for inspection), and
+steps that finish despite a cancellation (an end record is never cut off half-way)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,27 @@ class Guarded:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def cancel_reason(cancel: asyncio.CancelledError, default: str) -> str:
+    """The message a canceller gave ``Task.cancel(msg)`` (the service names who asked), or ``default``."""
+    given = cancel.args[0] if cancel.args and isinstance(cancel.args[0], str) else ""
+    return f"{default}: {given}" if given else default
+
+
+async def despite_cancellation(step: Coroutine[Any, Any, object]) -> None:
+    """Run ``step`` to its end even if this task is cancelled again meanwhile (a second Ctrl-C or
+    SIGTERM): an end record must not be cut off half-way. The cancellation is delivered afterwards."""
+    task = asyncio.ensure_future(step)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:
+            break
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not record the end of an interrupted execution: %s", task.exception())
+    if cancelled:
+        raise asyncio.CancelledError

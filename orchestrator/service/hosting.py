@@ -24,7 +24,7 @@ from orchestrator.evidence import EvidenceWriter, default_evidence_path, format_
 from orchestrator.gate.policy import PolicySource
 from orchestrator.pipeline.backend_choice import backend_for
 from orchestrator.pipeline.config import OrchestratorConfig, ServiceLimits, load_config
-from orchestrator.pipeline.factory import state_dir
+from orchestrator.pipeline.factory import assemble, state_dir
 from orchestrator.pipeline.governing import Governing, approval_queue, policy_file
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.pipeline.reaper import collect_orphans
@@ -34,7 +34,7 @@ from orchestrator.service.executions import ExecutionManager
 from orchestrator.service.sessions import Sessions
 from orchestrator.service.tokens import Credential, load_credentials
 from orchestrator.service.workspaces import Workspaces
-from orchestrator.state.session_approvals import StoredGrants
+from orchestrator.state.session_approvals import StoredSessionApprovals
 from orchestrator.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -80,11 +80,11 @@ class Service:
             if backend is None:
                 backend = backend_for(config)
             backend.prepare()
-            orchestrator = Orchestrator(
+            orchestrator = assemble(
                 evidence=EvidenceWriter(evidence_path),
                 policy=PolicySource(config_path),
                 approvals=_approvals(config, store),
-                grants=StoredGrants(store),
+                session_approvals=StoredSessionApprovals(store),
                 backend=backend,
                 profiles=ProfileRegistry(),
                 caps=config.caps,

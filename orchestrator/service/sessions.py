@@ -13,7 +13,7 @@ sandbox is then removed by the execution's own teardown. Evidence beside the exe
 ``session_closed`` with the reason and the exit code.
 
 Governance: write_stdin is gated (the gate sees its size and digest) and needs no new approval when it is
-the session owner's (``SessionGrants.approve_exec_session``); what is typed into an approved shell is not
+the session owner's (``SessionApprovals.approve_exec_session``); what is typed into an approved shell is not
 gated, the known limit of sessions (profiles can forbid interactive shells: ``check_session_allowed``).
 """
 
@@ -411,7 +411,7 @@ class Sessions:
             return
         session.recording = True
         try:
-            self.orchestrator.grants.end_exec_session(session.id)
+            self.orchestrator.session_approvals.end_exec_session(session.id)
             if session.started.is_set():
                 await self._note(
                     session,

@@ -175,7 +175,7 @@ class StoredExecution:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredGrant:
+class StoredSessionApproval:
     tenant: str
     subject: str
     session: str
@@ -423,7 +423,7 @@ class StateStore:
         return await self._call(write)
 
     # -- grants ------------------------------------------------------------------------------------
-    async def add_grant(self, grant: StoredGrant) -> None:
+    async def add_session_approval(self, grant: StoredSessionApproval) -> None:
         def write() -> None:
             self._db.execute(
                 "INSERT OR REPLACE INTO grants VALUES (?, ?, ?, ?, ?, ?)",
@@ -432,11 +432,11 @@ class StateStore:
 
         await self._call(write)
 
-    def grants_sync(self) -> list[StoredGrant]:
+    def session_approvals_sync(self) -> list[StoredSessionApproval]:
         rows = self._db.execute(
             "SELECT tenant, subject, session, approval_key, policy_hash FROM grants ORDER BY granted_at"
         ).fetchall()
-        return [StoredGrant(*r) for r in rows]
+        return [StoredSessionApproval(*r) for r in rows]
 
     # -- budget grants -----------------------------------------------------------------------------
     def _transaction(self, fn: Callable[[], T]) -> Callable[[], T]:

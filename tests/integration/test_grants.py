@@ -20,6 +20,7 @@ from orchestrator.domain.errors import NoApprovalProvider
 from orchestrator.domain.grants import GrantRequest
 from orchestrator.evidence import EvidenceWriter, iter_records, verify
 from orchestrator.gate.policy import PolicySource
+from orchestrator.pipeline.factory import assemble
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.state import open_grant_book
@@ -41,7 +42,7 @@ async def book(tmp_path: Path) -> AsyncIterator[GrantBook]:
 async def orch(tmp_path: Path, book: GrantBook) -> AsyncIterator[Orchestrator]:
     backend = DockerBackend()
     await answering_or_skip(backend, "container engine")
-    o = Orchestrator(
+    o = assemble(
         evidence=EvidenceWriter(tmp_path / "evidence.jsonl"),
         policy=PolicySource(),
         backend=backend,

@@ -19,6 +19,7 @@ from orchestrator.domain.errors import ApprovalDenied
 from orchestrator.domain.grants import GrantRequest
 from orchestrator.evidence import EvidenceWriter
 from orchestrator.gate.policy import PolicySource
+from orchestrator.pipeline.factory import assemble
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.state import open_grant_book
@@ -38,7 +39,7 @@ async def book(tmp_path: Path) -> AsyncIterator[GrantBook]:
 
 
 def make(tmp_path: Path, **kw: Any) -> Orchestrator:
-    return Orchestrator(
+    return assemble(
         evidence=EvidenceWriter(tmp_path / "e.jsonl"), policy=PolicySource(), profiles=ProfileRegistry(), **kw
     )
 
@@ -94,18 +95,18 @@ async def test_a_reservation_is_freed_when_its_approval_is_never_recorded(
 ) -> None:
     await book.create(grant(executions=2), created_by="admin")
     o = make(tmp_path, budget_grants=book)
-    original = o._record_approval
+    original = o.authorizer._record_approval
 
     async def cancelled(*args: Any, **kwargs: Any) -> None:
         raise asyncio.CancelledError
 
     try:
-        monkeypatch.setattr(o, "_record_approval", cancelled)
+        monkeypatch.setattr(o.authorizer, "_record_approval", cancelled)
         with pytest.raises(asyncio.CancelledError):
             await o.authorize(ASKED)
-        monkeypatch.setattr(o, "_record_approval", original)
+        monkeypatch.setattr(o.authorizer, "_record_approval", original)
         [view] = await book.list()
-        assert view.reserved.executions == 0 and o._reserved == {}
+        assert view.reserved.executions == 0 and o.authorizer.reservations._held == {}
         # an authorization its caller gives up on (the service could not make its workspace): freed too
         auth = await o.authorize(ASKED)
         assert auth.reservation is not None

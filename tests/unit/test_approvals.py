@@ -11,7 +11,7 @@ import pytest
 from orchestrator.approvals.base import decide
 from orchestrator.approvals.queue import ApprovalStore, QueueApprover
 from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
-from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionGrants
+from orchestrator.approvals.session import ExecSessionOrigin, Scope, SessionApprovals
 from orchestrator.approvals.terminal import TerminalApprover
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
 from orchestrator.domain.errors import ConfigInvalid, InternalError, NoApprovalProvider
@@ -169,16 +169,16 @@ async def test_terminal_provider_on_a_real_pty(answers: bytes, outcome: str) -> 
 
 
 def test_session_grants_are_scoped_and_tied_to_the_policy_version() -> None:
-    grants = SessionGrants(max_entries=2)
+    grants = SessionApprovals(max_entries=2)
     alice = Scope("t1", "alice", "s1")
-    grants.grant_key(alice, "k1", "policy-v1")
+    grants.approve_key(alice, "k1", "policy-v1")
     assert grants.has_key(alice, "k1", "policy-v1")
     assert not grants.has_key(alice, "k1", "policy-v2")  # the policy changed: ask again
     assert not grants.has_key(Scope("t2", "alice", "s1"), "k1", "policy-v1")  # same session id, other tenant
     assert not grants.has_key(Scope("t1", "bob", "s1"), "k1", "policy-v1")
     assert not grants.has_key(None, "k1", "policy-v1")
-    grants.grant_key(Scope("t1", "alice", "s2"), "k", "policy-v1")
-    grants.grant_key(Scope("t1", "alice", "s3"), "k", "policy-v1")
+    grants.approve_key(Scope("t1", "alice", "s2"), "k", "policy-v1")
+    grants.approve_key(Scope("t1", "alice", "s3"), "k", "policy-v1")
     assert not grants.has_key(alice, "k1", "policy-v1")  # oldest forgotten: it will simply be asked again
     grants.approve_exec_session("ex-9", ExecSessionOrigin("ex-9", "t1", "alice"))
     assert grants.exec_session_origin("ex-9") == ExecSessionOrigin("ex-9", "t1", "alice")

@@ -145,7 +145,7 @@ def test_a_sibling_layout_is_fine_and_checked_again_at_run_time(ws: Path, tmp_pa
         "the approval queue (approvals.queue_path)",
     ]
     # what run() checks for the workspace it is given (it may differ from the one built with)
-    checked = orch._governing_paths()
+    checked = orch.governing_paths()
     named = [g.what for g in checked]
     evidence = "the evidence file (--evidence, SANDBOX_EVIDENCE_PATH)"
     assert {evidence, "the policy file (--config)", "the orchestrator's code"} <= set(named)

@@ -24,7 +24,7 @@ from orchestrator.domain.requests import (
 )
 from orchestrator.evidence import EvidenceWriter
 from orchestrator.gate.policy import PolicySource
-from orchestrator.pipeline.orchestrator import Orchestrator
+from orchestrator.pipeline.factory import assemble
 
 BAD = "\udcff"  # the byte 0xff of a command line, as Python hands it over
 SECRET = "sk-live-0123456789abcdef"
@@ -170,7 +170,7 @@ def test_paths_and_stdin_are_bounded() -> None:
 
 async def test_the_library_refuses_and_records_without_the_value(tmp_path: Path) -> None:
     evidence = tmp_path / "evidence.jsonl"
-    orch = Orchestrator(evidence=EvidenceWriter(evidence), policy=PolicySource())
+    orch = assemble(evidence=EvidenceWriter(evidence), policy=PolicySource())
     for raw, field in TOOL_FIELDS:
         with pytest.raises(InputInvalid) as err:
             await orch.authorize({**raw, "env": {"TOKEN": SECRET}})

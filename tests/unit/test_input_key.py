@@ -38,7 +38,7 @@ async def test_a_keystroke_on_record_cannot_be_looked_up_but_can_be_checked_with
     orch = build_orchestrator(
         tmp_path / "config.yaml", workspace=tmp_path / "ws", evidence_path=evidence, profiles=ProfileRegistry()
     )
-    orch.grants.approve_exec_session("ex-s", ExecSessionOrigin("ex-s", "default", "anonymous"))
+    orch.session_approvals.approve_exec_session("ex-s", ExecSessionOrigin("ex-s", "default", "anonymous"))
     auth = await orch.authorize({"tool": "write_stdin", "session_id": "ex-s", "chars": "y"})
     await orch.aclose()
     received = next(r for r in iter_records(evidence, execution_id=auth.execution_id) if r.event == "request_received")

@@ -23,7 +23,7 @@ from orchestrator.domain.errors import (
 )
 from orchestrator.evidence import EvidenceWriter, verify
 from orchestrator.gate.policy import PolicySource
-from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.factory import assemble, build_orchestrator
 from orchestrator.pipeline.orchestrator import Orchestrator
 
 SECRET = "hunter2-super-secret"
@@ -53,7 +53,7 @@ def evidence_path(tmp_path: Path) -> Path:
 
 
 def make(evidence_path: Path, approvals: Any = None) -> Orchestrator:
-    return Orchestrator(evidence=EvidenceWriter(evidence_path), policy=PolicySource(), approvals=approvals)
+    return assemble(evidence=EvidenceWriter(evidence_path), policy=PolicySource(), approvals=approvals)
 
 
 async def test_allow_records_request_and_durable_decision(evidence_path: Path) -> None:
