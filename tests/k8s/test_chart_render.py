@@ -492,9 +492,12 @@ def test_config_sections_from_values(tmp_path: Path) -> None:
 
 def test_a_pool_needs_pvc_workspaces() -> None:
     """Pre-started pods get the workspace mounted; in copy mode it is copied in as a pod starts (the run
-    would see the workspace as it was at fill): refused at install, not left to a warning."""
+    would see the workspace as it was at fill): refused at install, not left to a warning. By the values
+    schema, generated from the config's own rule (the controller refuses the same config at start-up)."""
     values = {**VARIANTS["copy"], "config": {"pool": {"enabled": True}}}
-    assert "config.pool.enabled: pre-started pods need workspaces.mode pvc" in render_error(values)
+    message = render_error(values)
+    assert "config.pool.enabled: pre-started pods need workspaces.mode pvc" in message
+    assert "values don't meet the specifications of the schema" in message, message
     render({**VARIANTS["copy"], "config": {"pool": {"enabled": False}}})  # off: no objection
 
 

@@ -92,7 +92,9 @@ app.kubernetes.io/part-of: sandbox-orchestrator
 {{- end -}}
 
 {{/* The controller's config.yaml. The service's tokens, workspaces and the backend come from the chart;
-     the rest is the config section of the values, in the controller's own syntax. Written as JSON (which
+     the rest is the config section of the values, in the controller's own syntax. The config's rules are
+     the models' (values.schema.json is generated from them by scripts/gen_chart_schema.py, and the
+     controller validates this file again at start-up): not spelled again here. Written as JSON (which
      is YAML): every string quoted, so the controller's YAML 1.1 reader never takes a string for something
      else (toYaml leaves e.g. 1000:59 bare, which YAML 1.1 reads as the sexagesimal integer 60059). */}}
 {{- define "so.config" -}}
@@ -123,9 +125,6 @@ app.kubernetes.io/part-of: sandbox-orchestrator
 {{- $_ := set $k8s "egress" (dict "listen" (printf "0.0.0.0:%d" (int .Values.backend.egress.port)) "address_env" "POD_IP") -}}
 {{- end -}}
 {{- $config := dict "service" $service "backend" (dict "kind" "kubernetes" "kubernetes" $k8s) -}}
-{{- if and (default dict $c.pool).enabled (ne $ws.mode "pvc") -}}
-{{- fail "config.pool.enabled: pre-started pods need workspaces.mode pvc (in copy mode a pod's workspace is copied in as it starts, long before a run takes it)" -}}
-{{- end -}}
 {{- range $section := list "safety" "approvals" "caps" "egress" "evidence" "pool" -}}
 {{- $value := index $c $section -}}
 {{- if $value -}}
