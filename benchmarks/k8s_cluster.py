@@ -27,8 +27,8 @@ from typing import Any
 
 from kubernetes import client, config
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "k8s"))
-from k8s_helpers import hardened_pod
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.support
+from tests.support.k8s import hardened_pod
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS = ("etcd", "kube-apiserver", "containerd", "kubelet", "kube-controller-manager", "kube-scheduler")

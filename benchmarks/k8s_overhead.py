@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))  # the checkout: tests.support
 
-from kube_fixtures import Cluster, close_space, cluster_script, env_value, open_space  # noqa: E402
 from kubernetes import client as k8s_client  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
 from kubernetes import stream as k8s_stream  # noqa: E402
@@ -55,6 +54,7 @@ from orchestrator.backends.kubernetes.start_barrier import (  # noqa: E402
 from orchestrator.domain.ids import new_execution_id  # noqa: E402
 from orchestrator.pipeline.factory import build_orchestrator  # noqa: E402
 from orchestrator.profiles import ProfileRegistry  # noqa: E402
+from tests.support.kube import Cluster, close_space, cluster_script, env_value, open_space  # noqa: E402
 
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
 

@@ -34,9 +34,8 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.support
 
-from kube_fixtures import Cluster, SandboxSpace, close_space, cluster_script, env_value, open_space
 from sandbox_overhead import pct
 
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
@@ -44,6 +43,7 @@ from orchestrator.evidence import iter_records
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
+from tests.support.kube import Cluster, SandboxSpace, close_space, cluster_script, env_value, open_space
 
 TARGET_S = 0.3
 #: the kubelet's relist period (generic PLEG): when it learns that a container ended

@@ -35,9 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.support
 
-from kube_fixtures import Cluster, close_space, cluster_script, env_value, open_space
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import stream as k8s_stream
@@ -51,6 +50,7 @@ from orchestrator.domain.ids import new_execution_id
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.sessions import Sessions
+from tests.support.kube import Cluster, close_space, cluster_script, env_value, open_space
 
 TARGET = 1.5
 CONFIG = "safety:\n  mode: allow\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"

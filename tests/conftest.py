@@ -18,4 +18,4 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
     signal.signal(signal.SIGHUP, lambda _signum, _frame: None)
 
-pytest_plugins = ["kube_fixtures"]
+pytest_plugins = ["tests.support.kube"]

@@ -11,12 +11,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import Harness, start_service, token_of, write_config
 
 from orchestrator.client import core
 from orchestrator.domain.errors import ApprovalNotPending, ExecutionNotRunning, NotFound, PolicyDenied
 from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
 from orchestrator.evidence import verify
+from tests.support.service import Harness, start_service, token_of, write_config
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import Harness, start_service, token_of, write_config
 
 from orchestrator.api.grant_handlers import grant_book
 from orchestrator.budgets.book import GrantBook, RunCaps
@@ -24,6 +23,7 @@ from orchestrator.domain.grants import Budgets, GrantChargePage, GrantRequest, G
 from orchestrator.domain.requests import parse_request
 from orchestrator.gate.matching import RequestFacts
 from orchestrator.gate.sanitize import sanitize
+from tests.support.service import Harness, start_service, token_of, write_config
 
 pytestmark = pytest.mark.integration
 

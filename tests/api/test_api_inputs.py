@@ -11,9 +11,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import Harness, start_service, token_of, write_config
 
 from orchestrator.domain.errors import PolicyDenied
+from tests.support.service import Harness, start_service, token_of, write_config
 
 pytestmark = pytest.mark.integration
 

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import start_service, write_config
 
 from orchestrator.domain.errors import PolicyDenied
 from orchestrator.domain.wire import ExecutionState
 from orchestrator.evidence import END_EVENTS, iter_records, verify
+from tests.support.service import start_service, write_config
 
 pytestmark = pytest.mark.integration
 

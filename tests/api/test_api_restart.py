@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port, token_of, write_config
-from engine_helpers import list_managed
 
 from orchestrator.client import Client
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
 from orchestrator.evidence import END_EVENTS, iter_records, verify
+from tests.support.engine import list_managed
+from tests.support.service import free_port, token_of, write_config
 
 pytestmark = pytest.mark.integration
 

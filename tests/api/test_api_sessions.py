@@ -7,10 +7,10 @@ import json
 
 import aiohttp
 import pytest
-from conftest import Harness, token_of
 
 from orchestrator.domain.errors import SessionNotFound
 from orchestrator.domain.wire import SessionAnswer
+from tests.support.service import Harness, token_of
 
 pytestmark = pytest.mark.integration
 

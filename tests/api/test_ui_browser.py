@@ -20,9 +20,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import ARTIFACTS, ROOT, Harness, start_service, token_of, write_config
 
 from orchestrator.domain.wire import ExecutionState
+from tests.support.service import ARTIFACTS, ROOT, Harness, start_service, token_of, write_config
 
 pytestmark = pytest.mark.integration
 

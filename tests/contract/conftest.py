@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from contract_harness import SANDBOX_UID, Harness
 
 from orchestrator.backends.base import SandboxBackend
 from orchestrator.domain.errors import SandboxUnavailable
+from tests.support.contract import SANDBOX_UID, Harness
 
 
 def _owned_dir(path: Path) -> Path:

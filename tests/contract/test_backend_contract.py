@@ -6,9 +6,9 @@ import asyncio
 import os
 
 import pytest
-from contract_harness import Harness, resolved
 
 from orchestrator.domain.errors import SandboxStartFailed, SandboxUnavailable
+from tests.support.contract import Harness, resolved
 
 
 async def test_output_exit_code_and_lifecycle(contract: Harness) -> None:

@@ -12,12 +12,12 @@ import json
 from typing import Any
 
 import pytest
-from contract_harness import Harness
 
 from orchestrator.backends.kubernetes.manifest import PRLIMIT
 from orchestrator.backends.kubernetes.start_barrier import STDIO_VOLUME
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
+from tests.support.contract import Harness
 
 BUILTIN = ProfileRegistry().names()
 

@@ -8,14 +8,14 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from engine_helpers import list_managed
 
 from orchestrator.backends.base import ManagedSandbox
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.pipeline.launch import owner_label
+from tests.support.engine import list_managed
 
 if TYPE_CHECKING:
-    from controller_helpers import Controllers
+    from tests.support.controller import Controllers
 
 
 class RunSandboxes:
@@ -63,7 +63,7 @@ def controller_image() -> str:
         list_managed(attempts=3)
     except SandboxUnavailable as exc:
         pytest.skip(f"no container engine ({exc.message}); run `make setup`")
-    from controller_helpers import build_image  # testcontainers is imported only by the tests that use it
+    from tests.support.controller import build_image  # testcontainers is imported only by the tests that use it
 
     return build_image()
 
@@ -72,7 +72,7 @@ def controller_image() -> str:
 def controllers(controller_image: str) -> Iterator[Controllers]:
     """Starts controller containers as deployed (``Controllers.start``: read-only, non-root, optionally
     the engine's socket and a port on 127.0.0.1); every one is removed when the test ends."""
-    from controller_helpers import Controllers
+    from tests.support.controller import Controllers
 
     started = Controllers(controller_image)
     try:

@@ -16,7 +16,7 @@ remains; after every test the evidence chain verifies; after the session nothing
 the engine (``run_sandboxes`` in conftest.py), after each Kubernetes test no pod of it.
 
 The probes only ever name loopback addresses. The policy lets everything run (``mode: allow``): the gate
-is tested elsewhere, here the probes must reach the sandbox. The harness: containment_harness.py.
+is tested elsewhere, here the probes must reach the sandbox. The harness: tests/support/containment.py.
 """
 
 from __future__ import annotations
@@ -38,7 +38,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from containment_harness import (
+
+from orchestrator.backends.docker.sandbox_etc import FILES as SANDBOX_ETC
+from orchestrator.domain.errors import OrchestratorError
+from orchestrator.evidence import iter_records
+from orchestrator.pipeline.launch import owner_label
+from orchestrator.profiles import ProfileRegistry
+from tests.support.containment import (
     BACKENDS,
     NODE_POD_PIDS_LIMIT,
     POD_SUBNET,
@@ -57,12 +63,6 @@ from containment_harness import (
     py,
     resolved,
 )
-
-from orchestrator.backends.docker.sandbox_etc import FILES as SANDBOX_ETC
-from orchestrator.domain.errors import OrchestratorError
-from orchestrator.evidence import iter_records
-from orchestrator.pipeline.launch import owner_label
-from orchestrator.profiles import ProfileRegistry
 
 MASKABLE_PROC = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "timer_stats")
 # the kubelet's /etc/hosts for a pod without hostAliases, before the line naming the pod's own address

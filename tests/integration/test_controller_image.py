@@ -10,7 +10,9 @@ import json
 import urllib.request
 
 import pytest
-from controller_helpers import (
+
+from orchestrator.profiles import ProfileRegistry
+from tests.support.controller import (
     CONFIG,
     IMAGE,
     PORT,
@@ -23,8 +25,6 @@ from controller_helpers import (
     health_test,
     version,
 )
-
-from orchestrator.profiles import ProfileRegistry
 
 pytestmark = pytest.mark.integration
 

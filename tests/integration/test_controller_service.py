@@ -59,7 +59,7 @@ def _wait_until_up(client: Client, timeout_s: float = 60) -> None:
 
 
 def test_the_controller_image_serves_runs_and_approvals(controllers: Any, tmp_path: Path, run_sandboxes: Any) -> None:
-    from controller_helpers import free_port
+    from tests.support.controller import free_port
 
     shared = tmp_path / "shared"
     (shared / "state").mkdir(parents=True)

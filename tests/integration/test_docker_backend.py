@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backend_runs import Ran, collect_events, drive, resolved
 
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
@@ -48,6 +47,7 @@ from orchestrator.backends.docker.sandbox_etc import FILES, etc_directory
 from orchestrator.domain.errors import InputInvalid, SandboxStartFailed, SandboxUnavailable
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.profiles import ResolvedProfile
+from tests.support.backend_runs import Ran, collect_events, drive, resolved
 
 integration = pytest.mark.integration
 SANDBOX_UID = 1000

@@ -2,7 +2,7 @@
 through our proxy, and nothing else — no direct route, no DNS; each connection attempt is on the evidence;
 network asks are approved per session; a run the sandbox held back says so, and its retry is asked about.
 
-The far hosts are an HTTP and a TLS server in a network namespace this test run makes (tests/egress_fixtures.py).
+The far hosts are an HTTP and a TLS server in a network namespace this test run makes (tests/support/egress.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from typing import Any
 
 import pytest
 import yaml
-from egress_fixtures import FETCH, HTTP_PORT, PROBE, TLS_PORT, EgressNet, egress_net
-from engine_helpers import answering_or_skip
 
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
@@ -26,6 +24,8 @@ from orchestrator.evidence import iter_records, verify
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
+from tests.support.egress import FETCH, HTTP_PORT, PROBE, TLS_PORT, EgressNet, egress_net
+from tests.support.engine import answering_or_skip
 
 pytestmark = pytest.mark.integration
 

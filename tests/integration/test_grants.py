@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import answering_or_skip
 
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.budgets.book import GrantBook
@@ -24,6 +23,7 @@ from orchestrator.pipeline.factory import assemble
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.state import open_grant_book
+from tests.support.engine import answering_or_skip
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import answering_or_skip
 
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import SandboxStartFailed
@@ -19,6 +18,7 @@ from orchestrator.evidence import iter_records, verify
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
+from tests.support.engine import answering_or_skip
 
 pytestmark = pytest.mark.integration
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"

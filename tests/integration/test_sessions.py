@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import answering_or_skip
 
 from orchestrator.backends.base import SandboxBackend
 from orchestrator.domain.errors import PolicyDenied, SessionLimit, SessionNotFound
@@ -22,6 +21,7 @@ from orchestrator.evidence.input_key import load_input_key
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.sessions import SessionReply, Sessions
+from tests.support.engine import answering_or_skip
 
 ALLOW_ALL = (
     "safety:\n  mode: allow\n  denylist: [sudo]\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import list_managed
 
 from orchestrator.evidence import iter_records, verify
+from tests.support.engine import list_managed
 
 pytestmark = pytest.mark.integration
 

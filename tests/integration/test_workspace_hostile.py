@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_containment import PROFILES, SANDBOX_UID, Harness, Run, assert_evidence, py
 
 from orchestrator.evidence import MAX_RECORD_BYTES, iter_records
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.results.record import SIDE_EFFECTS_MAX_BYTES
+from tests.support.containment import PROFILES, SANDBOX_UID, Harness, Run, assert_evidence, py
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_sandboxes")]
 

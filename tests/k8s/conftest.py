@@ -1,7 +1,7 @@
 """Fixtures of the Kubernetes tests that need no more than a namespace.
 
 ``k8s_cluster`` (the cluster, started by ``scripts/k8s-cluster.sh up`` when it is not up, stopped at the
-end only when this session started it) comes from tests/kube_fixtures.py. Here: ``k8s_api``, the official
+end only when this session started it) comes from tests/support/kube.py. Here: ``k8s_api``, the official
 client for the cluster's admin kubeconfig, and ``sandbox_namespace``, a fresh namespace per test module
 under Pod Security "restricted" (deleted after the module).
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # the fixture's type lives in the plugin tests/conftest.py loads
-    from kube_fixtures import Cluster
+    from tests.support.kube import Cluster
 
 
 @pytest.fixture(scope="session")

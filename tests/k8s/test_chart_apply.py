@@ -1,4 +1,4 @@
-"""The Helm chart against a real API server (the k8s_cluster fixture of kube_fixtures.py): the rendered objects
+"""The Helm chart against a real API server (the k8s_cluster fixture of tests/support/kube.py): the rendered objects
 pass server-side dry-run and then apply for real, come back as rendered, and the API server itself says
 what the controller's ServiceAccount may do (exactly the Role, in the sandbox namespace only) and refuses a
 pod that is not Pod Security "restricted" in the sandbox namespace. Then helm's own install and uninstall."""
@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from chart_helpers import (
+
+from orchestrator.backends.kubernetes.preflight import NEEDED
+from tests.support.chart import (
     BASE_RULES,
     CHART,
     can_i_resource,
@@ -26,10 +28,8 @@ from chart_helpers import (
     render,
 )
 
-from orchestrator.backends.kubernetes.preflight import NEEDED
-
 if TYPE_CHECKING:  # the fixture's type lives in the plugin tests/conftest.py loads
-    from kube_fixtures import Cluster
+    from tests.support.kube import Cluster
 
 pytestmark = pytest.mark.k8s
 

@@ -41,13 +41,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 import yaml
-from chart_helpers import CHART, helm
-from kube_fixtures import SANDBOX_UID, cluster_script, host_env
 
 from orchestrator.client import Client
+from tests.support.chart import CHART, helm
+from tests.support.kube import SANDBOX_UID, cluster_script, host_env
 
 if TYPE_CHECKING:  # the fixture's type lives in the plugin tests/conftest.py loads
-    from kube_fixtures import Cluster
+    from tests.support.kube import Cluster
 
 pytestmark = pytest.mark.k8s
 

@@ -12,7 +12,23 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import (
+
+from orchestrator.backends.kubernetes.egress import LABEL_EGRESS
+from orchestrator.backends.kubernetes.preflight import NEEDED
+from orchestrator.backends.kubernetes.settings import KubernetesSettings
+from orchestrator.evidence.paths import default_evidence_path
+from orchestrator.pipeline.config import (
+    ApprovalsSection,
+    EvidenceSection,
+    OrchestratorConfig,
+    PoolSettings,
+    ServiceSection,
+    load_config,
+)
+from orchestrator.pipeline.launch import CONTROLLER_ID_ENV, check_workspace
+from orchestrator.profiles import ProfileRegistry
+from orchestrator.service.tokens import load_credentials
+from tests.support.chart import (
     BACKEND_K8S_KEYS,
     BACKEND_KEYS,
     BACKEND_WORKSPACE_KEYS,
@@ -37,22 +53,6 @@ from chart_helpers import (
     role_grants,
     secret_data,
 )
-
-from orchestrator.backends.kubernetes.egress import LABEL_EGRESS
-from orchestrator.backends.kubernetes.preflight import NEEDED
-from orchestrator.backends.kubernetes.settings import KubernetesSettings
-from orchestrator.evidence.paths import default_evidence_path
-from orchestrator.pipeline.config import (
-    ApprovalsSection,
-    EvidenceSection,
-    OrchestratorConfig,
-    PoolSettings,
-    ServiceSection,
-    load_config,
-)
-from orchestrator.pipeline.launch import CONTROLLER_ID_ENV, check_workspace
-from orchestrator.profiles import ProfileRegistry
-from orchestrator.service.tokens import load_credentials
 
 pytestmark = pytest.mark.k8s
 

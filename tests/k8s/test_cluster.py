@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from k8s_helpers import DEFAULT, ROOT, hardened_pod, run_pod, unique
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.support.k8s import DEFAULT, hardened_pod, run_pod, unique
+from tests.support.paths import ROOT
+
 if TYPE_CHECKING:  # the fixture's type lives in the plugin tests/conftest.py loads
-    from kube_fixtures import Cluster
+    from tests.support.kube import Cluster
 
 pytestmark = pytest.mark.k8s
 

@@ -2,7 +2,7 @@
 by the pod's IP: the test cluster's attachment to the pods' network, see docs/kubernetes-cluster.md), a host
 off its list is refused and recorded, and the pod has no other way out (no route, no DNS).
 
-The far hosts are an HTTP and a TLS server in a network namespace this test run makes (tests/egress_fixtures.py).
+The far hosts are an HTTP and a TLS server in a network namespace this test run makes (tests/support/egress.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 import yaml
-from egress_fixtures import FETCH, HTTP_PORT, PROBE, TLS_PORT, EgressNet, egress_net
-from kube_fixtures import SANDBOX_UID, SandboxSpace
 
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.settings import EgressListener
@@ -24,6 +22,8 @@ from orchestrator.evidence import iter_records, verify
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
+from tests.support.egress import FETCH, HTTP_PORT, PROBE, TLS_PORT, EgressNet, egress_net
+from tests.support.kube import SANDBOX_UID, SandboxSpace
 
 pytestmark = pytest.mark.k8s
 

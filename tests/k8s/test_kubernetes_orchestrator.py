@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_fixtures import SandboxSpace
 
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError
@@ -31,6 +30,7 @@ from orchestrator.pipeline.doctor import run_doctor
 from orchestrator.pipeline.factory import build_orchestrator, open_orchestrator
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
+from tests.support.kube import SandboxSpace
 
 pytestmark = pytest.mark.k8s
 

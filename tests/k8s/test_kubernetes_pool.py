@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_fixtures import SandboxSpace
 
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.kube import KubeClient
@@ -22,6 +21,7 @@ from orchestrator.evidence import iter_records, verify
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
+from tests.support.kube import SandboxSpace
 
 pytestmark = pytest.mark.k8s
 

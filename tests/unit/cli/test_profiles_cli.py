@@ -1,0 +1,218 @@
+"""sandboxctl profiles list|show|validate|schema, driven through argparse as the CLI runs it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import profiles_cmd
+from orchestrator.profiles import ProfileRegistry, ResolvedProfile, profile_json_schema_text
+from orchestrator.profiles.paths import ENV_VAR
+from tests.support.paths import ROOT
+
+
+@pytest.fixture(autouse=True)
+def _no_env_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="sandboxctl")
+    sub = parser.add_subparsers(dest="command", required=True)
+    profiles_cmd.register(sub)
+    args = parser.parse_args(["profiles", *argv])
+    code = args.handler(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_human(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "list")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split() == ["NAME", "RUNTIME", "IMAGE", "MEMORY", "WALL", "DESCRIPTION"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert list(rows) == ["ci", "read-only", "untrusted", "workspace-write"]
+    assert rows["untrusted"][1:5] == ["runsc", "sandbox-orchestrator/default:latest", "256MiB", "60s"]
+    assert rows["ci"][3:5] == ["2GiB", "1800s"]
+    assert rows["workspace-write"][3:5] == ["512MiB", "300s"]
+
+
+def test_list_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "list", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["name"] for r in rows] == ["ci", "read-only", "untrusted", "workspace-write"]
+    assert rows[2] == {
+        "name": "untrusted",
+        "runtime": "runsc",
+        "image": "sandbox-orchestrator/default:latest",
+        "memory_bytes": 256 * 1024 * 1024,
+        "wall_timeout_s": 60.0,
+        "extends": "workspace-write",
+        "description": ProfileRegistry([]).get("untrusted").description,
+    }
+
+
+def test_list_reports_a_broken_profile_and_still_lists_the_others(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken.yaml").write_text("description: b\nlimits:\n  memory: lots\n")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    code, out, err = run(capsys, "list")
+    assert code == 2
+    assert "workspace-write" in out and "broken" not in out
+    assert err.startswith(f"sandboxctl: CONFIG.INVALID: {tmp_path / 'broken.yaml'}:3: limits.memory: ")
+
+
+def test_show_file_form_as_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    code, out, _ = run(capsys, "show", "read-only")
+    assert code == 0
+    assert out.startswith("# profile read-only (from ")
+    assert "extends workspace-write" in out.splitlines()[0]
+    data = yaml.safe_load(out)
+    assert data == ProfileRegistry([]).get("read-only").model_dump(mode="json")
+    assert data["workspace"]["mode"] == "ro"
+
+
+def test_show_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "show", "ci", "--json")
+    assert code == 0 and json.loads(out)["limits"]["pids"] == 512
+
+
+def test_show_resolved_never_dumps_the_seccomp_json(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    resolved = ProfileRegistry([]).resolve("untrusted")
+    code, out, _ = run(capsys, "show", "untrusted", "--resolved")
+    assert code == 0
+    assert "SCMP_ACT" not in out and "defaultAction" not in out
+    data = yaml.safe_load(out)
+    assert next(iter(data)) == "profile_hash"
+    assert data["profile_hash"] == resolved.profile_hash
+    assert data["seccomp_sha256"] == resolved.seccomp_sha256
+    assert data["memory_bytes"] == 256 * 1024 * 1024 and data["runtime"] == "runsc"
+
+
+def test_show_resolved_json_is_complete(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "show", "workspace-write", "--resolved", "--json")
+    assert code == 0
+    assert ResolvedProfile.model_validate(json.loads(out)) == ProfileRegistry([]).resolve("workspace-write")
+
+
+def test_show_unknown(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "show", "nope")
+    assert code == 2 and out == ""
+    assert err == (
+        "sandboxctl: PROFILE.NOT_FOUND: unknown profile 'nope' (known: ci, read-only, untrusted, workspace-write)\n"
+    )
+    code, out, err = run(capsys, "show", "nope", "--json")
+    assert code == 2 and json.loads(out)["error"]["code"] == "PROFILE.NOT_FOUND"
+
+
+def test_validate_ok(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "team.yaml"
+    path.write_text("description: team\nextends: ci\nlimits:\n  memory: 4g\n")
+    code, out, err = run(capsys, "validate", str(path))
+    expected = ProfileRegistry([tmp_path]).resolve("team").profile_hash
+    assert (code, out, err) == (0, f"ok: team (profile_hash {expected})\n", "")
+    code, out, _ = run(capsys, "validate", str(path), "--json")
+    assert json.loads(out) == {"ok": True, "name": "team", "profile_hash": expected, "file": str(path)}
+
+
+def test_validate_a_builtin(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "validate", str(ROOT / "profiles" / "untrusted.yaml"))
+    assert (
+        code == 0 and out == f"ok: untrusted (profile_hash {ProfileRegistry([]).resolve('untrusted').profile_hash})\n"
+    )
+
+
+def test_validate_errors_name_file_line_and_field_one_per_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "tuned.yaml"
+    path.write_text(
+        "description: tuned\nextends: workspace-write\nlimits:\n  memory: 2gb!\n  pids: -1\ncapabilities: [NET_RAW]\n"
+    )
+    code, out, err = run(capsys, "validate", str(path))
+    assert code == 2 and out == ""
+    lines = err.splitlines()
+    assert len(lines) == 3
+    assert all(line.startswith(f"sandboxctl: CONFIG.INVALID: {path}:") for line in lines)
+    assert any(f"{path}:4: limits.memory: " in line for line in lines)
+    assert any(f"{path}:5: limits.pids: " in line for line in lines)
+    assert any(f"{path}:6: capabilities: " in line and "NET_RAW" in line for line in lines)
+
+
+def test_validate_single_file_errors_are_split_too(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "plain.yaml"
+    path.write_text("description: p\nuser: '0:0'\nnetwork: host\n")
+    code, _, err = run(capsys, "validate", str(path))
+    assert code == 2
+    assert err.splitlines() == [
+        f"sandboxctl: CONFIG.INVALID: {path}:2: user: Value error, must not be root: uid 0 and gid 0 are not allowed",
+        f"sandboxctl: CONFIG.INVALID: {path}:3: network: Value error, 'host' is not a network setting: 'none', or "
+        "{mode: allowlist, allow: [host:port, ...]} (a sandbox never gets an open network; more hosts are asked "
+        "per request: sandbox_permissions.network)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("description: x\nextends: nobody\n", ":2: extends: unknown profile 'nobody'"),
+        ("description: x\nseccomp: missing\n", "seccomp: no seccomp profile 'missing' (known: default)"),
+        ("description: x\nextends: x\n", ":2: extends: cycle: x -> x"),
+    ],
+)
+def test_validate_refusals(capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    code, _, err = run(capsys, "validate", str(path))
+    assert code == 2 and err.startswith("sandboxctl: CONFIG.INVALID: ") and needle in err
+
+
+def test_validate_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "validate", str(tmp_path / "nope" / "absent.yaml"))
+    assert code == 2 and "file not found" in err
+
+
+def test_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "schema")
+    assert code == 0 and out == profile_json_schema_text()
+    assert out == (ROOT / "profiles" / "schema.json").read_text(encoding="utf-8")
+
+
+def test_the_cli_module_imports_nothing_heavy() -> None:
+    code = (
+        "import sys; import orchestrator.cli.profiles_cmd; "
+        "heavy = [m for m in ('pydantic', 'yaml', 'orchestrator.profiles') if m in sys.modules]; print(heavy)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "[]"
+
+
+def test_sandboxctl_profiles_list_end_to_end() -> None:
+    from orchestrator.cli.main import build_parser
+
+    try:
+        build_parser().parse_args(["profiles", "list"])
+    except SystemExit:
+        pytest.skip("`profiles` is not wired into orchestrator.cli.main yet")
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.main", "profiles", "list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != ENV_VAR},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [r["name"] for r in json.loads(proc.stdout)] == ["ci", "read-only", "untrusted", "workspace-write"]
