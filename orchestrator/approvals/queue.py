@@ -17,16 +17,17 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from orchestrator.approvals.rules import RuleApprover
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
 from orchestrator.domain.errors import InputInvalid
+from orchestrator.domain.wire import PendingApprovalView
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS approvals (
@@ -82,6 +83,28 @@ class PendingApproval:
     policy_reason: str
     created_at: float
     deadline: float
+
+    def view(self, execution: Mapping[str, Any] | None = None, *, now: float | None = None) -> PendingApprovalView:
+        """The wire shape of this ask (the API's and ``sandboxctl approvals list --json``'s), with what the
+        service's execution view adds when there is one (the rule that asked, the profile)."""
+        execution = execution or {}
+        risk = self.sanitized.get("risk")
+        now = time.time() if now is None else now
+        return PendingApprovalView(
+            approval_id=self.id,
+            execution_id=self.id,
+            tenant=self.tenant,
+            subject=self.subject,
+            request=self.sanitized,
+            policy_reason=self.policy_reason,
+            risk_level=risk.get("risk_level") if isinstance(risk, dict) else None,
+            risk_reasons=risk.get("reason") if isinstance(risk, dict) else None,
+            matched_rule=execution.get("matched_rule"),
+            profile=execution.get("profile"),
+            created_at=datetime.fromtimestamp(self.created_at, UTC),
+            deadline=datetime.fromtimestamp(self.deadline, UTC),
+            seconds_left=max(0.0, round(self.deadline - now, 3)),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,14 +51,16 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def _list(args: argparse.Namespace) -> int:
-    import dataclasses
     import time
 
     from orchestrator.domain.text import printable as p  # what an approver reads: exactly as asked
 
     pending = _store(args).pending()
-    if args.json:
-        emit_json([{**dataclasses.asdict(a), "expires_in_s": round(a.deadline - time.time(), 1)} for a in pending])
+    if args.json:  # the API's shape (GET /v1/approvals)
+        from orchestrator.domain.wire import ApprovalList
+
+        now = time.time()
+        emit_json(ApprovalList(items=[ask.view(now=now) for ask in pending]).model_dump(mode="json"))
         return 0
     if not pending:
         print("no pending approvals")

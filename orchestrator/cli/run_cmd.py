@@ -33,20 +33,10 @@ def register(sub: Subparsers) -> None:
 
 
 def _refusal_json(err: Any, decision: str | None) -> dict[str, Any]:
-    return {
-        "ok": False,
-        "execution_id": err.details.get("execution_id"),
-        "decision": err.details.get("decision", decision),
-        "exit_code": None,
-        "stdout": "",
-        "stderr": "",
-        "truncated": False,
-        "timed_out": False,
-        "oom_killed": False,
-        "duration_ms": 0,
-        "side_effects": None,
-        "error": {"code": err.code, "message": err.message},
-    }
+    """The API's shape of a run that did not run to an end (domain.wire.RunRefusal)."""
+    from orchestrator.domain.wire import RunRefusal
+
+    return RunRefusal.of(err, decision).model_dump(mode="json")
 
 
 class _Progress:

@@ -77,6 +77,32 @@ class RunResult(_Wire):
     error: ErrorBody | None = Field(description="Why the run is not ok, when a sandbox limit ended it.")
 
 
+class RunRefusal(RunResult):
+    """`sandboxctl run --json` when the command did not run to an end: RunResult's fields, nothing ran, and
+    the error; the execution id and the decision are unknown when the run was stopped before the gate named
+    them."""
+
+    execution_id: str | None  # type: ignore[assignment]
+    decision: str | None = Field(description="allow | ask | deny, when the gate decided")  # type: ignore[assignment]
+
+    @classmethod
+    def of(cls, err: OrchestratorError, decision: str | None) -> RunRefusal:
+        return cls(
+            ok=False,
+            execution_id=err.details.get("execution_id"),
+            decision=err.details.get("decision", decision),
+            exit_code=None,
+            stdout="",
+            stderr="",
+            truncated=False,
+            timed_out=False,
+            oom_killed=False,
+            duration_ms=0,
+            side_effects=None,
+            error=ErrorBody.of(err),
+        )
+
+
 class ApprovalInfo(_Wire):
     """The approval an execution waited for (its id is the execution's id)."""
 

@@ -176,7 +176,7 @@ def test_approvals_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert no_raw_controls(out) and printable(f"echo {HOSTILE}") in out
     assert main(["approvals", "list", "--db", str(store.path), "--json"]) == 0
     out = capsys.readouterr().out
-    assert no_raw_controls(out) and json.loads(out)[0]["sanitized"]["command"] == f"echo {HOSTILE}"
+    assert no_raw_controls(out) and json.loads(out)["items"][0]["request"]["command"] == f"echo {HOSTILE}"
 
 
 def test_profiles_list_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any) -> None:
