@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants clean
+.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants clean
 
 all: test
 
@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check orchestrator tests benchmarks
+	$(BIN)/ruff check orchestrator tests benchmarks scripts
 	$(BIN)/ruff format --check orchestrator
+	$(BIN)/shellcheck scripts/*.sh .ci/run
 
 typecheck: $(STAMP)
 	$(BIN)/mypy orchestrator
@@ -28,18 +29,26 @@ typecheck: $(STAMP)
 importlint: $(STAMP)
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
-	$(BIN)/pytest -q tests/unit
+# The tiers, each on its own (markers, pyproject.toml): unit needs nothing; docker the engine (make setup);
+# k8s the test cluster (make k8s-up). `make test` runs all three side by side.
+test-unit: $(STAMP)
+	$(BIN)/pytest -q -n 2 -m "not integration and not k8s" tests/unit
 
-integration: $(STAMP) setup
-	$(BIN)/pytest -q -m integration tests/integration
+test-docker: $(STAMP) setup
+	$(BIN)/pytest -q -m "integration and not k8s"
 
-# everything: static checks, the engine (started here if none answers) and the test cluster, then every test:
-# the Docker tier, the Kubernetes tier (test-k8s's) and the rest. A cluster this target started is stopped
-# and cleaned at the end, pass or fail; one that was already up is left up.
+unit: test-unit
+
+integration: test-docker
+
+# everything: static checks, the engine (started here if none answers) and the test cluster, then every test,
+# the tiers side by side: TEST_WORKERS pytest-xdist workers, the Docker tier's and the cluster's tests each in
+# order on a worker of their own (tests/conftest.py: XDIST_GROUPS), the unit tests on the others. A cluster
+# this target started is stopped and cleaned at the end, pass or fail; one that was already up is left up.
+TEST_WORKERS ?= 4
 test: lint typecheck importlint setup
 	@if bash scripts/k8s-cluster.sh status >/dev/null 2>&1; then was_up=1; else was_up=0; fi; \
-	bash scripts/k8s-cluster.sh up && $(BIN)/pytest -q; rc=$$?; \
+	bash scripts/k8s-cluster.sh up && $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \
 	if [ $$was_up = 0 ]; then bash scripts/k8s-cluster.sh down || rc=1; fi; exit $$rc
 
 # the container engine and the sandbox images, without a registry (idempotent; ~0.3 s when warm)
@@ -60,7 +69,7 @@ k8s-down:
 
 # the Kubernetes tier against that cluster (left up afterwards: `make k8s-down` stops it)
 test-k8s: $(STAMP) k8s-up
-	$(BIN)/pytest -q -m k8s $(wildcard tests/k8s tests/contract)
+	$(BIN)/pytest -q -m k8s
 
 demo: $(STAMP) setup
 	bash scripts/demo.sh

@@ -2,11 +2,16 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
+
+import pytest
 
 # The project's scripts (the test cluster) keep using the machine's state dir, where their builds are cached.
 os.environ.setdefault("SO_TESTS_HOST_STATE_DIR", os.environ.get("SANDBOX_STATE_DIR", ""))
 # Tests must never reach a user's real evidence or state.
-os.environ.setdefault("SANDBOX_STATE_DIR", "/tmp/sandbox-orchestrator-tests-state")
+# Each pytest-xdist worker has its own (state files are per process: one run's key, queue and store).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+os.environ.setdefault("SANDBOX_STATE_DIR", "/tmp/sandbox-orchestrator-tests-state" + (f"-{_WORKER}" if _WORKER else ""))
 
 # A run started in the background by a shell without job control has SIGINT ignored, and every process it
 # starts inherits that (a shell cannot even trap it): the tests that interrupt a CLI or a sandbox's command
@@ -19,3 +24,26 @@ if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
     signal.signal(signal.SIGHUP, lambda _signum, _frame: None)
 
 pytest_plugins = ["tests.support.kube"]
+
+
+# Under pytest-xdist (make test), the tests that wait on the same daemon run one after another on one worker,
+# as they would alone (they share the engine's or the cluster's capacity, and some time what they see); the
+# tiers run beside each other and the unit tests fill the other workers. First match wins.
+XDIST_GROUPS: tuple[tuple[str, str, str], ...] = (
+    # (marker, path prefix under tests/, group)
+    ("k8s", "", "k8s"),
+    ("integration", "api/", "docker-api"),
+    ("integration", "", "docker"),
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    tests = Path(__file__).parent
+    for item in items:
+        where = item.path.relative_to(tests).as_posix()
+        for marker, prefix, group in XDIST_GROUPS:
+            if item.get_closest_marker(marker) is not None and where.startswith(prefix):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
