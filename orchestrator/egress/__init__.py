@@ -3,6 +3,7 @@
 A sandbox has no network but a route to this proxy (``HTTP_PROXY``/``HTTPS_PROXY``). Each connection is checked
 against the execution's :class:`Allowlist`, resolved by the proxy (never to a denied address), looked at for a
 TLS server name that differs from the CONNECT host, then spliced; each one ends in one :class:`ConnectionRecord`.
+``egress.runs`` (imported on its own) puts an orchestrator's runs behind one proxy and their records on the evidence.
 """
 
 from __future__ import annotations
