@@ -74,49 +74,52 @@ test-k8s: $(STAMP) k8s-up
 demo: $(STAMP) setup
 	bash scripts/demo.sh
 
+# every bench-* passes BENCH_ARGS on to its script(s): e.g. BENCH_ARGS=--quick, the smallest settings
+# (does it run end to end?), or a script's own options. They find the engine and the test cluster as
+# the tests do (benchmarks/engine.py, benchmarks/cluster.py): nothing to export after `make setup`.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/gate_overhead.py
+	$(BIN)/python benchmarks/gate_overhead.py $(BENCH_ARGS)
 
 bench-sandbox: $(STAMP) setup
-	$(BIN)/python benchmarks/sandbox_overhead.py
+	$(BIN)/python benchmarks/sandbox_overhead.py $(BENCH_ARGS)
 
 bench-service: $(STAMP) setup
-	$(BIN)/python benchmarks/service_overhead.py
+	$(BIN)/python benchmarks/service_overhead.py $(BENCH_ARGS)
 
 bench-workspace: $(STAMP) setup
-	$(BIN)/python benchmarks/workspace_scan.py
-	$(BIN)/python benchmarks/workspace_budget.py
+	$(BIN)/python benchmarks/workspace_scan.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/workspace_budget.py $(BENCH_ARGS)
 
 bench-stream: $(STAMP) setup
-	$(BIN)/python benchmarks/stream_latency.py
+	$(BIN)/python benchmarks/stream_latency.py $(BENCH_ARGS)
 
 # interactive sessions: a one-byte write_stdin round trip vs docker exec -i; opening a session vs a one-shot run
 bench-session: $(STAMP) setup
-	$(BIN)/python benchmarks/session_roundtrip.py
+	$(BIN)/python benchmarks/session_roundtrip.py $(BENCH_ARGS)
 
 bench-session-k8s: $(STAMP) setup
-	$(BIN)/python benchmarks/session_roundtrip.py --kubernetes
+	$(BIN)/python benchmarks/session_roundtrip.py --kubernetes $(BENCH_ARGS)
 
 # pre-started sandboxes: execute() from a ready pool vs a bare docker run (runc, runsc); a burst with and without
 bench-pool: $(STAMP) setup
-	$(BIN)/python benchmarks/pool_launch.py
+	$(BIN)/python benchmarks/pool_launch.py $(BENCH_ARGS)
 
 # pre-started pods: execute() from a ready pool vs cold, on the test cluster with the kubelet's generic and
 # evented PLEG (the cluster is restarted between them and left as it was found)
 bench-pool-k8s: $(STAMP) setup
-	$(BIN)/python benchmarks/pool_pods.py
+	$(BIN)/python benchmarks/pool_pods.py $(BENCH_ARGS)
 
 # the egress proxy: throughput through a tunnel vs a direct connection on loopback, and a connection's added latency
 bench-egress: $(STAMP)
-	$(BIN)/python benchmarks/egress_proxy.py
+	$(BIN)/python benchmarks/egress_proxy.py $(BENCH_ARGS)
 
 # grants with budgets: a covered run's reserve + settle vs two bare SQLite updates
 bench-grants: $(STAMP)
-	$(BIN)/python benchmarks/grant_check.py
+	$(BIN)/python benchmarks/grant_check.py $(BENCH_ARGS)
 
 # the Kubernetes backend against the same pod through the client, on the test cluster (started if needed)
 bench-k8s: $(STAMP) setup
-	$(BIN)/python benchmarks/k8s_overhead.py
+	$(BIN)/python benchmarks/k8s_overhead.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -21,6 +21,7 @@ thread: the pessimistic case); ``--copy`` makes the proxy copy through user spac
 Not a test: it prints figures, and a summary line at the end.
 
     .venv/bin/python benchmarks/egress_proxy.py [--rounds 7] [--mib 64] [--connects 200] [--in-process] [--copy]
+        [--quick]
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
+
+from options import parse
 
 from orchestrator.egress import Allowlist, EgressProxy, EgressRoute, Resolver
 
@@ -340,7 +343,7 @@ def main() -> None:
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-proxy", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-reference", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse(parser, {"rounds": 1, "mib": 4, "connects": 10})
     if args.serve_upstream:
         asyncio.run(serve_upstream())
     elif args.serve_proxy:

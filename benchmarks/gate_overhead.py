@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
 import time
 from typing import Any
+
+from options import parse
 
 from orchestrator.domain.requests import Request, parse_request
 from orchestrator.gate.config import SafetyConfig, default_safety_config
@@ -94,6 +97,9 @@ def fixed_gate(policy: Policy) -> Gate:
     return Gate(source)
 
 
+QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+
+
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -102,7 +108,7 @@ def pct(samples: list[float], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3000)
-    args = parser.parse_args()
+    args = parse(parser, {"rounds": 100})
     requests: list[Request] = [parse_request(raw) for raw in TYPICAL]
     gates = {"1000-rule": fixed_gate(Policy(thousand_rules())), "built-in": fixed_gate(Policy(default_safety_config()))}
     samples: dict[str, list[float]] = {name: [] for name in gates}
@@ -131,10 +137,15 @@ def main() -> None:
     print(f"ratio 1000-rule/built-in: p50 {pct(a, 0.5) / pct(b, 0.5):.2f}  p95 {pct(a, 0.95) / pct(b, 0.95):.2f}")
     p95 = pct(a, 0.95)
     print(f"target p95 <= 0.200 ms with 1,000 rules: {'met' if p95 <= 0.2 else 'NOT met'} ({p95:.4f} ms)")
-    first_sight(gates["1000-rule"], args.rounds // 10)
+    fresh = first_sight(gates["1000-rule"], max(1, args.rounds // 10))
+    summary = {f"{name} {q} ms": round(pct(values, p), 4) for name, values in samples.items() for q, p in QUANTILES}
+    summary |= {f"ratio 1000-rule/built-in {q}": round(pct(a, p) / pct(b, p), 2) for q, p in QUANTILES[:2]}
+    summary |= {f"first sight 1000-rule {q} ms": round(pct(fresh, p), 4) for q, p in QUANTILES}
+    summary["rounds"] = args.rounds
+    print("SUMMARY " + json.dumps(summary))
 
 
-def first_sight(gate: Gate, rounds: int) -> None:
+def first_sight(gate: Gate, rounds: int) -> list[float]:
     """A shell string the gate has never seen (no analysis cache): the parse, the wrapper table, risk
     and policy all run. Each round makes every typical string new with a trailing comment."""
     strings = [raw["command"] for raw in TYPICAL if raw["tool"] == "shell_command"]
@@ -154,6 +165,7 @@ def first_sight(gate: Gate, rounds: int) -> None:
         f"first sight of a string (no cache), 1000-rule: p50 {pct(samples, 0.5):.4f}  p95 {pct(samples, 0.95):.4f}"
         f"  p99 {pct(samples, 0.99):.4f} ms ({len(samples)} requests)"
     )
+    return samples
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ three whose conditions do not match, one revoked, and the one that covers (all f
 Target: reserve + settle p95 <= 1 ms. Not a test: it prints figures, and a last line
 ``grant summary: {...}`` (JSON).
 
-    .venv/bin/python benchmarks/grant_check.py [--rounds N]
+    .venv/bin/python benchmarks/grant_check.py [--rounds N] [--concurrent N] [--quick]
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from options import parse
 
 from orchestrator.budgets.book import GrantBook, RunCaps
 from orchestrator.domain.grants import GrantRequest, Usage
@@ -167,5 +169,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--concurrent", type=int, default=50)
-    options = parser.parse_args()
+    options = parse(parser, {"rounds": 20, "concurrent": 5})
     asyncio.run(main(options.rounds, options.concurrent))

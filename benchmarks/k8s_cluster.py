@@ -8,18 +8,18 @@
 * **memory** — resident set size of each component (pid files under $SANDBOX_RUN_DIR/k8s), measured
   after the pod runs.
 
-Not a test: it prints figures. The cluster must be up (``make k8s-up``).
+Not a test: it prints figures and a last line ``SUMMARY {...}`` (JSON). The cluster is found and started
+as the tests do (``benchmarks/cluster.py``).
 
-    .venv/bin/python benchmarks/k8s_cluster.py [--runs 10]
+    .venv/bin/python benchmarks/k8s_cluster.py [--runs 10] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import secrets
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,20 +28,13 @@ from typing import Any
 from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.support
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cluster import cluster_session
+from options import parse
+
 from tests.support.k8s import hardened_pod
 
-ROOT = Path(__file__).resolve().parents[1]
 COMPONENTS = ("etcd", "kube-apiserver", "containerd", "kubelet", "kube-controller-manager", "kube-scheduler")
-
-
-def env_of_script() -> dict[str, str]:
-    """``k8s-cluster.sh env`` as a dict (KUBECONFIG, PATH); the script runs without SANDBOX_STATE_DIR like
-    the test fixture, so the cluster is found where ``make k8s-up`` put it."""
-    env = {k: v for k, v in os.environ.items() if k not in {"SANDBOX_STATE_DIR", "SANDBOX_RUN_DIR"}}
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts/k8s-cluster.sh"), "env"], capture_output=True, text=True, check=True, env=env
-    )
-    return dict(line.removeprefix("export ").split("=", 1) for line in out.stdout.splitlines())
 
 
 def run_once(core: Any, namespace: str, runtime_class: str | None) -> tuple[float, float]:
@@ -81,10 +74,13 @@ def summary(values: list[float], unit: str = "s") -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10)
-    args = parser.parse_args()
+    args = parse(parser, {"runs": 1})
+    with cluster_session() as found:
+        measure(args.runs, str(found.kubeconfig))
 
-    exports = env_of_script()
-    api = config.new_client_from_config(config_file=exports["KUBECONFIG"])
+
+def measure(runs: int, kubeconfig: str) -> None:
+    api = config.new_client_from_config(config_file=kubeconfig)
     core = client.CoreV1Api(api)
     classes = [rc.metadata.name for rc in client.NodeV1Api(api).list_runtime_class().items]
     runtimes: list[str | None] = [None, "gvisor"] if "gvisor" in classes else [None]
@@ -95,18 +91,24 @@ def main() -> None:
     try:
         run_once(core, namespace, None)  # warm-up: the first pod of a namespace waits for its ServiceAccount
         results: dict[str | None, tuple[list[float], list[float]]] = {r: ([], []) for r in runtimes}
-        for _ in range(args.runs):
+        for _ in range(runs):
             for runtime in runtimes:
                 started, logged = run_once(core, namespace, runtime)
                 results[runtime][0].append(started)
                 results[runtime][1].append(logged)
+        figures: dict[str, float] = {}
         for runtime, (started, logged) in results.items():
             label = runtime or "runc"
             print(f"{label:7} create→Succeeded  {summary(started)}")
             print(f"{label:7} log via API       {summary(logged, 'ms')}")
-        run_dir = Path("/run/sandbox-orchestrator/k8s")  # the default run dir, as env_of_script finds it
+            figures[f"{label} create→Succeeded p50 s"] = round(statistics.median(started), 3)
+            figures[f"{label} log via API p50 ms"] = round(statistics.median(logged) * 1000, 2)
+        run_dir = Path("/run/sandbox-orchestrator/k8s")  # the default run dir: the cluster script's own
         for name, mib in rss_mib(run_dir).items():
             print(f"RSS {name:24} {mib:6.0f} MiB")
+            figures[f"RSS {name} MiB"] = round(mib)
+        figures["runs"] = runs
+        print("SUMMARY " + json.dumps(figures, ensure_ascii=False))
     finally:
         core.delete_namespace(namespace)
         api.close()

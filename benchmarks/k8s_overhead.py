@@ -16,15 +16,18 @@ made like the chart's, removed at the end):
 * **concurrency** — N executions, C at a time, over one orchestrator: throughput, p50/p95, and the pods
   left with our labels afterwards (must be 0).
 
-Not a test: it prints figures (exit 1 only if pods leak).
+Not a test: it prints figures and a last line ``SUMMARY {...}`` (JSON), exit 1 only if pods leak. The
+cluster is found and started as the tests do (``benchmarks/cluster.py``); ``--check`` stops there.
 
-    .venv/bin/python benchmarks/k8s_overhead.py [--runs 15] [--concurrency 20] [--concurrent-runs 20]
+    .venv/bin/python benchmarks/k8s_overhead.py [--runs 15] [--concurrency 20] [--concurrent-runs 20] [--check]
+        [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shutil
 import statistics
 import sys
@@ -36,11 +39,14 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the checkout: tests.support
+sys.path.insert(0, str(REPO / "benchmarks"))
 
+from cluster import check, cluster_session  # noqa: E402
 from kubernetes import client as k8s_client  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
 from kubernetes import stream as k8s_stream  # noqa: E402
 from kubernetes import watch as k8s_watch  # noqa: E402
+from options import parse  # noqa: E402
 
 from orchestrator.backends.base import LaunchSpec, Workspace  # noqa: E402
 from orchestrator.backends.kubernetes.backend import KubernetesBackend  # noqa: E402
@@ -54,7 +60,7 @@ from orchestrator.backends.kubernetes.start_barrier import (  # noqa: E402
 from orchestrator.domain.ids import new_execution_id  # noqa: E402
 from orchestrator.pipeline.factory import build_orchestrator  # noqa: E402
 from orchestrator.profiles import ProfileRegistry  # noqa: E402
-from tests.support.kube import Cluster, close_space, cluster_script, env_value, open_space  # noqa: E402
+from tests.support.kube import Cluster, close_space, open_space  # noqa: E402
 
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
 
@@ -68,15 +74,6 @@ def line(name: str, values: list[float]) -> str:
     return (
         f"{name:<34} p50 {pct(values, 0.5) * 1000:7.0f} ms   p95 {pct(values, 0.95) * 1000:7.0f} ms   n={len(values)}"
     )
-
-
-def cluster() -> Cluster:
-    if cluster_script("status").returncode != 0:
-        up = cluster_script("up")
-        if up.returncode != 0:
-            raise SystemExit(f"k8s-cluster.sh up failed: {up.stderr[-2000:]}")
-    env = cluster_script("env").stdout
-    return Cluster(Path(env_value(env, "KUBECONFIG")), Path(env_value(env, "PATH").split(":", 1)[0]), "")
 
 
 class Direct:
@@ -162,9 +159,16 @@ async def main() -> int:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--concurrent-runs", type=int, default=20)
-    args = parser.parse_args()
+    parser.add_argument("--check", action="store_true", help="find the cluster (started if down), measure nothing")
+    args = parse(parser, {"runs": 1, "concurrency": 2, "concurrent_runs": 2})
+    with cluster_session() as cl:  # as the tests find it: scripts/k8s-cluster.sh, started if down
+        if args.check:
+            check(cl)
+            return 0
+        return await measure(args, cl)
 
-    cl = cluster()
+
+async def measure(args: argparse.Namespace, cl: Cluster) -> int:
     space = open_space(cl, "so-bench")
     namespace = space.namespace
     workspace = space.workspace("bench")
@@ -181,6 +185,7 @@ async def main() -> int:
     direct = Direct(cl.kubeconfig, namespace)
     profile = ProfileRegistry().resolve("workspace-write")
     leaked: list[str] = []
+    summary: dict[str, float] = {}
     try:
         request = {"tool": "shell_exec", "argv": ["true"]}
         await orch.execute(request, workspace=workspace)  # warm: the watch, the lease, the client
@@ -225,6 +230,11 @@ async def main() -> int:
         print(f"{'median ratio A/B':<34} {statistics.median(ratios):.2f}   (target <= 1.15)")
         plain_ratios = [a / c for a, c in zip(governed, plain, strict=True)]
         print(f"{'median ratio A/C':<34} {statistics.median(plain_ratios):.2f}   (what exact stdio costs)")
+        summary["pod A/B"] = round(statistics.median(ratios), 3)
+        summary["pod A/C"] = round(statistics.median(plain_ratios), 3)
+        for label, values in (("A", governed), ("B", bare), ("C", plain)):
+            summary[f"{label} p50 ms"] = round(pct(values, 0.5) * 1000)
+            summary[f"{label} p95 ms"] = round(pct(values, 0.95) * 1000)
         for phase, values in direct.phases.items():
             print(line(f"  B,C create -> {phase}", values))
 
@@ -246,10 +256,18 @@ async def main() -> int:
         print(line("latency", latencies))
         leaked = [s.name for s in await backend.list_managed()]
         print(f"{'pods left with our labels':<34} {len(leaked)}")
+        summary |= {
+            "concurrent executions per s": round(args.concurrent_runs / wall, 2),
+            "concurrent p50 ms": round(pct(latencies, 0.5) * 1000),
+            "concurrent p95 ms": round(pct(latencies, 0.95) * 1000),
+            "pods left": len(leaked),
+            "rounds": args.runs,
+        }
     finally:
         await orch.aclose()
         close_space(space)
         shutil.rmtree(tmp, ignore_errors=True)
+    print("SUMMARY " + json.dumps(summary))
     return 1 if leaked else 0
 
 

@@ -15,7 +15,11 @@
 
 Not a test: it prints figures and a last line ``pool summary: {...}`` (JSON).
 
-    .venv/bin/python benchmarks/pool_launch.py [--runs 20] [--runtime runc|runsc|both]
+    .venv/bin/python benchmarks/pool_launch.py [--runs 20] [--runtime runc|runsc|both] [--burst 20]
+        [--leak-runs 500] [--quick]
+
+The engine is the one ``DockerBackend()`` finds (``benchmarks/engine.py``): the bare ``docker run`` and the
+service get it as DOCKER_HOST, whatever the calling shell has.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from engine import docker_cli, docker_env
+from options import parse
 from sandbox_overhead import docker_run_argv, open_fds, os_threads, pct, timed
 from service_overhead import free_port, wait_up
 
@@ -79,8 +85,8 @@ async def pooled_vs_bare(tmp: Path, workspace: Path, runtime: str, runs: int) ->
     profile = ProfileRegistry().resolve(PROFILES[runtime])
     seccomp = tmp / f"seccomp-{runtime}.json"
     seccomp.write_text(profile.seccomp_json)
-    argv = docker_run_argv(shutil.which("docker") or "docker", profile, workspace, seccomp)
-    env = dict(os.environ)
+    argv = docker_run_argv(docker_cli(), profile, workspace, seccomp)
+    env = docker_env()  # the engine DockerBackend() finds, for the bare side's CLI
     pooled = orchestrator(tmp, f"pooled-{runtime}", "{enabled: true, per_key: 1, ttl_s: 600}")
     cold = orchestrator(tmp, f"cold-{runtime}", "{enabled: false}")
     request = {"tool": "shell_exec", "argv": ["true"], "profile": PROFILES[runtime]}
@@ -148,13 +154,14 @@ async def through_service(tmp: Path, workspace: Path, runs: int) -> dict[str, fl
         )
     )
     port = free_port()
-    env = {**os.environ, "SANDBOX_STATE_DIR": str(root / "state")}
+    env = docker_env(SANDBOX_STATE_DIR=str(root / "state"))  # its own state dir: the engine as DOCKER_HOST
     argv = [sys.executable, "-m", "orchestrator.cli.main", "serve", "--config", str(config), "--port", str(port)]
     server = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
     profile = ProfileRegistry().resolve("workspace-write")
     seccomp = tmp / "seccomp-service.json"
     seccomp.write_text(profile.seccomp_json)
-    bare_argv = docker_run_argv(shutil.which("docker") or "docker", profile, workspace, seccomp)
+    bare_argv = docker_run_argv(docker_cli(), profile, workspace, seccomp)
+    bare_env = docker_env()
     request = {"tool": "shell_exec", "argv": ["true"], "tenant": "bench", "subject": "bench"}
     try:
         async with AsyncClient(f"http://127.0.0.1:{port}", TOKEN) as client:
@@ -173,9 +180,9 @@ async def through_service(tmp: Path, workspace: Path, runs: int) -> dict[str, fl
                 await asyncio.sleep(0.5)  # untimed: the service refills the key
                 if i % 2 == 0:
                     a.append(await via_service())
-                    b.append(await asyncio.to_thread(timed, bare_argv, dict(os.environ)))
+                    b.append(await asyncio.to_thread(timed, bare_argv, bare_env))
                 else:
-                    b.append(await asyncio.to_thread(timed, bare_argv, dict(os.environ)))
+                    b.append(await asyncio.to_thread(timed, bare_argv, bare_env))
                     a.append(await via_service())
     finally:
         server.terminate()
@@ -264,7 +271,7 @@ async def main() -> int:
     parser.add_argument("--runtime", choices=["runc", "runsc", "both"], default="both")
     parser.add_argument("--burst", type=int, default=20)
     parser.add_argument("--leak-runs", type=int, default=500)
-    args = parser.parse_args()
+    args = parse(parser, {"runs": 2, "burst": 2, "leak_runs": 4})
     tmp = Path(tempfile.mkdtemp(prefix="so-bench-pool-"))
     workspace = tmp / "ws"
     workspace.mkdir()

@@ -16,7 +16,11 @@ the cluster is restarted between the two (``--pleg`` picks one). Not a test: it 
 line ``pool pods summary: {...}`` (JSON). The cluster is left as it was found (up in generic mode, or down);
 a namespace of its own, removed at the end.
 
-    .venv/bin/python benchmarks/pool_pods.py [--runs 20] [--pleg generic|evented|both]
+The cluster is found and started as the tests do (``benchmarks/cluster.py``); since other sessions'
+pods would end, the restart is refused while other sessions (test runs, benchmarks) use the cluster.
+``--check`` finds the cluster and stops there.
+
+    .venv/bin/python benchmarks/pool_pods.py [--runs 20] [--pleg generic|evented|both] [--check] [--quick]
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.support
 
+from cluster import check, cluster_session, other_sessions
+from options import parse
 from sandbox_overhead import pct
 
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
@@ -43,7 +49,7 @@ from orchestrator.evidence import iter_records
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
-from tests.support.kube import Cluster, SandboxSpace, close_space, cluster_script, env_value, open_space
+from tests.support.kube import Cluster, SandboxSpace, close_space, cluster_script, open_space
 
 TARGET_S = 0.3
 #: the kubelet's relist period (generic PLEG): when it learns that a container ended
@@ -136,28 +142,47 @@ async def pooled_vs_cold(space: SandboxSpace, tmp: Path, runs: int) -> dict[str,
     }
 
 
-def cluster(pleg: str) -> Cluster:
+def with_pleg(pleg: str) -> None:
     """The test cluster up with the kubelet's PLEG ``pleg`` (restarted when it ran the other one)."""
     os.environ["SANDBOX_K8S_PLEG"] = pleg
     up = cluster_script("up")
     if up.returncode != 0:
         raise SystemExit(f"the test cluster did not start ({pleg}): {up.stderr[-2000:]}")
-    env = cluster_script("env").stdout
-    return Cluster(Path(env_value(env, "KUBECONFIG")), Path(env_value(env, "PATH").split(":", 1)[0]), "")
 
 
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--pleg", choices=["generic", "evented", "both"], default="both")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="find the cluster (started if down, never restarted) and who else uses it, measure nothing",
+    )
+    args = parse(parser, {"runs": 2})
     was_up = cluster_script("status").returncode == 0
+    with cluster_session() as cl:  # as the tests find it: scripts/k8s-cluster.sh, started if down
+        if args.check:
+            figures = check(cl)
+            if args.pleg != "generic" and figures["other sessions"]:
+                print(f"--pleg {args.pleg} restarts the cluster: it would refuse while those sessions run")
+            return 0
+        if args.pleg != "generic" and (others := other_sessions(cl)):
+            raise SystemExit(
+                f"--pleg {args.pleg} restarts the test cluster, which other sessions use now (pids {others}: "
+                "test runs, benchmarks): their pods would end. Run it when they are done, or with --pleg generic."
+            )
+        return await measure(args, cl, was_up)
+
+
+async def measure(args: argparse.Namespace, cl: Cluster, was_up: bool) -> int:
     summary: dict[str, float] = {}
     tmp = Path(tempfile.mkdtemp(prefix="so-bench-pool-pods-"))
     try:
         for pleg in ("generic", "evented") if args.pleg == "both" else (args.pleg,):
             print(f"the kubelet's PLEG: {pleg}")
-            space = open_space(cluster(pleg), "so-bench")
+            with_pleg(pleg)
+            space = open_space(cl, "so-bench")
             try:
                 figures = await pooled_vs_cold(space, tmp / pleg, args.runs)
             finally:

@@ -24,12 +24,14 @@ Phases (each can be skipped):
 * **leaks** — many executions, then: containers with our labels left (must be 0), open fds and threads
   back to their baseline, evidence verifies.
 
-Not a test: it prints figures (and exits 1 only if a leak check fails or the warm server did not serve
-every warm run).
+Not a test: it prints figures and a last line ``summary: {...}`` (JSON: the ratios, the load, whether the
+checks passed), and exits 1 only if a leak check fails or the warm server did not serve every warm run.
+The engine is the one ``DockerBackend()`` finds (``benchmarks/engine.py``), set as DOCKER_HOST for the CLI
+sides.
 
     .venv/bin/python benchmarks/sandbox_overhead.py [--runs 30] [--runtime runc|runsc|both]
         [--concurrency 20] [--concurrent-runs 100] [--leak-runs 500] [--leak-concurrency 20]
-        [--skip-inproc] [--skip-cli] [--skip-startup] [--skip-concurrency] [--skip-leaks]
+        [--skip-inproc] [--skip-cli] [--skip-startup] [--skip-concurrency] [--skip-leaks] [--quick]
 """
 
 from __future__ import annotations
@@ -53,8 +55,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import engine_url
+from options import parse
+
 from orchestrator.backends.base import LABEL_MANAGED_BY, LABEL_OWNER, MANAGED_BY
-from orchestrator.backends.docker import DockerBackend, discover_endpoint
+from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.docker.config import container_config
 from orchestrator.backends.docker.sandbox_etc import etc_directory
 from orchestrator.cli.warm.client import DISABLE_ENV as WARM_ENV
@@ -738,7 +743,7 @@ def load_note() -> str:
 
 async def amain(args: argparse.Namespace) -> int:
     runtimes = ["runc", "runsc"] if args.runtime == "both" else [args.runtime]
-    url = discover_endpoint().url
+    url = engine_url()  # as DockerBackend() finds it; the CLI runs get it as DOCKER_HOST (cli_env)
     tmp = Path(tempfile.mkdtemp(prefix="sandbox-bench-"))
     workspace = tmp / "ws"
     workspace.mkdir()
@@ -785,9 +790,11 @@ async def amain(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(state, ignore_errors=True)
-    if ratios:
-        figures = {k: None if v is None else round(v, 3) for k, v in ratios.items()}
-        print(f"summary: {json.dumps(figures)}; {load_note()}")
+    figures: dict[str, object] = {k: None if v is None else round(v, 3) for k, v in ratios.items()}
+    with contextlib.suppress(OSError):
+        figures["load 1 min"], figures["load 5 min"] = (round(x, 2) for x in os.getloadavg()[:2])
+    figures |= {"cpus": os.cpu_count(), "checks ok": ok}
+    print(f"summary: {json.dumps(figures)}")
     return 0 if ok else 1
 
 
@@ -807,8 +814,8 @@ def main() -> None:
     )
     for phase in ("inproc", "cli", "startup", "concurrency", "leaks"):
         parser.add_argument(f"--skip-{phase}", action="store_true")
-    args = parser.parse_args()
-    sys.exit(asyncio.run(amain(args)))
+    quick = {"runs": 2, "warmup": 1, "concurrency": 2, "concurrent_runs": 4, "leak_runs": 10, "leak_concurrency": 2}
+    sys.exit(asyncio.run(amain(parse(parser, quick))))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ The service is a real ``sandboxctl serve`` process on loopback (its own core); t
 Not a test: it prints figures, and a machine-readable summary line at the end.
 
     .venv/bin/python benchmarks/service_overhead.py [--runs 20] [--clients 64] [--seconds 10]
-        [--skip-run] [--skip-decisions]
+        [--skip-run] [--skip-decisions] [--skip-sse] [--sse-rounds 30] [--quick]
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from pathlib import Path
 
 import aiohttp
 import yaml
+from engine import docker_env
+from options import parse
 
 from orchestrator.client import AsyncClient
 from orchestrator.domain.errors import SandboxUnavailable
@@ -184,11 +186,12 @@ async def main() -> int:
     parser.add_argument("--skip-decisions", action="store_true")
     parser.add_argument("--skip-sse", action="store_true")
     parser.add_argument("--sse-rounds", type=int, default=30)
-    args = parser.parse_args()
+    args = parse(parser, {"runs": 2, "clients": 4, "seconds": 1.0, "sse_rounds": 2})
     root = Path(tempfile.mkdtemp(prefix="service-bench-"))
     config = write_config(root)
     port = free_port()
-    env = {**os.environ, "SANDBOX_STATE_DIR": str(root / "state")}
+    # a state dir of its own: the engine goes with it as DOCKER_HOST (the docker-host file is not in there)
+    env = docker_env(SANDBOX_STATE_DIR=str(root / "state"))
     server = subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli.main", "serve", "--config", str(config), "--port", str(port)],
         env=env,

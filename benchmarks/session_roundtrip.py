@@ -15,7 +15,10 @@
 
 Not a test: it prints figures and a last line ``session summary: {...}`` (JSON).
 
-    .venv/bin/python benchmarks/session_roundtrip.py [--rounds 200] [--opens 10] [--kubernetes]
+    .venv/bin/python benchmarks/session_roundtrip.py [--rounds 200] [--opens 10] [--kubernetes [--check]] [--quick]
+
+The engine is the one ``DockerBackend()`` finds (``benchmarks/engine.py``; the ``docker`` CLI of the
+baseline gets it as DOCKER_HOST); the cluster is found and started as the tests do (``benchmarks/cluster.py``).
 """
 
 from __future__ import annotations
@@ -36,11 +39,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.support
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cluster import check, cluster_session
+from engine import docker_cli, docker_env
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import stream as k8s_stream
 from kubernetes import watch as k8s_watch
+from options import parse
 
 from orchestrator.backends.base import LaunchSpec, SandboxBackend, Workspace
 from orchestrator.backends.docker import DockerBackend
@@ -50,7 +57,7 @@ from orchestrator.domain.ids import new_execution_id
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.sessions import Sessions
-from tests.support.kube import Cluster, close_space, cluster_script, env_value, open_space
+from tests.support.kube import Cluster, close_space, open_space
 
 TARGET = 1.5
 CONFIG = "safety:\n  mode: allow\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"
@@ -78,14 +85,16 @@ class DockerExecCat:
 
     def __init__(self, image: str) -> None:
         self.name = f"so-bench-exec-{uuid.uuid4().hex[:8]}"
+        self.docker, self.env = docker_cli(), docker_env()  # the engine DockerBackend() finds
         subprocess.run(
-            ["docker", "run", "-d", "--rm", "--name", self.name, "--network", "none", "--user", "1000:1000",
+            [self.docker, "run", "-d", "--rm", "--name", self.name, "--network", "none", "--user", "1000:1000",
              "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", image, "sleep", "3600"],
-            check=True, capture_output=True,
+            check=True, capture_output=True, env=self.env,
         )  # fmt: skip
         self.proc = subprocess.Popen(
-            ["docker", "exec", "-i", self.name, "cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
-        )
+            [self.docker, "exec", "-i", self.name, "cat"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=self.env,
+        )  # fmt: skip
 
     def round_trip(self) -> float:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -100,7 +109,7 @@ class DockerExecCat:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         self.proc.wait(timeout=30)
-        subprocess.run(["docker", "rm", "-f", self.name], capture_output=True, check=False)
+        subprocess.run([self.docker, "rm", "-f", self.name], capture_output=True, check=False, env=self.env)
 
 
 class KubeExecCat:
@@ -138,13 +147,9 @@ class KubeExecCat:
         self.api.delete_namespaced_pod(self.name, self.namespace, grace_period_seconds=0)
 
 
-def kubernetes_sides(tmp: Path) -> tuple[SandboxBackend, Path, Callable[[], Baseline], Callable[[], None]]:
+def kubernetes_sides(cluster: Cluster) -> tuple[SandboxBackend, Path, Callable[[], Baseline], Callable[[], None]]:
     """A namespace of the test cluster's (the tests' own setup), the backend, a workspace on its claim,
     the baseline's maker and the cleanup."""
-    if cluster_script("status").returncode != 0 and cluster_script("up").returncode != 0:
-        raise SystemExit("the test cluster did not start: make k8s-up")
-    env = cluster_script("env").stdout
-    cluster = Cluster(Path(env_value(env, "KUBECONFIG")), Path(env_value(env, "PATH").split(":", 1)[0]), "")
     space = open_space(cluster, "so-bench")
     namespace = space.namespace
     workspace = space.workspace("bench")
@@ -169,14 +174,27 @@ async def main() -> int:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--opens", type=int, default=10)
     parser.add_argument("--kubernetes", action="store_true", help="on the test cluster instead of Docker")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--check", action="store_true", help="with --kubernetes: find the cluster (started if down), measure nothing"
+    )
+    args = parse(parser, {"rounds": 4, "opens": 2})
+    if not args.kubernetes:
+        return await measure(args, None)
+    with cluster_session() as cluster:  # as the tests find it: scripts/k8s-cluster.sh, started if down
+        if args.check:
+            check(cluster)
+            return 0
+        return await measure(args, cluster)
 
+
+async def measure(args: argparse.Namespace, cluster: Cluster | None) -> int:
+    """Both comparisons, on the test cluster when ``cluster`` is given, else on the engine."""
     tmp = Path(tempfile.mkdtemp(prefix="so-bench-session-"))
     (tmp / "config.yaml").write_text(CONFIG)
     cleanup: Callable[[], None] = lambda: None  # noqa: E731
     backend: SandboxBackend
-    if args.kubernetes:
-        backend, workspace, make_baseline, cleanup = kubernetes_sides(tmp)
+    if cluster is not None:
+        backend, workspace, make_baseline, cleanup = kubernetes_sides(cluster)
         names = ("through the Kubernetes backend", "the client's exec stream of cat", "kubectl exec")
     else:
         workspace = tmp / "ws"

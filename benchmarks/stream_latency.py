@@ -14,7 +14,7 @@ First byte: p50/p95/p99 over the runs, and p95 / target. Then continuous output 
 command printing a timestamp every ``--interval`` ms; the latency of every line (deliveries are paced at
 ``OUTPUT_PACE_S`` under continuous output). Not a test: it prints figures, and a summary line at the end.
 
-    .venv/bin/python benchmarks/stream_latency.py [--runs 30] [--runtime runc|runsc|both] [--lines 20]
+    .venv/bin/python benchmarks/stream_latency.py [--runs 30] [--runtime runc|runsc|both] [--lines 20] [--quick]
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+from options import parse
 
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.docker.backend import OUTPUT_PACE_S
@@ -182,7 +184,7 @@ def main() -> None:
     parser.add_argument("--runtime", choices=["runc", "runsc", "both"], default="both")
     parser.add_argument("--lines", type=int, default=20, help="lines of the continuous-output command")
     parser.add_argument("--interval", type=int, default=20, help="ms between those lines")
-    raise SystemExit(asyncio.run(amain(parser.parse_args())))
+    raise SystemExit(asyncio.run(amain(parse(parser, {"runs": 2, "warmup": 1, "lines": 5}))))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ one that creates 200,000 empty files against a 2,000-entry budget, through the w
 engine. It prints, per runtime, the overshoot (what the host's workspace holds past the budget) and the
 run's duration, min / median / max. Not a test: it prints, it does not assert.
 
-    .venv/bin/python benchmarks/workspace_budget.py [--rounds N]
+    .venv/bin/python benchmarks/workspace_budget.py [--rounds N] [--quick]
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from options import parse
 
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.pipeline.factory import build_orchestrator
@@ -75,7 +77,7 @@ def spread(values: list[float]) -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    args = parse(parser, {"rounds": 1})
     base = Path(tempfile.mkdtemp(prefix="ws-budget-"))
     os.chmod(base, 0o755)
     directory = base / "profiles"

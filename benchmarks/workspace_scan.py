@@ -11,9 +11,10 @@ With ``--compare DIR`` (a tree holding another version's ``orchestrator`` packag
 ``git archive <rev> orchestrator | tar -x -C DIR``) both versions are measured interleaved, round by round
 (the machine is noisy), and the medians are printed side by side:
 
-    .venv/bin/python benchmarks/workspace_scan.py [--compare DIR] [--rounds N] [--files N]
+    .venv/bin/python benchmarks/workspace_scan.py [--compare DIR] [--rounds N] [--files N] [--quick]
 
-Not a test: it prints figures (and a machine-readable ``SUMMARY`` line), it does not assert.
+Not a test: it prints figures (and a machine-readable ``SUMMARY`` line), it does not assert; it exits 1
+when a measurement could not be taken.
 """
 
 from __future__ import annotations
@@ -32,9 +33,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from options import parse
+
 import orchestrator
 import orchestrator.results as results
-from orchestrator.pipeline import executor
+
+try:
+    from orchestrator.pipeline.end_record import side_effects_json
+except ImportError:  # earlier versions (--compare): the executor built the record
+    from orchestrator.pipeline.executor import side_effects_json
 
 DIRS = 200
 
@@ -68,7 +75,7 @@ def _after(before: Any, root: Path) -> dict[str, Any]:
         effects = results.collect(before, root, redactor=results.Redactor(literals=["s3cr3t-value"]))
     else:  # earlier versions: a second snapshot, then a diff
         effects = results.diff(before, results.snapshot(root), root)
-    record = executor.side_effects_json(effects)
+    record = side_effects_json(effects)
     assert record is not None
     return {
         "record_bytes": len(json.dumps(record)),
@@ -133,7 +140,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--compare", metavar="DIR", help="a tree holding another version's orchestrator package")
     parser.add_argument("--child", nargs=2, metavar=("SCENARIO", "ROOT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse(parser, {"files": 2000, "rounds": 1})
     if args.child:
         child(args.child[0], Path(args.child[1]), args.files)
         return
@@ -142,6 +149,7 @@ def main() -> None:
         versions["compared"] = str(Path(args.compare).resolve())
     print(f"this: orchestrator from {Path(orchestrator.__file__).parent}; compared: {args.compare or '-'}")
     seen: dict[str, dict[str, list[dict[str, Any]]]] = {v: {"created": [], "existing": []} for v in versions}
+    failed = 0
     base = Path(tempfile.mkdtemp(prefix="ws-bench-"))
     try:
         for round_ in range(args.rounds):
@@ -153,7 +161,9 @@ def main() -> None:
                         _make_files(root, args.files)
                     figures = _measure(scenario, root, args.files, pythonpath)
                     shutil.rmtree(root)
-                    if figures is not None:
+                    if figures is None:
+                        failed += 1
+                    else:
                         seen[version][scenario].append(figures)
                         print(f"round {round_ + 1} {version:>8} {scenario:>8}: {figures}")
     finally:
@@ -168,6 +178,8 @@ def main() -> None:
             summary[f"{version}.{scenario}"] = medians
             print(f"median {version:>8} {scenario:>8}: {medians}")
     print("SUMMARY " + json.dumps(summary, sort_keys=True))
+    if failed:
+        raise SystemExit(f"{failed} measurement(s) failed (above)")
 
 
 if __name__ == "__main__":
