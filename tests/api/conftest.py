@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.pipeline.launch import owner_label
-from tests.support.engine import list_managed
+from tests.support.engine import engine_or_skip, list_managed
 from tests.support.service import ARTIFACTS, Harness, start_service, write_config
 
 _STARTED = time.time()
@@ -21,10 +20,7 @@ _STARTED = time.time()
 @pytest.fixture(scope="session")
 def engine() -> Any:
     """Skips without an engine; at the end, no sandbox this process launched may remain."""
-    try:
-        list_managed(attempts=3)
-    except SandboxUnavailable as exc:
-        pytest.skip(f"no container engine ({exc.message}); run `make setup`")
+    engine_or_skip()
     yield
     left = [s for s in list_managed() if s.owner == owner_label()]
     assert not left, f"sandboxes of this test run left on the engine: {[s.name for s in left]}"

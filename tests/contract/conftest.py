@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backends.base import SandboxBackend
-from orchestrator.domain.errors import SandboxUnavailable
-from tests.support.contract import SANDBOX_UID, Harness
+from tests.support.contract import Harness
+from tests.support.engine import answering_or_skip
+from tests.support.images import SANDBOX_UID
 
 
 def _owned_dir(path: Path) -> Path:
@@ -38,11 +39,7 @@ async def contract(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
 
         backend = DockerBackend()
         workspace = _owned_dir(tmp_path / "ws")
-        try:
-            await backend.info()
-        except SandboxUnavailable as exc:
-            await backend.close()
-            pytest.skip(f"no container engine ({exc.message}); run `make setup`")
+        await answering_or_skip(backend, "container engine")
     else:
         from orchestrator.backends.kubernetes.backend import KubernetesBackend
         from orchestrator.backends.kubernetes.settings import WorkspaceDelivery

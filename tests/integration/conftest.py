@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from orchestrator.backends.base import ManagedSandbox
-from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.pipeline.launch import owner_label
-from tests.support.engine import list_managed
+from tests.support.engine import engine_or_skip, list_managed
 
 if TYPE_CHECKING:
     from tests.support.controller import Controllers
@@ -44,10 +43,7 @@ class RunSandboxes:
 def run_sandboxes() -> Iterator[RunSandboxes]:
     """Skips when no engine answers; at the end of the session, asserts that no container with our
     labels launched by this run remains on the engine."""
-    try:
-        list_managed(attempts=3)
-    except SandboxUnavailable as exc:
-        pytest.skip(f"no container engine ({exc.message}); run `make setup`")
+    engine_or_skip()
     registry = RunSandboxes()
     yield registry
     left = registry.ours(list_managed())
@@ -59,10 +55,7 @@ def controller_image() -> str:
     """The controller image of this checkout (sandbox-orchestrator/controller:<version>), built once a
     session by the script `make image` runs: nothing to do when the image already matches the checkout.
     Skips when no engine answers."""
-    try:
-        list_managed(attempts=3)
-    except SandboxUnavailable as exc:
-        pytest.skip(f"no container engine ({exc.message}); run `make setup`")
+    engine_or_skip()
     from tests.support.controller import build_image  # testcontainers is imported only by the tests that use it
 
     return build_image()

@@ -49,7 +49,6 @@ from tests.support.containment import (
     NODE_POD_PIDS_LIMIT,
     POD_SUBNET,
     PROFILES,
-    SANDBOX_UID,
     ZERO_CAPS,
     Harness,
     Run,
@@ -63,6 +62,7 @@ from tests.support.containment import (
     py,
     resolved,
 )
+from tests.support.images import SANDBOX_UID
 
 MASKABLE_PROC = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "timer_stats")
 # the kubelet's /etc/hosts for a pod without hostAliases, before the line naming the pod's own address

@@ -17,15 +17,13 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
 from orchestrator.domain.errors import NoApprovalProvider, SandboxUnavailable
 from orchestrator.evidence import iter_records, verify
-from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
-from orchestrator.profiles import ProfileRegistry
 from tests.support.egress import FETCH, HTTP_PORT, PROBE, TLS_PORT, EgressNet, egress_net
-from tests.support.engine import answering_or_skip
+from tests.support.evidence import record_dicts
+from tests.support.orchestrators import docker_orchestrator
 
 pytestmark = pytest.mark.integration
 
@@ -83,14 +81,11 @@ def config(tmp_path: Path, net: EgressNet, *, network_allow: list[str], pool: bo
 async def orchestrator(
     tmp_path: Path, net: EgressNet, *, network_allow: list[str], approvals: Any = None, pool: bool = False
 ) -> Orchestrator:
-    backend = DockerBackend()
-    await answering_or_skip(backend, "container engine")
-    return build_orchestrator(
+    return await docker_orchestrator(
+        tmp_path,
         config(tmp_path, net, network_allow=network_allow, pool=pool),
-        evidence_path=tmp_path / "evidence.jsonl",
-        backend=backend,
         approvals=approvals,
-        profiles=ProfileRegistry(extra_dirs=[write_profiles(tmp_path / "profiles")]),
+        profile_dirs=[write_profiles(tmp_path / "profiles")],
     )
 
 
@@ -123,11 +118,6 @@ def answer(result: ExecutionResult) -> dict[str, Any]:
     return {**json.loads(out["stdout"] or "{}"), "exit_code": out["exit_code"], "run_error": out["error"]}
 
 
-def records(tmp_path: Path, execution_id: str, event: str) -> list[dict[str, Any]]:
-    found = iter_records(tmp_path / "evidence.jsonl", execution_id=execution_id)
-    return [r.model_dump(mode="json", exclude_none=True) for r in found if r.event == event]
-
-
 async def test_an_allowlisted_host_is_reached_through_the_proxy_and_recorded(
     orch: Orchestrator, tmp_path: Path, workspace: Path
 ) -> None:
@@ -137,16 +127,16 @@ async def test_an_allowlisted_host_is_reached_through_the_proxy_and_recorded(
     got = answer(result)
     assert got["ok"] and got["size"] == 100_000, got
     execution = str(result.authorization.execution_id)
-    [connection] = records(tmp_path, execution, "egress_connection")
+    [connection] = record_dicts(tmp_path / "evidence.jsonl", execution, "egress_connection")
     data = connection["data"]
     assert (data["host"], data["port"], data["method"], data["allowed"]) == ("web.test", HTTP_PORT, "GET", True)
     assert data["matched"] == "web.test:8080" and data["address"].startswith("10.231.")
     assert data["bytes_down"] > 100_000 and data["bytes_up"] > 0 and data["duration_ms"] >= 0
-    [summary] = records(tmp_path, execution, "egress_summary")
+    [summary] = record_dicts(tmp_path / "evidence.jsonl", execution, "egress_summary")
     assert summary["data"]["allowed"] == 1 and summary["data"]["refused"] == 0
     events = [r.event for r in iter_records(tmp_path / "evidence.jsonl", execution_id=execution)]
     assert events.index("egress_summary") < events.index("execution_finished")  # before the end record
-    started = records(tmp_path, execution, "execution_started")[0]
+    started = record_dicts(tmp_path / "evidence.jsonl", execution, "execution_started")[0]
     assert started["data"]["egress"] == ["host.test:8080", "tls.test:8443", "web.test:8080"]
 
 
@@ -156,7 +146,7 @@ async def test_tls_goes_through_a_tunnel_with_its_server_name(
     result = await orch.execute(fetch(f"https://tls.test:{TLS_PORT}/hello", profile="egress-web"), workspace=workspace)
     got = answer(result)
     assert got["ok"] and got["body"].startswith(f"hello from {TLS_PORT}"), got
-    connections = records(tmp_path, str(result.authorization.execution_id), "egress_connection")
+    connections = record_dicts(tmp_path / "evidence.jsonl", str(result.authorization.execution_id), "egress_connection")
     assert [(c["data"]["method"], c["data"]["sni"], c["data"]["allowed"]) for c in connections] == [
         ("CONNECT", "tls.test", True)
     ]
@@ -175,7 +165,7 @@ async def test_a_host_off_the_list_is_refused_recorded_and_the_run_is_restricted
     assert error["code"] == "SANDBOX.RESTRICTED"
     assert error["details"]["escalation"] == {"sandbox_permissions": {"network": ["other.test:8080"]}}
     assert error["details"]["denied"] == [{"kind": "egress", "host": "other.test:8080", "source": "proxy"}]
-    [refused] = records(tmp_path, str(result.authorization.execution_id), "egress_connection")
+    [refused] = record_dicts(tmp_path / "evidence.jsonl", str(result.authorization.execution_id), "egress_connection")
     assert refused["status"] == "refused" and refused["data"]["refusal"] == "not_allowed"
     assert refused["data"]["address"] is None  # never connected
 
@@ -184,7 +174,7 @@ async def test_the_proxy_never_connects_to_its_own_host(orch: Orchestrator, tmp_
     """host.test is allowlisted, but pinned to an address of the host itself: refused, never connected to."""
     result = await orch.execute(fetch(f"http://host.test:{HTTP_PORT}/hello", profile="egress-web"), workspace=workspace)
     assert not answer(result)["ok"]
-    [refused] = records(tmp_path, str(result.authorization.execution_id), "egress_connection")
+    [refused] = record_dicts(tmp_path / "evidence.jsonl", str(result.authorization.execution_id), "egress_connection")
     assert (refused["data"]["refusal"], refused["data"]["address"]) == ("address", None)
     assert result.to_json()["error"] is None  # no approval could lift it: no escalation is offered
 
@@ -255,7 +245,9 @@ async def test_a_restricted_run_is_retried_with_its_escalation_asked_and_linked(
         second = await o.execute(retry, workspace=workspace)
         assert second.to_json()["stdout"] == "kept\n" and second.ok
         assert len(approver.asked) == 2 and "writable_root" in approver.asked[1].policy_reason  # asked, never automatic
-        [received] = records(tmp_path, str(second.authorization.execution_id), "request_received")
+        [received] = record_dicts(
+            tmp_path / "evidence.jsonl", str(second.authorization.execution_id), "request_received"
+        )
         assert received["data"]["retry_of"] == {
             "execution_id": str(failed.authorization.execution_id),
             "known": True,
@@ -286,10 +278,14 @@ async def test_a_pooled_sandbox_has_its_egress_too(tmp_path: Path, net: EgressNe
             await asyncio.sleep(0.05)
         results = [await o.execute(request, workspace=workspace) for _ in range(2)]
         assert all(answer(r)["ok"] for r in results)
-        first = records(tmp_path, str(results[0].authorization.execution_id), "execution_started")[0]
+        first = record_dicts(
+            tmp_path / "evidence.jsonl", str(results[0].authorization.execution_id), "execution_started"
+        )[0]
         assert "pooled" in first["data"]
         for result in results:
-            [connection] = records(tmp_path, str(result.authorization.execution_id), "egress_connection")
+            [connection] = record_dicts(
+                tmp_path / "evidence.jsonl", str(result.authorization.execution_id), "egress_connection"
+            )
             assert connection["data"]["allowed"]
     finally:
         await o.aclose()

@@ -17,13 +17,14 @@ from orchestrator.backends.docker import DockerBackend
 from orchestrator.budgets.book import GrantBook
 from orchestrator.domain.errors import NoApprovalProvider
 from orchestrator.domain.grants import GrantRequest
-from orchestrator.evidence import EvidenceWriter, iter_records, verify
+from orchestrator.evidence import EvidenceWriter, verify
 from orchestrator.gate.policy import PolicySource
 from orchestrator.pipeline.factory import assemble
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.state import open_grant_book
 from tests.support.engine import answering_or_skip
+from tests.support.evidence import record_dicts
 
 pytestmark = pytest.mark.integration
 
@@ -74,11 +75,6 @@ def grant(**budgets: Any) -> GrantRequest:
     )
 
 
-def events(tmp_path: Path, event: str) -> list[dict[str, Any]]:
-    found = iter_records(tmp_path / "evidence.jsonl")
-    return [r.model_dump(mode="json", exclude_none=True) for r in found if r.event == event]
-
-
 async def test_fifty_at_once_against_ten_executions_run_exactly_ten(
     orch: Orchestrator, book: GrantBook, tmp_path: Path, workspace: Path
 ) -> None:
@@ -96,8 +92,12 @@ async def test_fifty_at_once_against_ten_executions_run_exactly_ten(
     after = await book.get(view.id)
     assert after is not None and after.state == "exhausted"
     assert (after.used.executions, after.reserved.executions) == (10, 0)
-    approvals = [r for r in events(tmp_path, "approval_decided") if r["approver"].startswith("grant:")]
-    charges = events(tmp_path, "grant_charged")
+    approvals = [
+        r
+        for r in record_dicts(tmp_path / "evidence.jsonl", event="approval_decided")
+        if r["approver"].startswith("grant:")
+    ]
+    charges = record_dicts(tmp_path / "evidence.jsonl", event="grant_charged")
     assert len(approvals) == 10 and len(charges) == 10
     assert {c["data"]["grant_id"] for c in charges} == {view.id}
     # every charge is the engine's: CPU time measured, the output the caller was given
@@ -117,9 +117,9 @@ async def test_a_run_is_narrowed_to_its_reservation_and_charged_what_it_used(
     assert len(out["stdout"]) <= 64 and out["truncated"]
     after = await book.get(view.id)
     assert after is not None and after.state == "exhausted" and after.remaining.wall_seconds == 0
-    [charge] = events(tmp_path, "grant_charged")
+    [charge] = record_dicts(tmp_path / "evidence.jsonl", event="grant_charged")
     assert 3 <= charge["data"]["charged"]["wall_seconds"] <= 3.0 + 0.001
-    started = events(tmp_path, "execution_started")[0]
+    started = record_dicts(tmp_path / "evidence.jsonl", event="execution_started")[0]
     assert started["data"]["deadline_unix"] - datetime.now(UTC).timestamp() < 60  # narrowed, not 300 s
     # nothing is left: the next ask is not covered
     with pytest.raises(NoApprovalProvider):

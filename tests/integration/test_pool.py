@@ -15,10 +15,9 @@ import pytest
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import SandboxStartFailed
 from orchestrator.evidence import iter_records, verify
-from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
-from orchestrator.profiles import ProfileRegistry
-from tests.support.engine import answering_or_skip
+from tests.support.evidence import records
+from tests.support.orchestrators import docker_orchestrator
 
 pytestmark = pytest.mark.integration
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"
@@ -32,16 +31,9 @@ def workspace(root: Path, name: str = "ws") -> Path:
 
 
 async def pooled_orchestrator(tmp_path: Path, pool: str, extra_profiles: Path | None = None) -> Orchestrator:
-    backend = DockerBackend()
-    await answering_or_skip(backend, "container engine")
     config = tmp_path / "config.yaml"
     config.write_text(POLICY + f"pool: {pool}\n")
-    return build_orchestrator(
-        config,
-        evidence_path=tmp_path / "evidence.jsonl",
-        backend=backend,
-        profiles=ProfileRegistry(extra_dirs=[extra_profiles] if extra_profiles else []),
-    )
+    return await docker_orchestrator(tmp_path, config, profile_dirs=[extra_profiles] if extra_profiles else [])
 
 
 @pytest.fixture
@@ -60,10 +52,6 @@ async def orch(tmp_path: Path) -> AsyncIterator[Orchestrator]:
     assert verify(tmp_path / "evidence.jsonl").ok
 
 
-def records(tmp_path: Path, execution_id: str) -> list[Any]:
-    return list(iter_records(tmp_path / "evidence.jsonl", execution_id=execution_id))
-
-
 async def until_ready(o: Orchestrator, count: int = 1) -> None:
     assert o.pool is not None
     for _ in range(200):
@@ -74,7 +62,11 @@ async def until_ready(o: Orchestrator, count: int = 1) -> None:
 
 
 def started(tmp_path: Path, result: ExecutionResult) -> dict[str, Any]:
-    begin = next(r for r in records(tmp_path, str(result.authorization.execution_id)) if r.event == "execution_started")
+    begin = next(
+        r
+        for r in records(tmp_path / "evidence.jsonl", str(result.authorization.execution_id))
+        if r.event == "execution_started"
+    )
     assert begin.data is not None
     return dict(begin.data)
 
@@ -102,15 +94,19 @@ async def test_a_pooled_run_is_a_cold_runs_equal(orch: Orchestrator, tmp_path: P
         assert (out["side_effects"]["created"], out["side_effects"]["modified"]) == (1, 0), out["side_effects"]
     # the pooled sandbox's own records: made and started at fill time, then taken by exactly this run
     pooled = started(tmp_path, warm)["pooled"]
-    own = [r.event for r in records(tmp_path, pooled["pool_id"])]
+    own = [r.event for r in records(tmp_path / "evidence.jsonl", pooled["pool_id"])]
     assert own[:2] == ["container_created", "container_started"] and own[2:] == ["sandbox_pooled", "sandbox_claimed"]
-    claimed = next(r for r in records(tmp_path, pooled["pool_id"]) if r.event == "sandbox_claimed")
+    claimed = next(r for r in records(tmp_path / "evidence.jsonl", pooled["pool_id"]) if r.event == "sandbox_claimed")
     assert claimed.data == {"execution_id": str(warm.authorization.execution_id)}
     # the run's own lifecycle: from its claim on, with the engine's timestamps, and the same end record
-    events = [r.event for r in records(tmp_path, str(warm.authorization.execution_id))]
+    events = [r.event for r in records(tmp_path / "evidence.jsonl", str(warm.authorization.execution_id))]
     assert "container_created" not in events and "container_started" not in events
     assert {"container_died", "container_destroyed", "execution_finished"} <= set(events)
-    died = next(r for r in records(tmp_path, str(warm.authorization.execution_id)) if r.event == "container_died")
+    died = next(
+        r
+        for r in records(tmp_path / "evidence.jsonl", str(warm.authorization.execution_id))
+        if r.event == "container_died"
+    )
     assert died.data is not None and died.data["sandbox_id"] == pooled["sandbox_id"] and died.data["exit_code"] == 3
 
 
@@ -302,7 +298,9 @@ async def test_a_pooled_sandbox_that_died_is_never_handed_out(orch: Orchestrator
     await asyncio.sleep(0.5)
     result = await orch.execute({"tool": "shell_exec", "argv": ["echo", "ran"]}, workspace=ws)
     assert result.to_json()["stdout"] == "ran\n" and "pooled" not in started(tmp_path, result)  # cold instead
-    discarded = [r.data for r in records(tmp_path, waiting.pool_id) if r.event == "sandbox_discarded"]
+    discarded = [
+        r.data for r in records(tmp_path / "evidence.jsonl", waiting.pool_id) if r.event == "sandbox_discarded"
+    ]
     assert discarded == [{"sandbox_id": waiting.handle.sandbox_id, "reason": "ended"}]
 
 

@@ -11,7 +11,6 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,8 @@ from orchestrator.evidence import iter_records, verify
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
+from tests.support.evidence import records
+from tests.support.orchestrators import docker_orchestrator
 
 pytestmark = pytest.mark.integration
 SANDBOXCTL = [sys.executable, "-m", "orchestrator.cli.main"]
@@ -40,24 +41,13 @@ def workspace_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def orch(tmp_path: Path) -> AsyncIterator[Orchestrator]:
-    backend = DockerBackend()
-    try:
-        await backend.info()
-    except SandboxUnavailable as err:
-        pytest.skip(f"no container engine ({err.message}); run `make setup`")
     config = tmp_path / "config.yaml"
     config.write_text(ALLOW_ALL)
-    o = build_orchestrator(
-        config, evidence_path=tmp_path / "evidence.jsonl", backend=backend, profiles=ProfileRegistry()
-    )
+    o = await docker_orchestrator(tmp_path, config)
     yield o
     await o.aclose()
     report = verify(tmp_path / "evidence.jsonl")
     assert report.ok, report
-
-
-def records(tmp_path: Path, execution_id: str) -> list[Any]:
-    return list(iter_records(tmp_path / "evidence.jsonl", execution_id=execution_id))
 
 
 async def test_evidence_follows_the_lifecycle_as_the_engine_reported_it(orch: Orchestrator, tmp_path: Path) -> None:
@@ -68,7 +58,7 @@ async def test_evidence_follows_the_lifecycle_as_the_engine_reported_it(orch: Or
     assert (result.outcome.exit_code, result.outcome.stdout, result.outcome.stderr) == (3, b"out\n", b"err\n")
     assert not result.ok and result.error is None
     await orch.evidence.flush()
-    recs = records(tmp_path, result.authorization.execution_id)
+    recs = records(tmp_path / "evidence.jsonl", result.authorization.execution_id)
     kinds = [r.event for r in recs]
     assert kinds == [
         "request_received",
@@ -113,7 +103,7 @@ async def test_side_effects_are_recorded_as_sizes_hashes_and_links(orch: Orchest
     result = await orch.execute({"tool": "shell_command", "command": script}, workspace=ws)
     assert result.ok
     await orch.evidence.flush()
-    finished = records(tmp_path, result.authorization.execution_id)[-1]
+    finished = records(tmp_path / "evidence.jsonl", result.authorization.execution_id)[-1]
     effects = finished.data["side_effects"]  # type: ignore[index]
     created = {c["path"]: c for c in effects["created"]}
     assert created["new.txt"]["sha256"] == hashlib.sha256(b"new").hexdigest() and created["new.txt"]["size"] == 3

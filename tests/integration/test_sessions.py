@@ -16,12 +16,13 @@ import pytest
 
 from orchestrator.backends.base import SandboxBackend
 from orchestrator.domain.errors import PolicyDenied, SessionLimit, SessionNotFound
-from orchestrator.evidence import iter_records, verify
+from orchestrator.evidence import verify
 from orchestrator.evidence.input_key import load_input_key
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.sessions import SessionReply, Sessions
 from tests.support.engine import answering_or_skip
+from tests.support.evidence import records
 
 ALLOW_ALL = (
     "safety:\n  mode: allow\n  denylist: [sudo]\n  rules: []\napprovals:\n  provider: rules\n  default: approved\n"
@@ -118,10 +119,6 @@ async def until(sessions: Sessions, reply: SessionReply, text: str, **who: Any) 
     raise AssertionError(f"{text!r} never came: {seen!r}")
 
 
-def events(tmp_path: Path, execution_id: str) -> list[Any]:
-    return list(iter_records(tmp_path / "evidence.jsonl", execution_id=execution_id))
-
-
 async def test_a_python_repl_keeps_its_state_between_writes(sessions: Sessions, where: Where, tmp_path: Path) -> None:
     opened = await sessions.open(
         {"tool": "exec_command", "cmd": "python3 -i -q", "yield_time_ms": 3000}, workspace=where.workspace
@@ -134,11 +131,11 @@ async def test_a_python_repl_keeps_its_state_between_writes(sessions: Sessions, 
     assert "21 c1a9e3" in out
     closed = await sessions.close(sid, tenant="default", subject="anonymous")
     assert not closed.running and closed.closed_reason == "closed"
-    kinds = [r.event for r in events(tmp_path, sid)]
+    kinds = [r.event for r in records(tmp_path / "evidence.jsonl", sid)]
     for kind in ("execution_started", "session_opened", "session_input", "session_output", "session_closed"):
         assert kind in kinds, kinds
     assert kinds[-1] in ("session_closed", "container_destroyed", "execution_finished")
-    inputs = [r for r in events(tmp_path, sid) if r.event == "session_input"]
+    inputs = [r for r in records(tmp_path / "evidence.jsonl", sid) if r.event == "session_input"]
     typed = [f"x = '{CANARY}'[::-1]\n".encode(), b"print(len(x), x[:6])\n"]
     assert [r.data["bytes"] for r in inputs] == [len(t) for t in typed]
     # keyed digests: checkable with the key beside the evidence, not guessable from the records alone
@@ -191,7 +188,7 @@ async def test_stdout_and_stderr_stay_apart_without_a_terminal(
     assert reply.exit_code == 0 and reply.closed_reason == "exit"
     with pytest.raises(SessionNotFound):
         await sessions.write({"tool": "write_stdin", "session_id": opened.session_id, "chars": "late\n"})
-    closing = [r for r in events(tmp_path, opened.session_id) if r.event == "session_closed"]
+    closing = [r for r in records(tmp_path / "evidence.jsonl", opened.session_id) if r.event == "session_closed"]
     assert [(r.data["reason"], r.data["exit_code"]) for r in closing] == [("exit", 0)]
 
 
@@ -242,7 +239,7 @@ async def test_idle_and_lifetime_end_a_session(sessions: Sessions, where: Where,
         last = await sessions.write({"tool": "write_stdin", "session_id": chatty.session_id, "yield_time_ms": 500})
     assert last.closed_reason == "lifetime"
     reasons = {
-        sid: [r.data["reason"] for r in events(tmp_path, sid) if r.event == "session_closed"]
+        sid: [r.data["reason"] for r in records(tmp_path / "evidence.jsonl", sid) if r.event == "session_closed"]
         for sid in (idle.session_id, chatty.session_id)
     }
     assert reasons == {idle.session_id: ["idle"], chatty.session_id: ["lifetime"]}
@@ -421,7 +418,7 @@ asyncio.run(main())
             await backend.close()
 
     assert session_id in asyncio.run(collect())
-    kinds = [r.event for r in events(tmp_path, session_id)]
+    kinds = [r.event for r in records(tmp_path / "evidence.jsonl", session_id)]
     assert "session_opened" in kinds and kinds[-1] == "execution_abandoned", kinds
     assert verify(evidence).ok
 
@@ -442,7 +439,7 @@ async def test_a_session_that_ends_unwatched_is_recorded_and_forgotten(
             break
     assert sessions.owner(sid) is None
     await sessions.orchestrator.evidence.flush()
-    closing = [r.data for r in events(tmp_path, sid) if r.event == "session_closed"]
+    closing = [r.data for r in records(tmp_path / "evidence.jsonl", sid) if r.event == "session_closed"]
     assert closing == [{"reason": "exit", "exit_code": 0}]
 
 

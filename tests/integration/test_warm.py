@@ -22,11 +22,11 @@ import pytest
 
 from orchestrator.evidence import iter_records, verify
 from tests.support.engine import list_managed
+from tests.support.images import SANDBOX_UID
 
 pytestmark = pytest.mark.integration
 
 SANDBOXCTL = str(Path(sys.executable).with_name("sandboxctl"))
-SANDBOX_UID = 1000
 BOUND_S = 60.0  # a hang is what these catch, not slowness
 
 CONFIG = """\

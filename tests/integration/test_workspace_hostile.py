@@ -28,7 +28,8 @@ import pytest
 from orchestrator.evidence import MAX_RECORD_BYTES, iter_records
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.results.record import SIDE_EFFECTS_MAX_BYTES
-from tests.support.containment import PROFILES, SANDBOX_UID, Harness, Run, assert_evidence, py
+from tests.support.containment import PROFILES, Harness, Run, assert_evidence, py
+from tests.support.images import SANDBOX_UID
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_sandboxes")]
 

@@ -44,7 +44,8 @@ import yaml
 
 from orchestrator.client import Client
 from tests.support.chart import CHART, helm
-from tests.support.kube import SANDBOX_UID, cluster_script, host_env
+from tests.support.images import SANDBOX_UID
+from tests.support.kube import cluster_script, host_env
 
 if TYPE_CHECKING:  # the fixture's type lives in the plugin tests/conftest.py loads
     from tests.support.kube import Cluster

@@ -18,12 +18,14 @@ import yaml
 
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.settings import EgressListener
-from orchestrator.evidence import iter_records, verify
+from orchestrator.evidence import verify
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
 from tests.support.egress import FETCH, HTTP_PORT, PROBE, TLS_PORT, EgressNet, egress_net
-from tests.support.kube import SANDBOX_UID, SandboxSpace
+from tests.support.evidence import record_dicts
+from tests.support.images import SANDBOX_UID
+from tests.support.kube import SandboxSpace
 
 pytestmark = pytest.mark.k8s
 
@@ -79,11 +81,6 @@ def workspace(sandbox_space: SandboxSpace, net: EgressNet) -> Path:
     return ws
 
 
-def records(tmp_path: Path, result: ExecutionResult, event: str) -> list[dict[str, Any]]:
-    found = iter_records(tmp_path / "evidence.jsonl", execution_id=str(result.authorization.execution_id))
-    return [r.model_dump(mode="json", exclude_none=True) for r in found if r.event == event]
-
-
 def answer(result: ExecutionResult) -> dict[str, Any]:
     out = result.to_json()
     return {**json.loads(out["stdout"] or "{}"), "exit_code": out["exit_code"], "run_error": out["error"]}
@@ -97,19 +94,19 @@ async def test_a_pod_reaches_its_allowlisted_hosts_through_the_proxy_and_nothing
 
     plain = await orch.execute(fetch(f"http://web.test:{HTTP_PORT}/hello"), workspace=workspace)
     assert answer(plain)["ok"] and answer(plain)["body"].startswith(f"hello from {HTTP_PORT}"), answer(plain)
-    [connection] = records(tmp_path, plain, "egress_connection")
+    [connection] = record_dicts(tmp_path / "evidence.jsonl", plain.authorization.execution_id, "egress_connection")
     assert (connection["data"]["host"], connection["data"]["allowed"]) == ("web.test", True)
     assert connection["data"]["bytes_down"] > 0
 
     tls = await orch.execute(fetch(f"https://tls.test:{TLS_PORT}/hello"), workspace=workspace)
     assert answer(tls)["ok"], answer(tls)
-    [tunnel] = records(tmp_path, tls, "egress_connection")
+    [tunnel] = record_dicts(tmp_path / "evidence.jsonl", tls.authorization.execution_id, "egress_connection")
     assert (tunnel["data"]["method"], tunnel["data"]["sni"]) == ("CONNECT", "tls.test")
 
     refused = await orch.execute(fetch(f"http://other.test:{HTTP_PORT}/hello"), workspace=workspace)
     assert not answer(refused)["ok"] and "403" in answer(refused)["error"]
     assert refused.to_json()["error"]["code"] == "SANDBOX.RESTRICTED"
-    [off_list] = records(tmp_path, refused, "egress_connection")
+    [off_list] = record_dicts(tmp_path / "evidence.jsonl", refused.authorization.execution_id, "egress_connection")
     assert (off_list["status"], off_list["data"]["refusal"]) == ("refused", "not_allowed")
 
     # no way around the proxy: the far host directly, and no name resolves in the pod

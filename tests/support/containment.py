@@ -32,11 +32,11 @@ from orchestrator.evidence import EvidenceRecord, iter_records, verify
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
+from tests.support.images import SANDBOX_UID
 
 if TYPE_CHECKING:
     from tests.support.kube import SandboxSpace
 
-SANDBOX_UID = 1000
 PROFILES = ["workspace-write", "untrusted"]
 RUNTIME = {"workspace-write": "runc", "untrusted": "runsc"}
 # the Docker params need the engine (marker `integration`), the Kubernetes ones the test cluster (`k8s`)

@@ -42,6 +42,14 @@ def list_managed(attempts: int = 10) -> list[ManagedSandbox]:
     raise AssertionError("unreachable")
 
 
+def engine_or_skip() -> None:
+    """Skips the test when no container engine answers (after a few tries: a shared engine may be restarting)."""
+    try:
+        list_managed(attempts=3)
+    except SandboxUnavailable as exc:
+        pytest.skip(f"no container engine ({exc.message}); run `make setup`")
+
+
 async def answering_or_skip(backend: SandboxBackend, what: str) -> None:
     """Skips the test (closing ``backend``) when ``backend`` does not answer: its engine or cluster is not up."""
     try:

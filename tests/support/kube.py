@@ -26,12 +26,12 @@ import pytest
 import yaml
 
 from orchestrator.backends.kubernetes.settings import KubernetesSettings, WorkspaceDelivery
+from tests.support.images import SANDBOX_UID
 from tests.support.paths import ROOT
 
 REPO = ROOT
 CLUSTER_SCRIPT = Path(os.environ.get("SO_K8S_CLUSTER_SCRIPT") or REPO / "scripts" / "k8s-cluster.sh")
 CLAIM = "sandbox-workspaces"
-SANDBOX_UID = 1000
 
 
 @dataclass(frozen=True)
