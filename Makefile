@@ -20,11 +20,12 @@ venv: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests benchmarks scripts
-	$(BIN)/ruff format --check orchestrator
+	$(BIN)/ruff format --check orchestrator scripts/testcluster tests/unit/testcluster
 	$(BIN)/shellcheck scripts/*.sh .ci/run
 
 typecheck: $(STAMP)
 	$(BIN)/mypy orchestrator
+	$(BIN)/mypy scripts/testcluster
 
 importlint: $(STAMP)
 	$(BIN)/lint-imports
@@ -60,11 +61,13 @@ image: setup
 	PYTHON=$(PYTHON) bash scripts/build-controller.sh
 
 # the test cluster (scripts/k8s-cluster.sh): a real single-node Kubernetes on 127.0.0.1, built from the Go
-# module proxy the first time (~3.5 min), then ~8 s cold and ~0.4 s when already up; down cleans it all away
-k8s-up: setup
+# module proxy the first time (~3.5 min), then ~8 s cold and ~0.4 s when already up; down cleans it all away.
+# The venv first: the cluster itself is Python (scripts/testcluster) and applies its objects with the
+# venv's kubernetes client.
+k8s-up: $(STAMP) setup
 	bash scripts/k8s-cluster.sh up
 
-k8s-down:
+k8s-down: $(STAMP)
 	bash scripts/k8s-cluster.sh down
 
 # the Kubernetes tier against that cluster (left up afterwards: `make k8s-down` stops it)
