@@ -28,13 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: te
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from scripts.testcluster.settings import TEST_SESSIONS
 from tests.support.kube import Cluster, _other_live_sessions, _sessions_locked, cluster_script, env_value
 
 STARTED_BY_TESTS = "started-by-tests"  # the fixture's mark: a test session started the cluster
 
 
 def sessions_dir(cluster: Cluster) -> Path:
-    return cluster.kubeconfig.parent / "test-sessions"
+    return cluster.kubeconfig.parent / TEST_SESSIONS
 
 
 def ensure_up() -> None:
@@ -56,7 +57,7 @@ def cluster_session() -> Iterator[Cluster]:
         raise SystemExit(f"scripts/k8s-cluster.sh env failed: {env.stderr[-2000:]}")
     kubeconfig = Path(env_value(env.stdout, "KUBECONFIG"))
     bin_dir = Path(env_value(env.stdout, "PATH").split(":", 1)[0])
-    sessions = kubeconfig.parent / "test-sessions"
+    sessions = kubeconfig.parent / TEST_SESSIONS
     sessions.mkdir(parents=True, exist_ok=True)
     me = sessions / f"session-{os.getpid()}"
     with _sessions_locked(sessions):

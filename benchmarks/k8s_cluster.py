@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster import cluster_session
 from options import parse
 
+from scripts.testcluster.settings import COMPONENTS, Settings
 from tests.support.k8s import hardened_pod
-
-COMPONENTS = ("etcd", "kube-apiserver", "containerd", "kubelet", "kube-controller-manager", "kube-scheduler")
+from tests.support.kube import host_env
 
 
 def run_once(core: Any, namespace: str, runtime_class: str | None) -> tuple[float, float]:
@@ -55,10 +55,10 @@ def run_once(core: Any, namespace: str, runtime_class: str | None) -> tuple[floa
     return t1 - t0, t2 - t1
 
 
-def rss_mib(run_dir: Path) -> dict[str, float]:
+def rss_mib(cluster: Settings) -> dict[str, float]:
     out: dict[str, float] = {}
     for name in COMPONENTS:
-        pid = (run_dir / f"{name}.pid").read_text().strip()
+        pid = cluster.pid_file(name).read_text().strip()
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 out[name] = int(line.split()[1]) / 1024
@@ -103,8 +103,8 @@ def measure(runs: int, kubeconfig: str) -> None:
             print(f"{label:7} log via API       {summary(logged, 'ms')}")
             figures[f"{label} create→Succeeded p50 s"] = round(statistics.median(started), 3)
             figures[f"{label} log via API p50 ms"] = round(statistics.median(logged) * 1000, 2)
-        run_dir = Path("/run/sandbox-orchestrator/k8s")  # the default run dir: the cluster script's own
-        for name, mib in rss_mib(run_dir).items():
+        # the cluster's pid files, where the cluster script keeps them (the machine's state and run dirs)
+        for name, mib in rss_mib(Settings.from_env(host_env())).items():
             print(f"RSS {name:24} {mib:6.0f} MiB")
             figures[f"RSS {name} MiB"] = round(mib)
         figures["runs"] = runs

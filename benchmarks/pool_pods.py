@@ -49,11 +49,10 @@ from orchestrator.evidence import iter_records
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
+from scripts.testcluster.settings import PLEG_RELIST_S
 from tests.support.kube import Cluster, SandboxSpace, close_space, cluster_script, open_space
 
 TARGET_S = 0.3
-#: the kubelet's relist period (generic PLEG): when it learns that a container ended
-RELIST_S = 1.0
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
 REQUEST = {"tool": "shell_exec", "argv": ["true"], "profile": "workspace-write"}
 
@@ -117,7 +116,7 @@ async def pooled_vs_cold(space: SandboxSpace, tmp: Path, runs: int) -> dict[str,
             order = ("pooled", "cold") if index % 2 == 0 else ("cold", "pooled")
             figures: dict[str, float] = {}
             for side in order:
-                await asyncio.sleep(phases.uniform(0.0, RELIST_S))  # untimed: any phase of the relist
+                await asyncio.sleep(phases.uniform(0.0, PLEG_RELIST_S))  # untimed: any phase of the relist
                 figures[side], _ = await timed_run(pooled_o if side == "pooled" else cold_o, workspace)
             pooled.append(figures["pooled"])
             cold.append(figures["cold"])

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from orchestrator.backends.kubernetes.preflight import NEEDED
+from scripts.testcluster.settings import MINIMAL_IMAGE
 from tests.support.chart import (
     BASE_RULES,
     CHART,
@@ -231,7 +232,7 @@ def pod(name: str, spec: dict[str, Any] | None = None, container: dict[str, Any]
             "containers": [
                 {
                     "name": "c",
-                    "image": "sandbox-orchestrator/minimal:latest",
+                    "image": MINIMAL_IMAGE,
                     "securityContext": {**RESTRICTED_CONTAINER, **(container or {})},
                 }
             ],

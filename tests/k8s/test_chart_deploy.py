@@ -43,6 +43,7 @@ import pytest
 import yaml
 
 from orchestrator.client import Client
+from scripts.testcluster.settings import API_PORT, CONTROLLER_IMAGE, MINIMAL_IMAGE, NODE_NAME
 from tests.support.chart import CHART, helm
 from tests.support.images import SANDBOX_UID
 from tests.support.kube import cluster_script, host_env
@@ -53,10 +54,6 @@ if TYPE_CHECKING:  # the fixture's type lives in the plugin tests/conftest.py lo
 pytestmark = pytest.mark.k8s
 
 REPO = Path(__file__).resolve().parents[2]
-CONTROLLER_IMAGE = "sandbox-orchestrator/controller:latest"  # what k8s-cluster.sh imports
-SANDBOX_IMAGE = "sandbox-orchestrator/minimal:latest"
-API_SERVER_PORT = 16443  # k8s-cluster.sh's kube-apiserver, on 127.0.0.1
-NODE = "localhost"  # k8s-cluster.sh names its node so
 APPROVAL_RULE = "t1-agent-medium-risk"
 COMMAND = "echo hello-from-a-pod > out.txt; cat out.txt"
 OUTPUT = b"hello-from-a-pod\n"
@@ -154,7 +151,7 @@ def release_values(mode: str, names: dict[str, str], root: Path, port: int, toke
         "image": {"tag": "latest", "pullPolicy": "Never"},  # imported into the node, never pulled
         "controller": {
             "port": port,
-            "hostNetwork": {"enabled": True, "apiServerHost": "127.0.0.1", "apiServerPort": API_SERVER_PORT},
+            "hostNetwork": {"enabled": True, "apiServerHost": "127.0.0.1", "apiServerPort": API_PORT},
             # probed every second, so that install -> Ready measures the controller, not the probe period
             "probes": {"readiness": {"initialDelaySeconds": 0, "periodSeconds": 1}},
         },
@@ -427,7 +424,7 @@ def test_agent_runs_a_command_in_a_sandbox_pod(release: Release, cluster_with_im
     lifecycle = {r["event"]: r for r in records if r["event"] in LIFECYCLE}
     pod_uid = pod_uid_from_events(cluster, release.sandboxes, f"sbx-{view.execution_id}")
     assert {r["data"]["sandbox_id"] for r in lifecycle.values()} == {pod_uid}
-    assert lifecycle["container_scheduled"]["data"]["node"] == NODE
+    assert lifecycle["container_scheduled"]["data"]["node"] == NODE_NAME
     assert lifecycle["container_died"]["data"]["exit_code"] == 0
     assert all(r["engine_ts"] for r in lifecycle.values())  # the API server's timestamps
     finished = records[-1]
@@ -510,7 +507,7 @@ def probe_pod(name: str) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "probe",
-                    "image": SANDBOX_IMAGE,
+                    "image": MINIMAL_IMAGE,
                     "imagePullPolicy": "Never",
                     "command": ["true"],
                     "securityContext": {

@@ -28,6 +28,7 @@ from orchestrator.pipeline.config import (
 from orchestrator.pipeline.launch import CONTROLLER_ID_ENV, check_workspace
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.tokens import load_credentials
+from scripts.testcluster.settings import API_PORT, LOOPBACK
 from tests.support.chart import (
     BACKEND_K8S_KEYS,
     BACKEND_KEYS,
@@ -85,7 +86,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "host-network": {
         "controller": {
             "port": 18700,
-            "hostNetwork": {"enabled": True, "apiServerHost": "127.0.0.1", "apiServerPort": 16443},
+            "hostNetwork": {"enabled": True, "apiServerHost": LOOPBACK, "apiServerPort": API_PORT},
         }
     },
     # a controller user of its own (profiles that write as 10001:10001): workspaces follow it
@@ -322,7 +323,7 @@ def test_controller_pod_is_hardened(variant: tuple[str, dict[str, Any], list[dic
     assert order.index("POD_NAMESPACE") < order.index(CONTROLLER_ID_ENV)
     api_server = {k: env[k].get("value") for k in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT") if k in env}
     assert api_server == (
-        {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "16443"} if host_network else {}
+        {"KUBERNETES_SERVICE_HOST": LOOPBACK, "KUBERNETES_SERVICE_PORT": str(API_PORT)} if host_network else {}
     )
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import json
 import platform
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.k8s import DEFAULT, hardened_pod, run_pod, unique
+from scripts.testcluster.settings import DEFAULT_IMAGE, RUNTIME_CLASS, RUNTIME_HANDLER, Settings
+from tests.support.k8s import hardened_pod, run_pod, unique
+from tests.support.kube import host_env
 from tests.support.paths import ROOT
-
-if TYPE_CHECKING:  # the fixture's type lives in the plugin tests/conftest.py loads
-    from tests.support.kube import Cluster
 
 pytestmark = pytest.mark.k8s
 
@@ -79,7 +77,7 @@ def test_the_projects_seccomp_profile_is_installed_on_the_node_and_applies(
         hardened_pod(
             unique("seccomp-local"),
             ["sh", "-c", f'{IDENTITY} && python3 -c "$0"', probe],
-            image=DEFAULT,
+            image=DEFAULT_IMAGE,
             seccomp=localhost,
         ),
     )
@@ -87,9 +85,8 @@ def test_the_projects_seccomp_profile_is_installed_on_the_node_and_applies(
     assert_hardened(log.rsplit("\n", 2)[0])
     assert log.splitlines()[-1] == "io_uring_setup -1 Operation not permitted"
 
-    phase, log = run_pod(
-        k8s_api, sandbox_namespace, hardened_pod(unique("seccomp-default"), ["python3", "-c", probe], image=DEFAULT)
-    )
+    default = hardened_pod(unique("seccomp-default"), ["python3", "-c", probe], image=DEFAULT_IMAGE)
+    phase, log = run_pod(k8s_api, sandbox_namespace, default)
     assert phase == "Succeeded", log
     assert log.splitlines()[-1] == "io_uring_setup -1 Bad address"
 
@@ -158,19 +155,17 @@ def test_a_pod_has_no_default_route(k8s_api: Any, sandbox_namespace: str) -> Non
         assert not (dest == "0" * 32 and prefix == "00" and iface != "lo"), v6
 
 
-def test_gvisor_runtime_class_runs_pods_under_gvisor(
-    k8s_api: Any, sandbox_namespace: str, k8s_cluster: Cluster
-) -> None:
+def test_gvisor_runtime_class_runs_pods_under_gvisor(k8s_api: Any, sandbox_namespace: str) -> None:
     """A hardened pod under RuntimeClass gvisor sees gVisor's kernel (release 4.4.0), not the host's."""
     classes = {rc.metadata.name: rc.handler for rc in client.NodeV1Api(k8s_api).list_runtime_class().items}
-    if "gvisor" not in classes:
-        reason = Path(k8s_cluster.kubeconfig.parent / "gvisor.unavailable")
+    if RUNTIME_CLASS not in classes:
+        reason = Settings.from_env(host_env()).gvisor_reason
         pytest.skip(f"no RuntimeClass gvisor: {reason.read_text() if reason.exists() else 'no reason recorded'}")
-    assert classes["gvisor"] == "runsc"
+    assert classes[RUNTIME_CLASS] == RUNTIME_HANDLER
     phase, log = run_pod(
         k8s_api,
         sandbox_namespace,
-        hardened_pod(unique("gvisor"), ["sh", "-c", f"uname -r; {IDENTITY}"], runtime_class="gvisor"),
+        hardened_pod(unique("gvisor"), ["sh", "-c", f"uname -r; {IDENTITY}"], runtime_class=RUNTIME_CLASS),
     )
     assert phase == "Succeeded", log
     release, rest = log.split("\n", 1)

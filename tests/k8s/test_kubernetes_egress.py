@@ -22,15 +22,16 @@ from orchestrator.evidence import verify
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry
+from scripts.testcluster.settings import EGRESS_NETNS_PATH, Settings
 from tests.support.egress import FETCH, HTTP_PORT, PROBE, TLS_PORT, EgressNet, egress_net
 from tests.support.evidence import record_dicts
 from tests.support.images import SANDBOX_UID
-from tests.support.kube import SandboxSpace
+from tests.support.kube import SandboxSpace, host_env
 
 pytestmark = pytest.mark.k8s
 
 # k8s-cluster.sh's attachment to the pods' network: a namespace of its own on the pod bridge
-ATTACHMENT = EgressListener(listen="10.253.0.254:3128", netns="/var/run/netns/so-k8s-egress")
+ATTACHMENT = EgressListener(listen=Settings.from_env(host_env()).egress_listen, netns=str(EGRESS_NETNS_PATH))
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ from orchestrator.pipeline.doctor import run_doctor
 from orchestrator.pipeline.factory import build_orchestrator, open_orchestrator
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
+from scripts.testcluster.settings import NODE_NAME
 from tests.support.kube import SandboxSpace
 
 pytestmark = pytest.mark.k8s
@@ -92,7 +93,7 @@ async def test_every_builtin_profile_runs_as_an_admitted_pod(pipeline: Pipeline,
     died = next(r for r in out["records"] if r.event == "container_died")
     assert died.data is not None and died.data["exit_code"] == 0 and died.data["reason"] == "Completed"
     scheduled = next(r for r in out["records"] if r.event == "container_scheduled")
-    assert scheduled.data is not None and scheduled.data["node"] == "localhost"
+    assert scheduled.data is not None and scheduled.data["node"] == NODE_NAME
 
 
 async def test_a_weakened_pod_is_refused_by_the_api_server(sandbox_space: SandboxSpace) -> None:

@@ -10,7 +10,6 @@ its id the pod's uid.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import os
 import re
@@ -32,6 +31,8 @@ from orchestrator.evidence import EvidenceRecord, iter_records, verify
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
+from scripts.testcluster.settings import NODE_POD_PIDS_LIMIT as NODE_POD_PIDS_LIMIT
+from scripts.testcluster.settings import Settings
 from tests.support.images import SANDBOX_UID
 
 if TYPE_CHECKING:
@@ -72,10 +73,9 @@ CRI_SANDBOX_UID = "io.kubernetes.cri.sandbox-uid"  # on every container's OCI sp
 # gVisor sandbox, their shims) once it sees the deletion (measured: 1.5-3 s); Docker's shim is quicker
 GONE_WITHIN_S = {"docker": 5.0, "kubernetes": 20.0}
 EXECUTION_MARGIN_S = 120.0
-# the test cluster (scripts/k8s-cluster.sh): the kubelet's podPidsLimit (a pod has no pids field of its own),
-# and the pods' subnet on the CNI bridge (no gateway: pods have no default route)
-NODE_POD_PIDS_LIMIT = 1024
-POD_SUBNET = ipaddress.IPv4Network(os.environ.get("SANDBOX_K8S_POD_SUBNET", "10.253.0.0/24"))
+# the test cluster (scripts/testcluster/settings.py): the kubelet's podPidsLimit (a pod has no pids field of its
+# own), and the pods' subnet on the CNI bridge (no gateway: pods have no default route; SANDBOX_K8S_POD_SUBNET)
+POD_SUBNET = Settings.from_env().pod_subnet
 
 
 def resolved(name: str) -> ResolvedProfile:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-MINIMAL = "sandbox-orchestrator/minimal:latest"
-DEFAULT = "sandbox-orchestrator/default:latest"
+from scripts.testcluster.settings import MINIMAL_IMAGE
+
 POD_TIMEOUT = 90.0
 
 
@@ -18,7 +18,7 @@ def hardened_pod(
     name: str,
     command: list[str],
     *,
-    image: str = MINIMAL,
+    image: str = MINIMAL_IMAGE,
     seccomp: dict[str, str] | None = None,
     runtime_class: str | None = None,
 ) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from orchestrator.backends.kubernetes.settings import KubernetesSettings, WorkspaceDelivery
+from scripts.testcluster.settings import TEST_SESSIONS
 from tests.support.images import SANDBOX_UID
 from tests.support.paths import ROOT
 
@@ -116,7 +117,7 @@ def k8s_cluster() -> Iterator[Cluster]:
         pytest.skip("the test cluster needs root (a kubelet and containerd)")
     env = cluster_script("env")
     kubeconfig = Path(env_value(env.stdout, "KUBECONFIG"))
-    sessions = kubeconfig.parent / "test-sessions"
+    sessions = kubeconfig.parent / TEST_SESSIONS
     sessions.mkdir(parents=True, exist_ok=True)
     started_by_tests = sessions / "started-by-tests"
     me = sessions / f"session-{os.getpid()}"
