@@ -206,7 +206,7 @@ async def measure(args: argparse.Namespace, cl: Cluster) -> int:
                 workspace=Workspace(str(workspace)),
                 workdir=profile.workspace.container_path,
                 env=dict(profile.env),
-                labels={},
+                owner="",
                 deadline_unix=time.time() + 600,
             )
             return pod_manifest(spec, space.settings())

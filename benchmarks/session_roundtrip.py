@@ -49,7 +49,7 @@ from kubernetes import stream as k8s_stream
 from kubernetes import watch as k8s_watch
 from options import parse
 
-from orchestrator.backends.base import LaunchSpec, SandboxBackend, Workspace
+from orchestrator.backends.base import LaunchSpec, SandboxBackend, SessionLaunch, Workspace
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.manifest import pod_manifest
@@ -158,8 +158,8 @@ def kubernetes_sides(cluster: Cluster) -> tuple[SandboxBackend, Path, Callable[[
         profile = ProfileRegistry().resolve("workspace-write", session=True)
         spec = LaunchSpec(
             execution_id=new_execution_id(), argv=("true",), profile=profile, workspace=Workspace(str(workspace)),
-            workdir=profile.workspace.container_path, env={}, labels={}, deadline_unix=time.time() + 3600,
-            interactive=True,
+            workdir=profile.workspace.container_path, env={}, owner="", deadline_unix=time.time() + 3600,
+            kind=SessionLaunch(),
         )  # fmt: skip
         return KubeExecCat(cluster.kubeconfig, namespace, pod_manifest(spec, space.settings()))
 

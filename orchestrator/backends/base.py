@@ -1,8 +1,13 @@
-"""The contract every sandbox backend (Docker, Kubernetes) fulfils.
+"""The contract every sandbox backend (Docker, Kubernetes) fulfils: one protocol, capabilities as data.
 
 A backend only launches and observes: it never decides. The service drives one execution as
 create → start → (output ‖ wait with deadline) → inspect → destroy, with the engine's own
 lifecycle events streamed beside it. Blocking client libraries run off the event loop.
+
+Every backend has every method (sessions' input, pre-started sandboxes' launch, egress); what it can do as
+configured is said by its ``capabilities`` (and ``egress_problem`` for one profile), which the pipeline reads
+instead of asking for the backend's type or name. What a launch is (a one-shot command, a session, a sandbox
+started waiting) is a small sum of kinds (``LaunchKind``): a combination no backend runs cannot be built.
 """
 
 from __future__ import annotations
@@ -12,15 +17,47 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
+from orchestrator.backends._support.labels import (
+    LABEL_DEADLINE,
+    LABEL_EXECUTION_ID,
+    LABEL_MANAGED_BY,
+    LABEL_OWNER,
+    LABEL_PROFILE_HASH,
+    MANAGED_BY,
+    sandbox_labels,
+)
+from orchestrator.domain.errors import InputInvalid
 from orchestrator.egress import EgressProxy, EgressRoute
 from orchestrator.profiles import ResolvedProfile
 
-MANAGED_BY = "sandbox-orchestrator"
-LABEL_MANAGED_BY = "org.sandbox-orchestrator.managed-by"
-LABEL_EXECUTION_ID = "org.sandbox-orchestrator.execution-id"
-LABEL_OWNER = "org.sandbox-orchestrator.owner"  # "<hostname>:<pid>:<process start time>" of the controller
-LABEL_DEADLINE = "org.sandbox-orchestrator.deadline"  # unix seconds after which the sandbox is an orphan
-LABEL_PROFILE_HASH = "org.sandbox-orchestrator.profile-hash"
+__all__ = [
+    "INPUT_BACKLOG_BYTES",
+    "LABEL_DEADLINE",
+    "LABEL_EXECUTION_ID",
+    "LABEL_MANAGED_BY",
+    "LABEL_OWNER",
+    "LABEL_PROFILE_HASH",
+    "MANAGED_BY",
+    "BackendInfo",
+    "Capabilities",
+    "CommandLaunch",
+    "ExitState",
+    "LaunchKind",
+    "LaunchSpec",
+    "LifecycleEvent",
+    "LifecycleKind",
+    "ManagedSandbox",
+    "OutputCallback",
+    "OutputStream",
+    "PooledLaunch",
+    "PreflightCheck",
+    "ResourceUsage",
+    "SandboxBackend",
+    "SandboxHandle",
+    "SessionLaunch",
+    "StreamCapture",
+    "Workspace",
+]
 
 LifecycleKind = Literal["create", "schedule", "start", "die", "oom", "kill", "destroy"]
 OutputStream = Literal["stdout", "stderr"]
@@ -38,6 +75,41 @@ class Workspace:
 
 
 @dataclass(frozen=True, slots=True)
+class CommandLaunch:
+    """A one-shot command: ``argv`` runs as the sandbox starts. ``stdin``: bytes it reads, then EOF (None: no
+    stdin at all); ``tty``: a terminal (stdout and stderr merged), never with stdin bytes (a terminal echoes
+    its input, and the engine ends a terminal's output when its input ends: piped bytes cannot keep their
+    meaning there). A backend may still refuse a terminal for a one-shot command (Kubernetes does)."""
+
+    stdin: bytes | None = None
+    tty: bool = False
+
+    def __post_init__(self) -> None:
+        if self.stdin is not None and self.tty:
+            raise InputInvalid("stdin cannot be combined with tty or a session", details={"field": "stdin"})
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLaunch:
+    """A session: the command's stdin stays open for what ``send_input`` brings while it runs (with ``tty``,
+    the command's terminal); never stdin bytes up front."""
+
+    tty: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PooledLaunch:
+    """A sandbox started waiting: its command is our init (``images/init/sandbox-init.c``), waiting on a
+    channel only its backend holds for one ``launch``, which brings argv, env, working directory and stdin
+    (the spec's own argv, env and workdir are unused: everything else is the sandbox's). What pre-started
+    sandboxes are made as, and an egress run's sandbox before its proxy is in reach. No terminal, no stdin of
+    its own."""
+
+
+LaunchKind = CommandLaunch | SessionLaunch | PooledLaunch
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """Everything needed to launch one execution. ``argv`` runs exactly as asked."""
 
@@ -47,18 +119,38 @@ class LaunchSpec:
     workspace: Workspace
     workdir: str  # absolute path inside the container, inside the workspace mount
     env: Mapping[str, str]  # final environment: profile defaults + allowed request values (secret)
-    labels: Mapping[str, str]
+    owner: str  # the controller that owns the sandbox (its LABEL_OWNER; "" for none: an orphan once seen)
     deadline_unix: float
-    stdin: bytes | None = None
-    tty: bool = False
-    # a session: stdin stays open for what send_input() brings while the command runs (with ``tty``, the
-    # command's terminal); never together with ``stdin`` bytes
-    interactive: bool = False
-    # a pre-started sandbox (PooledBackend): its command is sandbox-init, waiting for launch(); argv, env,
-    # workdir and stdin here are unused (the launch's spec brings them), everything else is the sandbox's
-    pooled: bool = False
-    # the run's egress (EgressBackend), when its profile allows some: served from open_egress() to destroy()
+    kind: LaunchKind = CommandLaunch()
+    # the run's egress, when its profile allows some (a one-shot command's): served from open_egress() to destroy()
     egress: EgressRoute | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The sandbox's labels (``_support.labels``: one set, whatever the backend)."""
+        return sandbox_labels(
+            self.execution_id,
+            owner=self.owner,
+            deadline_unix=self.deadline_unix,
+            profile_hash=self.profile.profile_hash,
+        )
+
+    @property
+    def stdin(self) -> bytes | None:
+        """A one-shot command's stdin bytes (None: none, or another kind)."""
+        return self.kind.stdin if isinstance(self.kind, CommandLaunch) else None
+
+    @property
+    def tty(self) -> bool:
+        return not isinstance(self.kind, PooledLaunch) and self.kind.tty
+
+    @property
+    def session(self) -> bool:
+        return isinstance(self.kind, SessionLaunch)
+
+    @property
+    def pooled(self) -> bool:
+        return isinstance(self.kind, PooledLaunch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +244,41 @@ class PreflightCheck:
         return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
 
 
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend, as configured, can do and asks of its callers: data the pipeline reads, never the
+    backend's type or name. Fixed for the backend's life (its configuration and endpoint are)."""
+
+    # starts sandboxes waiting (PooledLaunch) and launches a command into one: what pre-started sandboxes
+    # need, and egress runs too (their command is launched once the proxy is in the sandbox's reach)
+    can_pool: bool
+    # True: ``launch`` returns only once a live init holds the message (else SANDBOX.UNAVAILABLE), so the
+    # sandbox's end is its command's. False: the caller compares the end's time with the launch's (a sandbox
+    # that ended before it was launched ran nothing)
+    launch_confirmed: bool
+    # takes input while a sandbox runs (SessionLaunch: send_input, end_input, resize); without it, no session
+    # runs (never one without its input)
+    sessions: bool
+    # ``info().images`` lists every image the engine has (the doctor checks each profile's, and probes only
+    # those present); False: the images are not the controller's to list (a cluster's nodes)
+    lists_images: bool
+    # a sandbox has a pids limit of its own (the doctor's probe compares it with the profile's); False: the
+    # node's applies (shown, not compared)
+    own_pids_limit: bool
+    # host paths (and everything below them) never given to a sandbox as its workspace, nor a directory that
+    # contains one: the engine's state and socket (the pipeline protects the host's system directories itself)
+    protected_paths: tuple[str, ...] = ()
+
+
 @runtime_checkable
 class SandboxBackend(Protocol):
     """Async; every method may raise SandboxUnavailable / SandboxStartFailed (with the engine's payload
     in ``details``), never a client library's own exception."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend, as configured, can do (see ``Capabilities``)."""
+        ...
 
     def prepare(self) -> None:
         """Begin connecting to the engine in the background (a speed-up only: never raises; what
@@ -199,7 +322,8 @@ class SandboxBackend(Protocol):
     async def usage(self, handle: SandboxHandle) -> ResourceUsage: ...
 
     async def destroy(self, handle: SandboxHandle) -> None:
-        """Remove the sandbox and its anonymous volumes; idempotent; safe on every path."""
+        """Remove the sandbox and its anonymous volumes; idempotent; safe on every path. A sandbox with
+        egress has its route closed first (every connection's record emitted)."""
         ...
 
     async def list_managed(self) -> list[ManagedSandbox]: ...
@@ -214,11 +338,8 @@ class SandboxBackend(Protocol):
 
     async def close(self) -> None: ...
 
-
-@runtime_checkable
-class InteractiveBackend(Protocol):
-    """What a backend adds for sessions: input to a sandbox created with ``LaunchSpec.interactive``,
-    while it runs. Its output comes through ``capture(on_output=...)`` like any other."""
+    # -- sessions (a SessionLaunch; Capabilities.sessions) --------------------------------------------------
+    # Its output comes through ``capture(on_output=...)`` like any other.
 
     async def send_input(self, handle: SandboxHandle, data: bytes) -> None:
         """Queue ``data`` for the command's stdin, in order; returns at once (a command that does not
@@ -231,46 +352,33 @@ class InteractiveBackend(Protocol):
         ...
 
     async def resize(self, handle: SandboxHandle, rows: int, cols: int) -> None:
-        """Set the terminal's window size (a sandbox with ``tty``): the command gets SIGWINCH."""
+        """Set the terminal's window size (a session with ``tty``): the command gets SIGWINCH."""
         ...
 
+    # -- sandboxes started waiting (a PooledLaunch; Capabilities.can_pool) ----------------------------------
+    # One created (and started) so runs our init, waiting for its command on a channel only this backend
+    # holds; ``launch`` sends it, once: the command replaces the init in a sandbox no one has used. From then
+    # on the sandbox is driven like any other (capture, wait, inspect, destroy).
 
-@runtime_checkable
-class PooledBackend(Protocol):
-    """What a backend adds for pre-started sandboxes: one created (and started) with ``LaunchSpec.pooled``
-    runs our init (``images/init/sandbox-init.c``), waiting for its command on a channel only this backend
-    holds; ``launch`` sends it, once: the command replaces the init in a sandbox no one has used. From
-    then on the sandbox is driven like any other (capture, wait, inspect, destroy)."""
-
-    @property
-    def can_pool(self) -> bool:
-        """Whether this backend, as configured, can pre-start sandboxes at all."""
-        ...
-
-    @property
-    def launch_confirmed(self) -> bool:
-        """True: ``launch`` returns only once a live init holds the message (else SANDBOX.UNAVAILABLE), so
-        the sandbox's end is its command's. False: the caller compares the end's time with the launch's
-        (a sandbox that ended before it was launched ran nothing)."""
+    def fits_launch(self, spec: LaunchSpec) -> bool:
+        """Whether ``spec``'s command can be launched into a waiting sandbox (a one-shot command without a
+        terminal, within what a launch carries): a run that does not starts cold."""
         ...
 
     async def launch(self, handle: SandboxHandle, spec: LaunchSpec) -> None:
-        """Hand the pooled sandbox ``spec``'s argv, env, workdir and stdin (its other settings must be the
+        """Hand the waiting sandbox ``spec``'s argv, env, workdir and stdin (its other settings must be the
         sandbox's: the caller's pool key guarantees it). SANDBOX.UNAVAILABLE if it cannot take it."""
         ...
 
     def still_waiting(self, handle: SandboxHandle) -> bool | None:
-        """Whether the pooled sandbox's init still waits, when this process can tell without asking the
+        """Whether the waiting sandbox's init still waits, when this process can tell without asking the
         engine (its pid, watched); None when it cannot (the caller inspects)."""
         ...
 
-
-@runtime_checkable
-class EgressBackend(Protocol):
-    """What a backend adds for sandboxes with an egress allowlist (``ResolvedProfile.network`` allowlist): the
-    egress proxy becomes the sandbox's only route. The sandbox is made like a pre-started one (``LaunchSpec
-    .pooled``: its init waits), ``open_egress`` puts the proxy in its reach, then ``launch`` runs the command.
-    The route is served until ``destroy``, which closes it (every connection's record emitted) first."""
+    # -- egress (``ResolvedProfile.network`` allowlist) -----------------------------------------------------
+    # The egress proxy becomes the sandbox's only route. The sandbox is made started waiting (PooledLaunch),
+    # ``open_egress`` puts the proxy in its reach, then ``launch`` runs the command. The route is served until
+    # ``destroy``, which closes it (every connection's record emitted) first.
 
     def egress_problem(self, profile: ResolvedProfile) -> str | None:
         """Why this backend, as configured, cannot give sandboxes of ``profile`` the proxy as their one route

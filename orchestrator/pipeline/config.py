@@ -118,7 +118,7 @@ class PoolSettings(BaseModel):
     ttl_s: float = Field(default=300.0, gt=0, le=86_400, description="An unclaimed sandbox is destroyed after this.")
 
 
-#: The Kubernetes workspace modes pre-started pods work with (KubernetesBackend.can_pool): a pooled pod runs
+#: The Kubernetes workspace modes pre-started pods work with (its capabilities.can_pool): a pooled pod runs
 #: its command on the workspace mounted; in copy mode the workspace would be the one copied in at fill.
 POOL_WORKSPACE_MODES: tuple[str, ...] = ("pvc",)
 

@@ -2,7 +2,8 @@
 
 Each check says what it found and, when it fails, the command that fixes it. The probe runs a tiny
 container per runtime and reads, from inside, what the kernel enforces: seccomp mode, no-new-privs,
-capabilities and the cgroup limits.
+capabilities and the cgroup limits. What only one kind of backend can check is its ``preflight()``; what
+the doctor may ask of the engine's answers (its images, a sandbox's own pids limit) its ``capabilities`` say.
 """
 
 from __future__ import annotations
@@ -129,18 +130,9 @@ async def run_doctor(
         extra = ", ".join(f"{k} {v}" for k, v in sorted(info.details.items()))
         checks.append(Check("engine", True, f"{info.name} {info.engine_version} at {info.endpoint}; {extra}"))
     checks.extend(await backend.preflight())
-    # a cluster's images are on its nodes, not the controller's to list: the probe pods show them
-    images_listed = info is not None and info.name != "kubernetes"
-    if info is not None and images_listed:
-        seccomp = "seccomp" in info.details.get("security_options", "seccomp")
-        checks.append(
-            Check(
-                "seccomp support",
-                seccomp,
-                info.details.get("security_options", "unknown"),
-                None if seccomp else "use an engine built with seccomp support",
-            ),
-        )
+    capabilities = backend.capabilities
+    # where images are not the controller's to list (a cluster's nodes), the probe pods show them
+    images_listed = info is not None and capabilities.lists_images
     resolved: list[ResolvedProfile] = []
     for name in profiles.names():
         try:
@@ -204,5 +196,5 @@ async def run_doctor(
             ):
                 continue
             seen_runtimes.add(profile.runtime)
-            checks.append(await probe(backend, profile, node_pids=info.name == "kubernetes"))
+            checks.append(await probe(backend, profile, node_pids=not capabilities.own_pids_limit))
     return checks

@@ -21,19 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends.base import (
-    EgressBackend,
     ExitState,
     LaunchSpec,
     LifecycleEvent,
     OutputCallback,
     OutputStream,
-    PooledBackend,
+    PooledLaunch,
     ResourceUsage,
     SandboxBackend,
     SandboxHandle,
     StreamCapture,
 )
 from orchestrator.domain.errors import (
+    InternalError,
     OrchestratorError,
     SandboxOOM,
     SandboxPidsLimit,
@@ -234,8 +234,8 @@ async def run_in_sandbox(
     ``before`` is the workspace as it was before the sandbox existed. ``on_output`` gets the output while
     the command runs, redacted and capped, in order, and what was held back once the output ended, all
     before this returns: put together, exactly the outcome's ``stdout`` / ``stderr`` (see LiveOutput).
-    ``spec.egress``: the sandbox starts waiting like a pre-started one, ``egress_proxy`` is put in its reach
-    (EgressBackend.open_egress), and then its command is launched, pointed at the proxy."""
+    ``spec.egress``: the sandbox starts waiting like a pre-started one (a PooledLaunch), ``egress_proxy`` is
+    put in its reach (``open_egress``), and then its command is launched, pointed at the proxy."""
     profile: ResolvedProfile = spec.profile
     seen: dict[str, asyncio.Event] = {"destroy": asyncio.Event()}
     ready = asyncio.Event()
@@ -270,7 +270,7 @@ async def run_in_sandbox(
         if pooled is not None:
             handle = pooled.handle
         else:
-            handle = await backend.create(dataclasses.replace(spec, pooled=True, stdin=None) if waits else spec)
+            handle = await backend.create(dataclasses.replace(spec, kind=PooledLaunch()) if waits else spec)
         capture_task = asyncio.create_task(
             backend.capture(
                 handle,
@@ -283,18 +283,18 @@ async def run_in_sandbox(
             if meter_started is not None:
                 await meter_started
             if pooled is not None or waits:
-                assert isinstance(backend, PooledBackend)
                 if waits:
                     await backend.start(handle)
                 command = spec
                 if spec.egress is not None:
-                    assert isinstance(backend, EgressBackend) and egress_proxy is not None
+                    if egress_proxy is None:
+                        raise InternalError("a run with egress was given no egress proxy: it does not run")
                     url = await backend.open_egress(handle, spec.egress, egress_proxy)
                     command = dataclasses.replace(spec, env={**spec.env, **proxy_environment(url)})
                 sent_at = datetime.now(UTC)
                 await backend.launch(handle, command)
                 # a launch that does not confirm a live init: the sandbox's end is checked against it below
-                launched_at = None if backend.launch_confirmed else sent_at
+                launched_at = None if backend.capabilities.launch_confirmed else sent_at
             else:
                 await backend.start(handle)
             if on_started is not None:

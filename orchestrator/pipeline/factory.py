@@ -83,8 +83,11 @@ def build_orchestrator(
     evidence, state, code) is checked to be out of that workspace's reach before anything is decided
     (INPUT.INVALID naming the file); ``run`` checks again for the workspace it is given."""
     governing: tuple[Governing, ...] = (policy_file(config_path),) if config_path is not None else ()
+    protected = () if backend is None else backend.capabilities.protected_paths  # the engine's state and socket
     if workspace is not None:
-        check_workspace(Path(workspace), governing=[*state_directories(), *governing])  # before it is read
+        check_workspace(  # before it is read
+            Path(workspace), governing=[*state_directories(), *governing], protected=protected
+        )
     config = load_config(config_path)
     path = evidence_path or (Path(config.evidence.path) if config.evidence.path else default_evidence_path())
     if config.approvals.provider == "queue":
@@ -92,7 +95,9 @@ def build_orchestrator(
     if workspace is not None:
         profile_dirs = profiles.search_path if profiles is not None else ()
         check_workspace(
-            Path(workspace), governing=governing_paths(evidence=path, profile_dirs=profile_dirs, extra=governing)
+            Path(workspace),
+            governing=governing_paths(evidence=path, profile_dirs=profile_dirs, extra=governing),
+            protected=protected,
         )
     return assemble(
         evidence=EvidenceWriter(path),

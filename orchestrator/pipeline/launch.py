@@ -1,4 +1,4 @@
-"""From an authorized request to a LaunchSpec: argv, working directory, environment, labels."""
+"""From an authorized request to a LaunchSpec: argv, working directory, environment, its owner and deadline."""
 
 from __future__ import annotations
 
@@ -10,16 +10,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from orchestrator.backends.base import (
-    LABEL_DEADLINE,
-    LABEL_EXECUTION_ID,
-    LABEL_MANAGED_BY,
-    LABEL_OWNER,
-    LABEL_PROFILE_HASH,
-    MANAGED_BY,
-    LaunchSpec,
-    Workspace,
-)
+from orchestrator.backends.base import CommandLaunch, LaunchSpec, SessionLaunch, Workspace
 from orchestrator.domain.errors import ConfigInvalid, InputInvalid, OrchestratorError, PolicyDenied, SandboxUnavailable
 from orchestrator.domain.requests import (
     EXEC_TOOLS,
@@ -120,14 +111,13 @@ def owner_alive(owner: str) -> bool | None:
     return _process_start_ticks(pid) == start
 
 
-# never mounted as a workspace (read-write, recursively), nor anything that contains them
+# never mounted as a workspace (read-write, recursively), nor anything that contains them: the host's system
+# directories and our own state; the backend adds its engine's (``Capabilities.protected_paths``)
 _PROTECTED = (
     *SYSTEM_PREFIXES,
     "/libx32",
     "/run",
     "/var/run",
-    "/var/lib/docker",
-    "/var/lib/containerd",
     "/var/lib/sandbox-orchestrator",
     "/root/.ssh",
 )
@@ -136,17 +126,15 @@ _PROTECTED = (
 _WORKSPACE_ROOTS = ("/var/lib/sandbox-orchestrator/workspaces",)
 
 
-def check_workspace(workspace: Path, *, governing: Iterable[Governing] = ()) -> None:
+def check_workspace(workspace: Path, *, governing: Iterable[Governing] = (), protected: Iterable[str] = ()) -> None:
     """Refuse a workspace that would hand the sandbox the host: /, system directories, the engine's
-    socket or state, or any directory that contains one of them; or that would put within its reach
-    what governs later runs (``governing``: the policy file, profiles, evidence, approval queue, state
-    directories, our own code — see ``service.governing``): INPUT.INVALID naming the file. What
-    governs must also have stayed out of every earlier workspace of this process: CONFIG.INVALID."""
+    socket or state (``protected``: the backend's ``Capabilities.protected_paths``), or any directory that
+    contains one of them; or that would put within its reach what governs later runs (``governing``: the
+    policy file, profiles, evidence, approval queue, state directories, our own code — see
+    ``service.governing``): INPUT.INVALID naming the file. What governs must also have stayed out of every
+    earlier workspace of this process: CONFIG.INVALID."""
     real = os.path.realpath(workspace)
-    protected = list(_PROTECTED)
-    docker_host = os.environ.get("DOCKER_HOST", "")
-    if docker_host.startswith("unix://"):
-        protected.append(os.path.dirname(docker_host[len("unix://") :]))
+    protected = [*_PROTECTED, *protected]
     if real == "/":
         raise InputInvalid("the workspace cannot be / (the whole host would be mounted into the sandbox)")
     in_a_workspace_root = any(real.startswith(root + "/") for root in _WORKSPACE_ROOTS)
@@ -268,8 +256,9 @@ def launch_spec(
     workspace: Path,
     *,
     now: float | None = None,
-    interactive: bool = False,
+    session: bool = False,
 ) -> LaunchSpec:
+    """The spec of ``request``'s command: a one-shot command, or with ``session`` one whose input stays open."""
     started = time.time() if now is None else now
     deadline = started + profile.wall_timeout_s + DEADLINE_GRACE_S
     return LaunchSpec(
@@ -279,14 +268,7 @@ def launch_spec(
         workspace=Workspace(str(workspace)),
         workdir=container_workdir(profile, workspace, request.cwd),
         env=sandbox_env(profile, dict(request.env)),
-        labels={
-            LABEL_MANAGED_BY: MANAGED_BY,
-            LABEL_EXECUTION_ID: execution_id,
-            LABEL_OWNER: owner_label(),
-            LABEL_DEADLINE: f"{deadline:.0f}",
-            LABEL_PROFILE_HASH: profile.profile_hash,
-        },
+        owner=owner_label(),
         deadline_unix=deadline,
-        tty=request.tty,
-        interactive=interactive,
+        kind=SessionLaunch(tty=request.tty) if session else CommandLaunch(tty=request.tty),
     )

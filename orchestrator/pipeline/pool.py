@@ -1,7 +1,7 @@
 """Pre-started sandboxes: the next run's sandbox is created and started before it is asked for.
 
-A pooled sandbox is created and started with every setting of its profile and its workspace (the
-backend's ``LaunchSpec.pooled``: our init waits in it for one launch message); a run whose key matches
+A pooled sandbox is created and started with every setting of its profile and its workspace (a
+``PooledLaunch``: our init waits in it for one launch message); a run whose key matches
 claims it — popped from the pool, so it is handed out exactly once — and the backend's ``launch`` execs
 the run's command in it. After that run it is destroyed like any sandbox: it never comes back.
 
@@ -29,15 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.backends.base import (
-    LABEL_DEADLINE,
-    LABEL_EXECUTION_ID,
-    LaunchSpec,
-    LifecycleEvent,
-    PooledBackend,
-    SandboxBackend,
-    SandboxHandle,
-)
+from orchestrator.backends.base import LaunchSpec, LifecycleEvent, PooledLaunch, SandboxBackend, SandboxHandle
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.evidence import EventType
 from orchestrator.pipeline.config import PoolSettings
@@ -84,11 +76,12 @@ class _Demand:
 
 
 class SandboxPool:
-    """Pre-started sandboxes of ``backend`` (a PooledBackend), per key; ``record`` writes their evidence."""
+    """Pre-started sandboxes of ``backend`` (one whose ``capabilities.can_pool``), per key; ``record`` writes
+    their evidence."""
 
     def __init__(self, backend: SandboxBackend, settings: PoolSettings, record: Record) -> None:
-        if not isinstance(backend, PooledBackend):
-            raise TypeError(f"{type(backend).__name__} cannot pre-start sandboxes")
+        if not backend.capabilities.can_pool:  # the Runner makes none then: never a pool that cannot fill
+            raise ValueError(f"the {type(backend).__name__} cannot pre-start sandboxes as configured")
         self.backend = backend
         self.settings = settings
         self._record = record
@@ -140,7 +133,7 @@ class SandboxPool:
 
     def want(self, key: PoolKey, template: LaunchSpec) -> None:
         """A run of ``key`` happened (cold or from the pool): fill the key up to ``per_key`` again,
-        within ``max_total``. ``template``: that run's spec (argv, env, stdin are not used)."""
+        within ``max_total``. ``template``: that run's spec (argv, env and its kind are not used)."""
         if self._closed:
             return
         demand = self._keys.get(key)
@@ -163,21 +156,14 @@ class SandboxPool:
         ttl = self.settings.ttl_s
         # its deadline label: a run that claims it at the end of its TTL still has its wall time and grace
         deadline = time.time() + ttl + demand.template.profile.wall_timeout_s + DEADLINE_GRACE_S
+        # its labels follow: its pool id, its deadline, the run's owner and profile
         spec = dataclasses.replace(
             demand.template,
             execution_id=pool_id,
             argv=("sandbox-init",),
             env={},
-            stdin=None,
-            tty=False,
-            interactive=False,
-            pooled=True,
+            kind=PooledLaunch(),
             deadline_unix=deadline,
-            labels={
-                **demand.template.labels,
-                LABEL_EXECUTION_ID: pool_id,
-                LABEL_DEADLINE: f"{deadline:.0f}",
-            },
         )
         # this process runs it from now until it is destroyed: the orphan collector leaves it alone
         hold_active(pool_id)

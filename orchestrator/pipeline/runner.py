@@ -20,14 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends._support.launch_message import launch_message
 from orchestrator.backends.base import (
-    EgressBackend,
-    InteractiveBackend,
     LaunchSpec,
     OutputCallback,
     OutputStream,
-    PooledBackend,
     SandboxBackend,
     SandboxHandle,
 )
@@ -94,7 +90,7 @@ class Runner:
         self.egress = Egress(egress or EgressSettings())  # the proxy of the runs whose profile reaches hosts
         # pre-started sandboxes (pipeline/pool.py): when the config enables them and the backend can
         self.pool: SandboxPool | None = None
-        if pool is not None and pool.enabled and isinstance(backend, PooledBackend) and backend.can_pool:
+        if pool is not None and pool.enabled and backend.capabilities.can_pool:
             self.pool = SandboxPool(backend, pool, self._record_pooled)
         elif pool is not None and pool.enabled:
             log.warning(
@@ -129,12 +125,12 @@ class Runner:
             return await records.refuse(err)
 
         try:
-            check_workspace(workspace, governing=self.governing_paths())
+            self.check_workspace(workspace)
             refuse_unavailable_escalations(request)
             profile = self.profiles.resolve(request, session=session)
             if auth.reservation is not None:  # within what its grant reserved for it
                 profile = cover.narrowed(profile, auth.reservation)
-            spec = launch_spec(execution_id, request, profile, workspace, interactive=session)
+            spec = launch_spec(execution_id, request, profile, workspace, session=session)
             if set(profile.egress_allow) != set(gate.sanitized.egress or ()):
                 # the profile changed while its request waited (an approval): never hosts nobody decided about
                 raise SandboxUnavailable(
@@ -144,7 +140,7 @@ class Runner:
                 self._check_egress(profile, spec)
             if session:
                 check_session_allowed(profile, spec.argv)
-                if not isinstance(self.backend, InteractiveBackend):
+                if not self.backend.capabilities.sessions:
                     raise SandboxUnavailable(
                         f"the {type(self.backend).__name__} cannot run interactive sessions (it takes no input "
                         "while a sandbox runs): never a session without its input"
@@ -275,27 +271,28 @@ class Runner:
 
     def _check_egress(self, profile: ResolvedProfile, spec: LaunchSpec) -> None:
         """SANDBOX.UNAVAILABLE when a run that may reach hosts cannot have the proxy as its only route here:
-        never a wider network instead, and never the run without what it was allowed."""
-        if spec.interactive or spec.tty:
+        never a wider network instead, and never the run without what it was allowed. Its command is launched
+        into a sandbox started waiting once the proxy is in its reach: a backend that cannot start one so
+        (``Capabilities.can_pool``) gives no egress, whatever else it could."""
+        if spec.session or spec.tty:
             raise SandboxUnavailable("egress is for one-shot commands without a terminal in this release")
-        problem = (
-            self.backend.egress_problem(profile)
-            if isinstance(self.backend, EgressBackend) and isinstance(self.backend, PooledBackend)
-            else f"the {type(self.backend).__name__} gives sandboxes no egress proxy"
-        )
+        problem = self.backend.egress_problem(profile)
+        if problem is None and not self.backend.capabilities.can_pool:
+            problem = f"the {type(self.backend).__name__} cannot start a sandbox waiting for its command, as configured"
         if problem is not None:
             raise SandboxUnavailable(f"profile {profile.name!r} reaches hosts through the egress proxy, but {problem}")
 
     def _pool_key(self, spec: LaunchSpec, tenant: str, *, session: bool) -> PoolKey | None:
         """The pool key of this run, when it may take a pre-started sandbox: not a session, no terminal,
-        its profile allows it, the config's pool is on, and what it runs fits a launch message (else it
-        would fail pooled where it runs cold)."""
+        its profile allows it, the config's pool is on, and what it runs fits a launch (else it would fail
+        pooled where it runs cold)."""
         if self.pool is None or session or spec.tty or not spec.profile.pool_enabled:
             return None
+        if not self.backend.fits_launch(spec):
+            return None
         try:
-            launch_message(spec.argv, spec.env, spec.workdir, with_stdin=spec.stdin is not None)
             found = os.stat(spec.workspace.local_path)
-        except (OrchestratorError, OSError):
+        except OSError:
             return None
         # the directory itself, not only its path: a workspace replaced since a sandbox was filled with it
         # (its bind mount is the old directory) is another key
@@ -309,7 +306,7 @@ class Runner:
             request = parse_request(raw)
             workspace = Path(workspace).resolve()
             # what a run would check before anything starts: never a sandbox a run would be refused
-            check_workspace(workspace, governing=self.governing_paths())
+            self.check_workspace(workspace)
             refuse_unavailable_escalations(request)
             spec = launch_spec(new_execution_id(), request, self.profiles.resolve(request, session=False), workspace)
         except OrchestratorError:
@@ -319,6 +316,12 @@ class Runner:
             return False
         self.pool.want(key, spec)
         return True
+
+    def check_workspace(self, workspace: Path) -> None:
+        """``launch.check_workspace`` for a run here: what governs runs, and the backend's protected paths."""
+        check_workspace(
+            workspace, governing=self.governing_paths(), protected=self.backend.capabilities.protected_paths
+        )
 
     def governing_paths(self) -> list[Governing]:
         return governing_paths(

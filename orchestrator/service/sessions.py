@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from orchestrator.backends.base import InteractiveBackend, OutputStream, SandboxHandle
+from orchestrator.backends.base import OutputStream, SandboxBackend, SandboxHandle
 from orchestrator.domain.errors import (
     InputInvalid,
     OrchestratorError,
@@ -261,11 +261,11 @@ class Sessions:
             # awaited (an fsync per keystroke would be most of a round trip); the session's end is durable
             await self.orchestrator.authorize(request, durable=False)
             async with session.writing:
-                if session.ended or session.handle is None:
+                running = self._running(session)
+                if running is None:
                     raise SessionNotFound(f"session {session.id} has ended", details={"session_id": session.id})
-                backend = self.orchestrator.backend
-                assert isinstance(backend, InteractiveBackend)
-                await backend.send_input(session.handle, data)
+                backend, handle = running
+                await backend.send_input(handle, data)
                 session.last_active = time.monotonic()
             await self._note(
                 session, EventType.SESSION_INPUT, data={"bytes": len(data), "hmac_sha256": self._digest(data)}
@@ -275,11 +275,12 @@ class Sessions:
     async def end_input(self, session_id: str, *, tenant: str, subject: str) -> None:
         """Close the command's stdin (it reads EOF), after what was sent; recorded."""
         session = self._owned(session_id, tenant, subject)
-        backend = self.orchestrator.backend
-        if session.handle is None or session.ended or not isinstance(backend, InteractiveBackend):
+        running = self._running(session)
+        if running is None:
             return
+        backend, handle = running
         async with session.writing:
-            await backend.end_input(session.handle)
+            await backend.end_input(handle)
         await self._note(session, EventType.SESSION_INPUT, data={"bytes": 0, "end": True})
 
     async def poll(
@@ -299,10 +300,11 @@ class Sessions:
         session = self._owned(session_id, tenant, subject)
         if not session.tty:
             raise InputInvalid("the session has no terminal (open it with tty: true)", details={"field": "tty"})
-        backend = self.orchestrator.backend
-        if session.handle is None or session.ended or not isinstance(backend, InteractiveBackend):
+        running = self._running(session)
+        if running is None:
             raise SessionNotFound(f"session {session_id} has ended", details={"session_id": session_id})
-        await backend.resize(session.handle, rows, cols)
+        backend, handle = running
+        await backend.resize(handle, rows, cols)
 
     async def close(self, session_id: str, *, tenant: str, subject: str) -> SessionReply:
         """Stop the session (if it still runs) and answer with its last output and how it ended."""
@@ -320,6 +322,13 @@ class Sessions:
         return [s.id for s in self._sessions.values() if _owner(s) == (tenant, subject) and not s.ended]
 
     # -- inside ---------------------------------------------------------------------------------------
+    def _running(self, session: _Session) -> tuple[SandboxBackend, SandboxHandle] | None:
+        """The session's sandbox and its backend while it runs (None before it started, or once it ended)."""
+        backend = self.orchestrator.backend
+        if session.ended or session.handle is None or backend is None:
+            return None
+        return backend, session.handle
+
     def _owned(self, session_id: str, tenant: str, subject: str) -> _Session:
         session = self._sessions.get(session_id)
         if session is None or _owner(session) != (tenant, subject):

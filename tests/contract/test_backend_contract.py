@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from orchestrator.backends.base import CommandLaunch
 from orchestrator.domain.errors import SandboxStartFailed, SandboxUnavailable
 from tests.support.contract import Harness, resolved
 
@@ -45,7 +46,7 @@ async def test_a_flood_past_the_nodes_log_rotation_is_counted_exactly(contract: 
 
 async def test_stdin_is_delivered_whole_then_ends(contract: Harness) -> None:
     data = bytes(range(256)) * 4096 + b"\nlast line without a newline"  # 1 MiB and some, any byte
-    ran = await contract.run(contract.spec(["sh", "-c", "wc -c; echo done"], stdin=data))
+    ran = await contract.run(contract.spec(["sh", "-c", "wc -c; echo done"], kind=CommandLaunch(stdin=data)))
     assert ran.exit_code == 0, ran.stderr.data
     assert ran.stdout.data.decode().split() == [str(len(data)), "done"]
 

@@ -27,12 +27,11 @@ import pytest
 
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
-    LABEL_DEADLINE,
     LABEL_EXECUTION_ID,
     LABEL_MANAGED_BY,
     LABEL_OWNER,
-    LABEL_PROFILE_HASH,
     MANAGED_BY,
+    CommandLaunch,
     LaunchSpec,
     LifecycleEvent,
     SandboxBackend,
@@ -48,9 +47,9 @@ from orchestrator.domain.errors import InputInvalid, SandboxStartFailed, Sandbox
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.profiles import ResolvedProfile
 from tests.support.backend_runs import Ran, collect_events, drive, resolved
+from tests.support.images import SANDBOX_UID
 
 integration = pytest.mark.integration
-SANDBOX_UID = 1000
 
 
 @pytest.fixture(scope="session")
@@ -100,16 +99,9 @@ class Sandboxes:
             workspace=Workspace(str(self.workspace)),
             workdir=workdir or profile.workspace.container_path,
             env=dict(profile.env) if env is None else dict(env),
-            labels={
-                LABEL_MANAGED_BY: MANAGED_BY,
-                LABEL_EXECUTION_ID: execution_id,
-                LABEL_OWNER: self.owner,
-                LABEL_DEADLINE: f"{deadline:.0f}",
-                LABEL_PROFILE_HASH: profile.profile_hash,
-            },
+            owner=self.owner,
             deadline_unix=deadline,
-            stdin=stdin,
-            tty=tty,
+            kind=CommandLaunch(stdin=stdin, tty=tty),
         )
 
     async def run(self, spec: LaunchSpec, *, timeout: float = 60, with_events: bool = False) -> Ran:

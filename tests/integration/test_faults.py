@@ -27,11 +27,8 @@ from typing import Any
 import pytest
 
 from orchestrator.backends.base import (
-    LABEL_DEADLINE,
     LABEL_EXECUTION_ID,
     LABEL_MANAGED_BY,
-    LABEL_OWNER,
-    LABEL_PROFILE_HASH,
     MANAGED_BY,
     LaunchSpec,
     ManagedSandbox,
@@ -40,17 +37,18 @@ from orchestrator.backends.base import (
 from orchestrator.backends.docker import DockerBackend, discover_endpoint
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.ids import new_execution_id
-from orchestrator.evidence import EvidenceWriter, iter_records, verify
+from orchestrator.evidence import EvidenceWriter, verify
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.launch import owner_label
 from orchestrator.pipeline.reaper import collect_orphans
 from orchestrator.profiles import ProfileRegistry
+from tests.support.evidence import records
+from tests.support.images import SANDBOX_UID
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOXCTL = str(Path(sys.executable).with_name("sandboxctl"))
-SANDBOX_UID = 1000
 MANAGED_HOST = "unix:///run/sandbox-orchestrator/docker.sock"
 MANAGED_PIDFILE = Path("/run/sandbox-orchestrator/dockerd.pid")
 MANAGED_DAEMON_JSON = "/var/lib/sandbox-orchestrator/daemon.json"
@@ -127,10 +125,6 @@ def remove_sandboxes(execution_ids: set[str]) -> list[str]:
         return [name for c in left for name in c["Names"]]
     finally:
         api.close()
-
-
-def records(evidence: Path, execution_id: str, event: str | None = None) -> list[Any]:
-    return list(iter_records(evidence, execution_id=execution_id, event=event))
 
 
 def assert_verifies(evidence: Path) -> None:
@@ -557,13 +551,7 @@ async def _create_expired(env: Env) -> tuple[str, str]:
         workspace=Workspace(str(env.workspace)),
         workdir=profile.workspace.container_path,
         env=dict(profile.env),
-        labels={
-            LABEL_MANAGED_BY: MANAGED_BY,
-            LABEL_EXECUTION_ID: execution_id,
-            LABEL_OWNER: owner_label(),  # this process: alive, so only the deadline can make it an orphan
-            LABEL_DEADLINE: f"{deadline:.0f}",
-            LABEL_PROFILE_HASH: profile.profile_hash,
-        },
+        owner=owner_label(),  # this process: alive, so only the deadline can make it an orphan
         deadline_unix=deadline,
     )
     backend = DockerBackend()

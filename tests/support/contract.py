@@ -8,22 +8,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends.base import (
-    LABEL_DEADLINE,
-    LABEL_EXECUTION_ID,
-    LABEL_MANAGED_BY,
-    LABEL_OWNER,
-    LABEL_PROFILE_HASH,
-    MANAGED_BY,
-    LaunchSpec,
-    SandboxBackend,
-    Workspace,
-)
+from orchestrator.backends.base import LaunchSpec, SandboxBackend, Workspace
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.profiles import ResolvedProfile
 from tests.support.backend_runs import Ran, drive, resolved
-
-SANDBOX_UID = 1000
 
 
 class Harness:
@@ -44,13 +32,7 @@ class Harness:
             "workspace": Workspace(str(self.workspace)),
             "workdir": profile.workspace.container_path,
             "env": dict(profile.env),
-            "labels": {
-                LABEL_MANAGED_BY: MANAGED_BY,
-                LABEL_EXECUTION_ID: execution_id,
-                LABEL_OWNER: self.owner,
-                LABEL_DEADLINE: f"{deadline:.0f}",
-                LABEL_PROFILE_HASH: profile.profile_hash,
-            },
+            "owner": self.owner,
             "deadline_unix": deadline,
         }
         fields.update(changes)

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.backends._support.spec_checks import check_spec
-from orchestrator.backends.base import LaunchSpec, StreamCapture
+from orchestrator.backends.base import CommandLaunch, LaunchSpec, StreamCapture
 from orchestrator.domain.errors import InputInvalid
 
 #: where our images keep the init (root-owned, read-only like the rest of the image)
@@ -67,12 +67,22 @@ def launch_message(
 
 
 def spec_launch_message(spec: LaunchSpec, *, report: str = "") -> bytes:
-    """The launch message of a one-shot ``spec`` for a pooled sandbox (validated like a cold run's spec);
-    INPUT.INVALID for a terminal or a session, which a pooled sandbox does not run."""
-    if spec.tty or spec.interactive:
+    """The launch message of a one-shot ``spec`` for a waiting sandbox (validated like a cold run's spec);
+    INPUT.INVALID for a terminal or a session, which a waiting sandbox does not run."""
+    if not isinstance(spec.kind, CommandLaunch) or spec.kind.tty:
         raise InputInvalid("a pooled sandbox runs a command without a terminal or session", details={"field": "tty"})
     check_spec(spec)
     return launch_message(spec.argv, spec.env, spec.workdir, with_stdin=spec.stdin is not None, report=report)
+
+
+def fits_launch(spec: LaunchSpec) -> bool:
+    """Whether ``spec`` can be launched into a waiting sandbox: a one-shot command without a terminal whose
+    argv, env and working directory a launch message carries (every backend's ``fits_launch``)."""
+    try:
+        spec_launch_message(spec)
+    except InputInvalid:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

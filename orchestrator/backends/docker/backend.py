@@ -27,8 +27,16 @@ from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
 from orchestrator.backends._support.blocking import BlockingCalls
+from orchestrator.backends._support.connection import ClientClosed, LazyClient
+from orchestrator.backends._support.host_paths import ENGINE_STATE
 from orchestrator.backends._support.input_feed import InputFeed, send_to
-from orchestrator.backends._support.launch_message import init_refusal, new_report_token, spec_launch_message
+from orchestrator.backends._support.labels import sandbox_name
+from orchestrator.backends._support.launch_message import (
+    fits_launch,
+    init_refusal,
+    new_report_token,
+    spec_launch_message,
+)
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends._support.threads import ThreadPump, in_daemon_thread
@@ -37,6 +45,7 @@ from orchestrator.backends.base import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
     BackendInfo,
+    Capabilities,
     ExitState,
     LaunchSpec,
     LifecycleEvent,
@@ -49,7 +58,7 @@ from orchestrator.backends.base import (
 )
 from orchestrator.backends.docker import cgroups, run_cgroup
 from orchestrator.backends.docker.capture import FrameDemuxer
-from orchestrator.backends.docker.config import container_config, container_name
+from orchestrator.backends.docker.config import container_config
 from orchestrator.backends.docker.egress import SandboxEgress, egress_problem
 from orchestrator.backends.docker.endpoint import Endpoint, discover_endpoint
 from orchestrator.backends.docker.engine import (
@@ -112,7 +121,7 @@ class _Sandbox:
     sampler: cgroups.UsageSampler | None = None
     sampler_task: asyncio.Task[None] | None = None
     exit_watch: ExitWatch | None = None
-    feed: InputFeed | None = None  # a session's stdin (LaunchSpec.interactive), once started
+    feed: InputFeed | None = None  # a session's stdin (a SessionLaunch), once started
     pooled: bool = False  # pre-started: its init waits for launch()
     launched: bool = False
     report: str = ""  # the launch's report token: the init's refusal line carries it (launch_message)
@@ -132,6 +141,11 @@ def _in_container(pid: int, container_id: str) -> bool:
 
 def _since(now_ns: int) -> str:
     return f"{now_ns // 1_000_000_000}.{now_ns % 1_000_000_000:09d}"
+
+
+def security_options(info: JsonObject) -> list[str]:
+    """The engine's security options (``GET /info``): ``name=seccomp,profile=default``, ``name=rootless``, ..."""
+    return [s for s in jlist(info, "SecurityOptions") if isinstance(s, str)]
 
 
 def runsc_seccomp_problem(info: JsonObject) -> str | None:
@@ -155,9 +169,17 @@ class DockerBackend:
 
     def __init__(self, base_url: str | None = None) -> None:
         self._endpoint: Endpoint = discover_endpoint(base_url)
-        self._client: EngineClient | None = None
-        self._client_lock = threading.Lock()
         self._calls = BlockingCalls(POOL_WORKERS, "docker-backend")
+        self._conn = LazyClient(self._connect, EngineClient.close, self._calls)
+        self.capabilities = Capabilities(
+            can_pool=True,
+            launch_confirmed=False,  # the attach write does not say whether the init read it: the executor checks
+            sessions=True,
+            lists_images=True,
+            own_pids_limit=True,
+            # a bind mount hands the sandbox whatever the workspace holds: never the engine's state or socket
+            protected_paths=(*ENGINE_STATE, *self._endpoint.socket_directories),
+        )
         self._sandboxes: dict[str, _Sandbox] = {}
         self._pumps: set[ThreadPump[JsonObject]] = set()
         self._final_usage: OrderedDict[str, ResourceUsage] = OrderedDict()
@@ -166,7 +188,6 @@ class DockerBackend:
         self._own_cgroups: bool | None = None  # whether sandboxes get a parent cgroup each (run_cgroup)
         self._facts: JsonObject | None = None  # the engine's info, once (_engine_facts)
         self._facts_lock = threading.Lock()
-        self._closed = False
 
     @property
     def endpoint(self) -> str:
@@ -182,33 +203,19 @@ class DockerBackend:
         return await self._calls.call(fn, *args, **kwargs)
 
     def _connect(self) -> EngineClient:
-        with self._client_lock:
-            if self._client is None:
-                client = EngineClient.connect(self._endpoint.url, tls_from_env=self._endpoint.source == "DOCKER_HOST")
-                if self._closed:  # closed while connecting (see prepare): nobody would close it later
-                    client.close()
-                    raise EngineError("unreachable", "connect", "the backend was closed")
-                self._client = client
-            return self._client
+        return EngineClient.connect(self._endpoint.url, tls_from_env=self._endpoint.source == "DOCKER_HOST")
 
     def prepare(self) -> None:
         """Start connecting (client set-up, API version negotiation) and finding out whether sandboxes
         get parent cgroups of their own (an engine ``info``) on a backend thread now, so that the first
         real call does not wait for them; a failure is left for that call to report."""
-        if self._client is None and not self._closed:
-            self._pool().submit(self._connect_quietly)
-
-    def _connect_quietly(self) -> None:
-        with contextlib.suppress(EngineError):
-            self._decide_own_cgroups(self._connect())
+        self._conn.prepare((EngineError,), then=self._decide_own_cgroups)
 
     async def _engine(self) -> EngineClient:
-        if self._closed:
-            raise SandboxUnavailable("the Docker backend is closed", details={"endpoint": self._endpoint.url})
-        if self._client is not None:
-            return self._client
         try:
-            return await self._call(self._connect)
+            return await self._conn.get()
+        except ClientClosed:
+            raise SandboxUnavailable("the Docker backend is closed", details={"endpoint": self._endpoint.url}) from None
         except EngineError as exc:
             raise self._error(exc, "cannot connect") from exc
 
@@ -244,7 +251,7 @@ class DockerBackend:
             )
         except EngineError as exc:
             raise self._error(exc, f"the engine did not describe itself: {exc.reason}") from exc
-        security = [s for s in jlist(info, "SecurityOptions") if isinstance(s, str)]
+        security = security_options(info)
         security_names = {
             part.removeprefix("name=") for s in security for part in s.split(",") if part.startswith("name=")
         }
@@ -331,7 +338,7 @@ class DockerBackend:
 
     async def create(self, spec: LaunchSpec) -> SandboxHandle:
         """A fresh container (never reused) with its stdio attached; nothing runs yet."""
-        name = container_name(spec.execution_id)
+        name = sandbox_name(spec.execution_id)
         profile = spec.profile
         engine = await self._engine()
         await self._require_runtime(engine, profile.runtime)
@@ -349,7 +356,7 @@ class DockerBackend:
             raise self._create_error(exc, spec, name) from exc
         if warnings:
             log.info("engine warnings creating %s: %s", name, "; ".join(warnings))
-        with_stdin = spec.stdin is not None or spec.interactive or spec.pooled
+        with_stdin = spec.stdin is not None or spec.session or spec.pooled
         attach_call = functools.partial(engine.attach, container_id, stdin=with_stdin)
         attaching = loop.run_in_executor(self._pool(), attach_call)
         try:
@@ -376,7 +383,7 @@ class DockerBackend:
             pooled=spec.pooled,
             cgroup_parent=parent,
         )
-        if spec.interactive:  # written from the start on: what comes before the command reads is queued
+        if spec.session:  # written from the start on: what comes before the command reads is queued
             self._sandboxes[container_id].feed = InputFeed(name, attach.send, attach.end_input)
         log.debug("created %s (%s, runtime %s)", name, container_id[:12], profile.runtime)
         return handle
@@ -687,7 +694,7 @@ class DockerBackend:
             details={"sandbox": handle.name},
         )
 
-    # -- sessions (InteractiveBackend) -----------------------------------------------------------------
+    # -- sessions --------------------------------------------------------------------------------------
 
     def _feed(self, handle: SandboxHandle) -> InputFeed:
         sandbox = self._sandboxes.get(handle.sandbox_id)
@@ -701,10 +708,7 @@ class DockerBackend:
     async def send_input(self, handle: SandboxHandle, data: bytes) -> None:
         send_to(self._feed(handle), handle.name, data)
 
-    # -- pre-started sandboxes (PooledBackend) ------------------------------------------------------------
-
-    can_pool = True
-    launch_confirmed = False  # the attach write does not say whether the init read it: the executor checks
+    # -- sandboxes started waiting (pre-started, egress) ---------------------------------------------------
 
     async def _watch_init(self, sandbox: _Sandbox) -> None:
         """A pooled sandbox's init as a pidfd (a local engine, the host's PID namespace): whether it still
@@ -735,6 +739,9 @@ class DockerBackend:
         ready, _, _ = select.select([sandbox.init_pidfd], [], [], 0)
         return not ready  # a pidfd is readable once its process exited
 
+    def fits_launch(self, spec: LaunchSpec) -> bool:
+        return fits_launch(spec)
+
     async def launch(self, handle: SandboxHandle, spec: LaunchSpec) -> None:
         """The launch message (then ``spec.stdin``, then EOF) down the attach stream the container's init
         reads: written on a thread of its own, like a cold run's stdin (the command reads it at its pace)."""
@@ -750,7 +757,7 @@ class DockerBackend:
         data, attach = message + (spec.stdin or b""), sandbox.attach
         threading.Thread(target=attach.write_stdin, args=(data,), name=f"launch-{handle.name}", daemon=True).start()
 
-    # -- egress (EgressBackend) ------------------------------------------------------------------------
+    # -- egress ----------------------------------------------------------------------------------------
 
     def egress_problem(self, profile: ResolvedProfile) -> str | None:
         return egress_problem(profile, sees_sandboxes=self._endpoint.is_local_socket)
@@ -824,8 +831,17 @@ class DockerBackend:
             self._pumps.discard(pump)
 
     async def preflight(self) -> list[PreflightCheck]:
-        """Nothing beyond what the doctor asks every engine (info, images, runtimes, probes)."""
-        return []
+        """Whether the engine applies seccomp at all (its security options): every profile has one. Nothing
+        when the engine does not answer (the doctor's engine check says so)."""
+        try:
+            engine = await self._engine()
+            facts = await self._call(self._engine_facts, engine)
+        except (SandboxUnavailable, EngineError):
+            return []
+        security = "; ".join(security_options(facts))
+        seccomp = "seccomp" in security
+        fix = None if seccomp else "use an engine built with seccomp support"
+        return [PreflightCheck("seccomp support", seccomp, security, fix)]
 
     def workspace_root(self) -> str | None:
         return None  # bind mounts reach any directory of this host
@@ -844,16 +860,13 @@ class DockerBackend:
 
     async def close(self) -> None:
         """Stop every stream and thread this backend started and close the client. Idempotent."""
-        self._closed = True
         for sandbox in list(self._sandboxes.values()):
             self._forget(sandbox)
         self._sandboxes.clear()
         for pump in list(self._pumps):
             pump.close()
         self._pumps.clear()
-        client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        self._conn.close()
         self._calls.shutdown()
 
 

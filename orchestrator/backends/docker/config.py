@@ -18,8 +18,8 @@ Decisions beyond a one-to-one mapping of the resolved profile:
   pages count against the memory limit.
 * ``CgroupnsMode: private`` — on cgroup v1 the engine's default is the host's cgroup namespace.
 * ``/tmp`` — always an explicit mount: the profile's tmpfs, or, if a profile has none there and the
-  root is read-only, an empty read-only tmpfs. Without one, runsc would put its own writable,
-  uncapped tmpfs on /tmp, silently breaking the read-only root the profile asked for.
+  root is read-only, an empty read-only tmpfs (``_support.tmp_rule``). Without one, runsc would put its
+  own writable, uncapped tmpfs on /tmp, silently breaking the read-only root the profile asked for.
 * ``LogConfig: none`` — output is captured through the attach stream only; the engine keeps no log
   file of sandbox output (an unbounded json-file log could fill the engine's disk).
 * ``Healthcheck: NONE`` — the engine never execs an image's health check inside the sandbox.
@@ -34,53 +34,21 @@ from __future__ import annotations
 
 from orchestrator.backends._support.launch_message import INIT_PATH
 from orchestrator.backends._support.spec_checks import check_spec
-from orchestrator.backends.base import (
-    LABEL_DEADLINE,
-    LABEL_EXECUTION_ID,
-    LABEL_MANAGED_BY,
-    LABEL_PROFILE_HASH,
-    MANAGED_BY,
-    LaunchSpec,
-)
+from orchestrator.backends._support.tmp_rule import TMP, needs_empty_tmp
+from orchestrator.backends.base import LaunchSpec
 from orchestrator.backends.docker.sandbox_etc import HOSTNAME, etc_mounts
-from orchestrator.domain.errors import InputInvalid
 from orchestrator.profiles import ResolvedProfile
 
-TMP = "/tmp"  # noqa: S108 - a path inside the sandbox
 SHM_SIZE_BYTES = 64 * 1024 * 1024
 #: an empty read-only tmpfs over /tmp when the profile has no writable one there (see module doc)
 READ_ONLY_TMP_OPTIONS = "ro,nosuid,nodev,noexec,size=4096,mode=1777"
 
 
-NAME_PREFIX = "sbx-"  # every sandbox's container name starts so
-
-
-def container_name(execution_id: str) -> str:
-    return f"{NAME_PREFIX}{execution_id}"
-
-
 def tmpfs_mounts(profile: ResolvedProfile) -> dict[str, str]:
     mounts = {t.path: t.mount_options() for t in profile.tmpfs}
-    if TMP not in mounts and profile.read_only_root:
+    if needs_empty_tmp(profile):
         mounts[TMP] = READ_ONLY_TMP_OPTIONS
     return mounts
-
-
-def container_labels(spec: LaunchSpec) -> dict[str, str]:
-    """The spec's labels; the ones the backend relies on (filters, orphan collection) must agree with
-    the spec and are filled in when missing."""
-    labels = dict(spec.labels)
-    required = {
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_EXECUTION_ID: spec.execution_id,
-    }
-    for key, value in required.items():
-        given = labels.setdefault(key, value)
-        if given != value:
-            raise InputInvalid(f"label {key} must be {value!r}, not {given!r}", details={"field": f"labels.{key}"})
-    labels.setdefault(LABEL_PROFILE_HASH, spec.profile.profile_hash)
-    labels.setdefault(LABEL_DEADLINE, f"{spec.deadline_unix:.0f}")
-    return labels
 
 
 def container_config(spec: LaunchSpec, *, etc_dir: str, cgroup_parent: str = "") -> dict[str, object]:
@@ -89,16 +57,9 @@ def container_config(spec: LaunchSpec, *, etc_dir: str, cgroup_parent: str = "")
     is its own parent cgroup (``run_cgroup``), "" for the engine's default."""
     profile = spec.profile
     check_spec(spec)
-    if spec.stdin is not None and (spec.tty or spec.interactive):
-        # a terminal echoes its input and the engine ends a TTY's output when its input ends: piped stdin
-        # cannot keep its meaning there; a session's input comes later, through send_input
-        raise InputInvalid("stdin cannot be combined with tty or a session", details={"field": "stdin"})
-    if spec.pooled and (spec.tty or spec.interactive or spec.stdin is not None):
-        raise InputInvalid(
-            "a pooled sandbox takes its stdin at launch, without a terminal", details={"field": "pooled"}
-        )
-    # a pooled sandbox's stdin carries its launch message (then the command's own stdin, or nothing)
-    with_stdin = spec.stdin is not None or spec.interactive or spec.pooled
+    # stdin bytes never come with a terminal or a session (CommandLaunch), nor with a waiting sandbox, whose
+    # stdin carries its launch message (then the command's own stdin, or nothing); a session's comes later
+    with_stdin = spec.stdin is not None or spec.session or spec.pooled
     host_config: dict[str, object] = {
         "Runtime": profile.runtime,
         # always none: a run that may reach hosts does so through our proxy, served in this very namespace
@@ -157,7 +118,7 @@ def container_config(spec: LaunchSpec, *, etc_dir: str, cgroup_parent: str = "")
         # pooled: the launch message brings the workdir and the variables (set over the image's by the init)
         "WorkingDir": profile.workspace.container_path if spec.pooled else spec.workdir,
         "Env": [] if spec.pooled else [f"{key}={value}" for key, value in spec.env.items()],
-        "Labels": container_labels(spec),
+        "Labels": spec.labels,
         "Hostname": HOSTNAME,
         "Tty": spec.tty,
         "OpenStdin": with_stdin,

@@ -36,6 +36,14 @@ class Endpoint:
     def is_local_socket(self) -> bool:
         return self.url.startswith("unix://")
 
+    @property
+    def socket_directories(self) -> tuple[str, ...]:
+        """The directory of the engine's socket, when it is one on this host: whoever writes there can
+        reach (or replace) the engine, so it is never a workspace, nor inside one."""
+        if not self.is_local_socket:
+            return ()
+        return (os.path.dirname(self.url.removeprefix("unix://")),)
+
 
 def _read_host_file(path: Path) -> str | None:
     try:

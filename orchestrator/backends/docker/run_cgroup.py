@@ -31,15 +31,15 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from orchestrator.backends._support.labels import NAME_PREFIX
 from orchestrator.backends.docker.cgroups import CGROUP_ROOT, CgroupFiles, files_at
-from orchestrator.backends.docker.config import NAME_PREFIX
 
 ENGINE_PARENT = "docker"  # the cgroupfs driver's default parent, below each hierarchy's root
 TOP = f"{ENGINE_PARENT}/sandbox-orchestrator"  # the sandboxes' parents, relative to each hierarchy's root
 PROC = Path("/proc")
 DAEMON_CONFIG = "/etc/docker/daemon.json"  # dockerd's configuration when --config-file does not say
 _PEERCRED = struct.Struct("iII")  # pid, uid, gid
-# a container name (container_name: sbx-<execution id>): never a path of its own
+# a container name (sandbox_name: sbx-<execution id>): never a path of its own
 _NAME = re.compile(re.escape(NAME_PREFIX) + r"[A-Za-z0-9_.-]{1,120}")
 
 

@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import threading
 import time
 from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,8 +29,10 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from orchestrator.backends._support.blocking import BlockingCalls
+from orchestrator.backends._support.connection import ClientClosed, LazyClient
+from orchestrator.backends._support.host_paths import ENGINE_STATE
 from orchestrator.backends._support.input_feed import send_to
-from orchestrator.backends._support.launch_message import spec_launch_message
+from orchestrator.backends._support.launch_message import fits_launch, spec_launch_message
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
@@ -41,6 +42,7 @@ from orchestrator.backends.base import (
     LABEL_OWNER,
     MANAGED_BY,
     BackendInfo,
+    Capabilities,
     ExitState,
     LaunchSpec,
     LifecycleEvent,
@@ -109,7 +111,7 @@ class _Pod:
     workspace: str  # the controller's copy (copy mode: where the pod's workspace comes back to)
     container_path: str
     stdin: bytes | None = None
-    # a session (LaunchSpec.interactive): its command, exec'd once the pod runs (pod_session)
+    # a session (a SessionLaunch): its command, exec'd once the pod runs (pod_session)
     session_argv: list[str] | None = None
     tty: bool = False
     start_error: OrchestratorError | None = None
@@ -134,19 +136,27 @@ class KubernetesBackend:
     def __init__(self, settings: KubernetesSettings | None = None) -> None:
         self.settings = settings or KubernetesSettings()
         self._namespace = self.settings.namespace
-        self._kube: KubeClient | None = None
-        self._kube_lock = threading.Lock()
         self._calls = BlockingCalls(POOL_WORKERS, "k8s-backend")
+        self._conn = LazyClient(self._connect, KubeClient.close, self._calls)
+        self.capabilities = Capabilities(
+            # pvc mode only: in copy mode a pod's workspace is copied in as it starts, long before a claim
+            can_pool=self.settings.workspace.mode == "pvc",
+            launch_confirmed=True,  # launch() returns once its writer put the message into the pipe of a live init
+            sessions=True,
+            lists_images=False,  # the nodes' images are not the controller's to list: the probe pods show them
+            own_pids_limit=False,  # no per-pod field: the node's podPidsLimit applies
+            protected_paths=ENGINE_STATE,
+        )
         self._watch: PodWatch | None = None
         self._pods: dict[str, _Pod] = {}
         self._leases: dict[str, OwnerLease] = {}
         self._policy_checked_at = 0.0
-        self._closed = False
         self._egress = PodEgress(self.settings.egress)
 
     @property
     def endpoint(self) -> str:
-        return self._kube.server if self._kube is not None else f"kubernetes:{self.settings.kubeconfig or 'default'}"
+        kube = self._conn.current
+        return kube.server if kube is not None else f"kubernetes:{self.settings.kubeconfig or 'default'}"
 
     # -- plumbing ------------------------------------------------------------------------------------
 
@@ -157,26 +167,16 @@ class KubernetesBackend:
         return await self._calls.call(fn, *args, **kwargs)
 
     def _connect(self) -> KubeClient:
-        with self._kube_lock:
-            if self._kube is None:
-                self._kube = KubeClient.connect(self.settings.kubeconfig, self.settings.context)
-            return self._kube
+        return KubeClient.connect(self.settings.kubeconfig, self.settings.context)
 
     def prepare(self) -> None:
-        if self._kube is None and not self._closed:
-            self._pool().submit(self._connect_quietly)
-
-    def _connect_quietly(self) -> None:
-        with contextlib.suppress(KubeError):
-            self._connect()
+        self._conn.prepare((KubeError,))
 
     async def _client(self) -> KubeClient:
-        if self._closed:
-            raise SandboxUnavailable("the Kubernetes backend is closed")
-        if self._kube is not None:
-            return self._kube
         try:
-            return await self._call(self._connect)
+            return await self._conn.get()
+        except ClientClosed:
+            raise SandboxUnavailable("the Kubernetes backend is closed") from None
         except KubeError as exc:
             raise self._error(exc, "cannot connect") from exc
 
@@ -294,7 +294,7 @@ class KubernetesBackend:
             workspace=spec.workspace.local_path,
             container_path=spec.profile.workspace.container_path,
             stdin=spec.stdin,
-            session_argv=sandbox_argv(spec) if spec.interactive else None,
+            session_argv=sandbox_argv(spec) if spec.session else None,
             tty=spec.tty,
             pooled=spec.pooled,
         )
@@ -743,7 +743,7 @@ class KubernetesBackend:
             if exc.kind not in ("not_found", "conflict"):  # conflict: the uid differs, that pod is gone
                 raise self._error(exc, f"could not delete pod {handle.name}", sandbox=handle.name) from exc
 
-    # -- sessions (InteractiveBackend) ------------------------------------------------------------------
+    # -- sessions ---------------------------------------------------------------------------------------
 
     def _session(self, handle: SandboxHandle) -> PodSession:
         pod = self._pods.get(handle.name)
@@ -781,15 +781,7 @@ class KubernetesBackend:
                 f"could not resize the terminal of {handle.name}: {exc}", details={"sandbox": handle.name}
             ) from exc
 
-    # -- pre-started pods (PooledBackend) ----------------------------------------------------------------
-
-    @property
-    def can_pool(self) -> bool:
-        """pvc mode only: in copy mode a pod's workspace is copied in as it starts, long before a claim."""
-        return self.settings.workspace.mode == "pvc"
-
-    #: launch() returns once its writer put the message into the pipe of a live init
-    launch_confirmed = True
+    # -- pods started waiting (pre-started, egress) ------------------------------------------------------
 
     def still_waiting(self, handle: SandboxHandle) -> bool | None:
         """From the pod watch (no round trip): its container runs (the init waits), or it ended."""
@@ -802,6 +794,9 @@ class KubernetesBackend:
         if _gone_or_ended(last, self._watch.gone(handle.name)):
             return False
         return None if last is None else pods.running(last) is not None
+
+    def fits_launch(self, spec: LaunchSpec) -> bool:
+        return fits_launch(spec)
 
     async def launch(self, handle: SandboxHandle, spec: LaunchSpec) -> None:
         """The launch message (then ``spec.stdin``, then EOF) into the init's stdin pipe, through the writer
@@ -817,7 +812,7 @@ class KubernetesBackend:
         pod.launched = True  # exactly once, whatever happens next
         await self._call(pod.stdio.launch, message, spec.stdin, self.settings.start_timeout_s)
 
-    # -- egress (EgressBackend) -------------------------------------------------------------------------
+    # -- egress -----------------------------------------------------------------------------------------
 
     def egress_problem(self, profile: ResolvedProfile) -> str | None:
         if self.settings.workspace.mode != "pvc":  # the command is launched into a waiting pod (as a pooled one)
@@ -893,7 +888,7 @@ class KubernetesBackend:
         return [_managed(pod, alive) for pod in listed]
 
     async def close(self) -> None:
-        self._closed = True
+        kube = self._conn.detach()  # closed last: the leases are released with it
         if self._watch is not None:
             self._watch.close()
             self._watch = None
@@ -902,7 +897,6 @@ class KubernetesBackend:
                 await asyncio.get_running_loop().run_in_executor(self._pool(), lease.release)
         self._leases.clear()
         self._pods.clear()
-        kube, self._kube = self._kube, None
         if kube is not None:
             kube.close()
         self._calls.shutdown()

@@ -18,11 +18,12 @@ server). Decisions beyond a one-to-one mapping of the resolved profile (the tabl
 * ``dnsPolicy: None`` with a nameserver on the pod's own loopback (nothing listens): names never resolve
   through the cluster's DNS, and ``enableServiceLinks: false`` keeps the cluster's services out of env.
 * tmpfs mounts are ``emptyDir`` with ``medium: Memory`` and ``sizeLimit`` (their pages count against the
-  memory limit); a read-only root always gets a /tmp (an empty 4 KiB one if the profile has none).
+  memory limit); a read-only root always gets a /tmp (an empty 4 KiB one if the profile has none:
+  ``_support.tmp_rule``).
 * requests = limits for cpu, memory and ephemeral-storage (Guaranteed QoS): ephemeral storage bounds what
   the pod may write outside memory, its log included (past it the kubelet evicts the pod).
 * ``terminationGracePeriodSeconds: 0``: when we stop a pod nothing waits for the workload's consent.
-* a pre-started pod (``LaunchSpec.pooled``) runs our init behind the same barrier, ``env -u`` and
+* a pre-started pod (a ``PooledLaunch``) runs our init behind the same barrier, ``env -u`` and
   ``prlimit`` (its rlimits pass to the command it execs); the launch message brings argv, env and working
   directory, so its container has neither; its deadline counts its wait in the pool (pvc mode only).
 """
@@ -35,17 +36,11 @@ import posixpath
 import time
 from typing import Any
 
+from orchestrator.backends._support.labels import LABEL_OWNER, LABEL_PROFILE_HASH, sandbox_name
 from orchestrator.backends._support.launch_message import INIT_PATH
 from orchestrator.backends._support.spec_checks import check_spec
-from orchestrator.backends.base import (
-    LABEL_DEADLINE,
-    LABEL_EXECUTION_ID,
-    LABEL_MANAGED_BY,
-    LABEL_OWNER,
-    LABEL_PROFILE_HASH,
-    MANAGED_BY,
-    LaunchSpec,
-)
+from orchestrator.backends._support.tmp_rule import TMP, needs_empty_tmp
+from orchestrator.backends.base import LaunchSpec
 from orchestrator.backends.kubernetes.egress import LABEL_EGRESS
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.backends.kubernetes.start_barrier import (
@@ -59,12 +54,11 @@ from orchestrator.backends.kubernetes.start_barrier import (
 )
 from orchestrator.backends.kubernetes.workspace_copy import wait_for_copy_command
 from orchestrator.domain.canonical import sha256_hex
-from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
+from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.profiles import ResolvedProfile
 
 CONTAINER = "sandbox"
 HOSTNAME = "sandbox"
-TMP = "/tmp"  # noqa: S108 - a path inside the sandbox
 EMPTY_TMP_SIZE = "4Ki"
 DEADLINE_GRACE_S = 5
 PRLIMIT = "/usr/bin/prlimit"
@@ -144,8 +138,7 @@ PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def pod_name(execution_id: str) -> str:
-    return f"sbx-{execution_id}"
+pod_name = sandbox_name  # an execution's pod (``_support.labels``: every sandbox's name)
 
 
 def label_value(text: str) -> str:
@@ -239,16 +232,12 @@ def _add_helpers(
 
 
 def pod_labels(spec: LaunchSpec) -> dict[str, str]:
-    """Our labels, label-safe: the owner (host:pid:start or a pod name) as its hash."""
-    labels = {
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_EXECUTION_ID: spec.execution_id,
-        LABEL_PROFILE_HASH: spec.profile.profile_hash[:63],
-        LABEL_DEADLINE: f"{spec.deadline_unix:.0f}",
-    }
-    owner = spec.labels.get(LABEL_OWNER)
-    if owner:
-        labels[LABEL_OWNER] = label_value(owner)
+    """The sandbox's labels, label-safe (at most 63 characters, no ':' or '~'): the owner (host:pid:start or
+    a pod name) as its hash, kept whole in an annotation; and the egress label where the profile has egress."""
+    labels = spec.labels
+    labels[LABEL_PROFILE_HASH] = labels[LABEL_PROFILE_HASH][:63]
+    if spec.owner:
+        labels[LABEL_OWNER] = label_value(spec.owner)
     if spec.profile.network == "allowlist":  # the NetworkPolicy that lets it reach the egress proxy, and only that
         labels[LABEL_EGRESS] = "proxy"
     return labels
@@ -272,7 +261,7 @@ def sandbox_argv(spec: LaunchSpec) -> list[str]:
     ]
 
 
-def check_poolable(spec: LaunchSpec, settings: KubernetesSettings) -> None:
+def check_poolable(settings: KubernetesSettings) -> None:
     """A pre-started pod runs a one-shot command on the workspace itself: copy mode would give it the
     workspace as it was when the pod was filled."""
     if settings.workspace.mode != "pvc":
@@ -280,10 +269,6 @@ def check_poolable(spec: LaunchSpec, settings: KubernetesSettings) -> None:
             "pre-started pods need the workspace mounted (backend.kubernetes.workspace.mode: pvc); in copy"
             " mode the workspace goes in as the pod starts",
             details={"field": "pooled"},
-        )
-    if spec.tty or spec.interactive or spec.stdin is not None:
-        raise InputInvalid(
-            "a pooled sandbox takes its stdin at launch, without a terminal", details={"field": "pooled"}
         )
 
 
@@ -293,13 +278,13 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
     profile = spec.profile
     now = time.time() if now is None else now
     check_spec(spec)
-    if spec.tty and not spec.interactive:
+    if spec.tty and not spec.session:
         raise SandboxUnavailable(
             "the Kubernetes backend runs one-shot commands without a terminal (a session can have one)",
             details={"field": "tty"},
         )
     if spec.pooled:
-        check_poolable(spec, settings)
+        check_poolable(settings)
     volume, sub_path = workspace_volume(spec, settings)
     volumes: list[dict[str, Any]] = [volume]
     mounts: list[dict[str, Any]] = [
@@ -320,7 +305,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
         name = f"tmpfs-{index}"
         volumes.append({"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": str(tmpfs[path].size_bytes)}})
         mounts.append({"name": name, "mountPath": path})
-    if TMP not in tmpfs and profile.read_only_root:
+    if needs_empty_tmp(profile):
         volumes.append({"name": "tmp-empty", "emptyDir": {"medium": "Memory", "sizeLimit": EMPTY_TMP_SIZE}})
         mounts.append({"name": "tmp-empty", "mountPath": TMP, "readOnly": True})
     resources = {
@@ -331,7 +316,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
     deadline_s = math.ceil(profile.wall_timeout_s) + DEADLINE_GRACE_S
     if spec.pooled:  # it waits in the pool first: the kubelet's backstop is the pool's deadline
         deadline_s = max(deadline_s, math.ceil(spec.deadline_unix - now))
-    if spec.interactive:  # the session's command is exec'd into it (start_barrier)
+    if spec.session:  # the session's command is exec'd into it (start_barrier)
         main = idle_command(deadline_s + 60)
     elif spec.pooled:  # our init, its rlimits and env set as a command's would be; launch() brings the rest
         init = dataclasses.replace(spec, argv=(INIT_PATH,), env={})
@@ -395,7 +380,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
     if klass is not None:
         spec_body["runtimeClassName"] = klass
     annotations: dict[str, str] = {
-        ANNOTATION_OWNER: spec.labels.get(LABEL_OWNER, ""),
+        ANNOTATION_OWNER: spec.owner,
         ANNOTATION_DEADLINE: f"{spec.deadline_unix:.0f}",
     }
     if gvisor:  # the pipes' volume as one tmpfs inside the gVisor sandbox, shared by its containers
@@ -404,7 +389,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(spec.execution_id),
+            "name": sandbox_name(spec.execution_id),
             "namespace": settings.namespace,
             "labels": pod_labels(spec),
             "annotations": dict(annotations),

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import InputInvalid
 from orchestrator.pipeline.launch import check_workspace
 
@@ -23,9 +24,10 @@ def test_a_symlink_to_a_system_directory_is_refused(tmp_path: Path) -> None:
 
 def test_the_engine_socket_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/engine/docker.sock")
+    protected = DockerBackend().capabilities.protected_paths  # the backend's: its engine's socket and state
     with pytest.raises(InputInvalid):
-        check_workspace(tmp_path)
-    check_workspace(tmp_path / "engine-sibling")  # a sibling project directory is fine
+        check_workspace(tmp_path, protected=protected)
+    check_workspace(tmp_path / "engine-sibling", protected=protected)  # a sibling project directory is fine
 
 
 def test_a_project_directory_is_fine(tmp_path: Path) -> None:

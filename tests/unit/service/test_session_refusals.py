@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
-from orchestrator.backends.base import SandboxBackend
+from orchestrator.backends.base import Capabilities, SandboxBackend
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.domain.errors import InputInvalid, SandboxUnavailable, SessionNotFound
 from orchestrator.evidence import iter_records
@@ -20,10 +21,15 @@ ALLOW_ALL = "safety:\n  mode: allow\n  rules: []\napprovals:\n  provider: rules\
 
 
 class OneShotOnly:
-    """A backend that takes no input while a sandbox runs: one without the session methods."""
+    """A backend that takes no input while a sandbox runs: its capabilities say so (and its session methods
+    are not there to be called)."""
 
     def __init__(self, inner: SandboxBackend) -> None:
         self._inner = inner
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return dataclasses.replace(self._inner.capabilities, sessions=False)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("send_input", "end_input", "resize"):

@@ -8,7 +8,16 @@ import math
 import pytest
 
 from orchestrator.backends._support.launch_message import INIT_PATH
-from orchestrator.backends.base import LABEL_EXECUTION_ID, LABEL_MANAGED_BY, LABEL_OWNER, LaunchSpec, Workspace
+from orchestrator.backends.base import (
+    LABEL_EXECUTION_ID,
+    LABEL_MANAGED_BY,
+    LABEL_OWNER,
+    CommandLaunch,
+    LaunchSpec,
+    PooledLaunch,
+    SessionLaunch,
+    Workspace,
+)
 from orchestrator.backends.kubernetes.manifest import (
     ANNOTATION_OWNER,
     API_SERVICE_ENV,
@@ -34,7 +43,7 @@ def spec_for(profile: ResolvedProfile, **changes: object) -> LaunchSpec:
         "workspace": Workspace(f"{ROOT}/tenant-a/default"),
         "workdir": profile.workspace.container_path,
         "env": {"LANG": "C.UTF-8"},
-        "labels": {LABEL_OWNER: "host~pidns4026531836:123:456"},
+        "owner": "host~pidns4026531836:123:456",
         "deadline_unix": 2_000_000_000.0,
     }
     fields.update(changes)
@@ -146,7 +155,8 @@ def test_every_builtin_profile_is_hardened_in_its_pod(name: str) -> None:
 
 def test_with_stdin_the_barrier_hands_the_rest_of_it_to_the_command() -> None:
     profile = ProfileRegistry().resolve("workspace-write")
-    command = pod_manifest(spec_for(profile, stdin=b"data"), settings())["spec"]["containers"][0]["command"]
+    pod = pod_manifest(spec_for(profile, kind=CommandLaunch(stdin=b"data")), settings())
+    command = pod["spec"]["containers"][0]["command"]
     assert command[2].endswith('exec "$@" <"$d/stdin" >"$d/stdout" 2>"$d/stderr"')
     assert 'for p in "$d/stdout" "$d/stderr" "$d/stdin"' in command[2]  # waited for with the others
 
@@ -167,7 +177,7 @@ def test_a_variable_the_spec_sets_is_never_unset() -> None:
 @pytest.mark.parametrize("tty", [False, True])
 def test_a_sessions_pod_idles_with_the_commands_hardening_and_its_command_is_exec_d(tty: bool) -> None:
     profile = ProfileRegistry().resolve("workspace-write", session=True)
-    session = spec_for(profile, interactive=True, tty=tty)
+    session = spec_for(profile, kind=SessionLaunch(tty=tty))
     one_shot = pod_manifest(spec_for(profile), settings())
     pod = pod_manifest(session, settings())
     container = pod["spec"]["containers"][0]
@@ -227,7 +237,7 @@ def test_a_runtime_without_a_runtime_class_is_unavailable_never_downgraded() -> 
         ({"workdir": "relative"}, InputInvalid),
         ({"env": {"A=B": "x"}}, InputInvalid),
         ({"env": {"A": "x\x00y"}}, InputInvalid),
-        ({"tty": True}, SandboxUnavailable),
+        ({"kind": CommandLaunch(tty=True)}, SandboxUnavailable),
     ],
 )
 def test_bad_specs_are_refused(changes: dict[str, object], error: type[Exception]) -> None:
@@ -268,9 +278,9 @@ def test_the_sidecar_cpu_comes_out_of_the_profile(cpus: float, expected: tuple[i
 def test_a_pre_started_pod_is_the_cold_pod_with_our_init_waiting_in_it(name: str) -> None:
     profile = ProfileRegistry().resolve(name)
     now = 1_900_000_000.0
-    pooled = spec_for(profile, pooled=True, env={}, deadline_unix=now + 300 + profile.wall_timeout_s + 5)
+    pooled = spec_for(profile, kind=PooledLaunch(), env={}, deadline_unix=now + 300 + profile.wall_timeout_s + 5)
     pod = pod_manifest(pooled, settings(seccomp="localhost"), now=now)
-    cold = pod_manifest(spec_for(profile, stdin=b"x"), settings(seccomp="localhost"), now=now)
+    cold = pod_manifest(spec_for(profile, kind=CommandLaunch(stdin=b"x")), settings(seccomp="localhost"), now=now)
     container, sidecar = pod["spec"]["containers"]
     # everything fixed at start is the cold pod's: the hardening, limits, mounts, the sidecar with a stdin pipe
     for field in ("image", "resources", "volumeMounts", "securityContext", "stdin", "tty"):
@@ -293,23 +303,20 @@ def test_a_pre_started_pod_is_the_cold_pod_with_our_init_waiting_in_it(name: str
     assert pod["spec"]["activeDeadlineSeconds"] == math.ceil(300 + profile.wall_timeout_s + 5)
 
 
-@pytest.mark.parametrize(
-    ("changes", "error"),
-    [
-        ({"stdin": b"x"}, InputInvalid),
-        ({"tty": True, "interactive": True}, InputInvalid),
-    ],
-)
-def test_a_pre_started_pod_takes_no_stdin_or_terminal_of_its_own(
-    changes: dict[str, object], error: type[Exception]
-) -> None:
+@pytest.mark.parametrize("changes", [{"stdin": b"x"}, {"tty": True}])
+def test_a_pre_started_pod_takes_no_stdin_or_terminal_of_its_own(changes: dict[str, object]) -> None:
+    """Its stdin is its launch's and it has no terminal: a pooled spec with either cannot even be built."""
+    with pytest.raises(TypeError):
+        PooledLaunch(**changes)  # type: ignore[arg-type]
     profile = ProfileRegistry().resolve("workspace-write")
-    with pytest.raises(error):
-        pod_manifest(spec_for(profile, pooled=True, **changes), settings())
+    pooled = spec_for(profile, kind=PooledLaunch())
+    assert (pooled.stdin, pooled.tty, pooled.session) == (None, False, False)
+    container = pod_manifest(pooled, settings())["spec"]["containers"][0]
+    assert (container["stdin"], container["tty"]) == (False, False)
 
 
 def test_copy_mode_cannot_pre_start_a_pod() -> None:
     profile = ProfileRegistry().resolve("workspace-write")
     copy = KubernetesSettings(workspace=WorkspaceDelivery(mode="copy"))
     with pytest.raises(SandboxUnavailable, match="pvc"):
-        pod_manifest(spec_for(profile, pooled=True), copy)
+        pod_manifest(spec_for(profile, kind=PooledLaunch()), copy)
