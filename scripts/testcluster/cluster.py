@@ -192,6 +192,8 @@ def delete_pods(s: Settings) -> None:
     """Pods go through the kubelet while it runs, so it unmounts their volumes and tears their sandboxes down."""
     if not (health.api_ready(s) and daemons.running(s, "kubelet")):
         return
+    if health.no_pods(s):
+        return  # nothing to delete: no client library to load
     from . import objects
 
     try:

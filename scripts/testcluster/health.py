@@ -70,6 +70,15 @@ def node_ready(s: Settings) -> bool:
         return False
 
 
+def no_pods(s: Settings) -> bool:
+    """True when the API server says there is no pod in any namespace."""
+    try:
+        status, body = api_get(s, "/api/v1/pods?limit=1")
+        return status == 200 and not json.loads(body).get("items")
+    except (OSError, ValueError):
+        return False
+
+
 def default_service_account(s: Settings) -> bool:
     """The controller-manager made the default namespace's ServiceAccount (pods there wait for it)."""
     try:
