@@ -136,7 +136,7 @@ def handle(args: argparse.Namespace) -> int:
     from orchestrator.gate.gate import Gate
     from orchestrator.gate.policy import PolicySource
     from orchestrator.pipeline.config import load_config
-    from orchestrator.pipeline.launch import profile_egress
+    from orchestrator.pipeline.profiles_of import profile_egress
     from orchestrator.profiles import ProfileRegistry
 
     config = Path(args.config) if args.config else None

@@ -40,13 +40,12 @@ from orchestrator.evidence import EventType
 from orchestrator.evidence.input_key import load_input_key
 from orchestrator.gate.gate import Gate, GateResult
 from orchestrator.gate.policy import PolicySource
-from orchestrator.pipeline.governing import Governing
-from orchestrator.pipeline.launch import check_out_of_earlier_workspaces
+from orchestrator.pipeline.governing import Governing, check_out_of_earlier_workspaces
 from orchestrator.pipeline.observer import GuardedObserver, Observer
 from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.pipeline.recorder import Evidence, ExecutionRecorder
 from orchestrator.pipeline.reservations import Reservations
-from orchestrator.pipeline.restrictions import RestrictedRuns
+from orchestrator.pipeline.retries import RestrictedRuns
 from orchestrator.pipeline.tasks import cancel_reason, despite_cancellation
 
 _REFUSALS: dict[ApprovalOutcome, type[OrchestratorError]] = {

@@ -25,18 +25,18 @@ from orchestrator.pipeline.config import OrchestratorConfig, PoolSettings, load_
 from orchestrator.pipeline.governing import (
     Governing,
     approval_queue,
+    check_workspace,
     governing_paths,
     policy_file,
     state_directories,
 )
-from orchestrator.pipeline.launch import check_workspace
 from orchestrator.pipeline.observer import GuardedTelemetry
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.pipeline.reaper import collect_orphans
 from orchestrator.pipeline.recorder import Evidence
 from orchestrator.pipeline.reservations import Reservations
-from orchestrator.pipeline.restrictions import RestrictedRuns
+from orchestrator.pipeline.retries import RestrictedRuns
 from orchestrator.pipeline.runner import Runner
 from orchestrator.profiles import ProfileCaps, ProfileRegistry
 

@@ -25,8 +25,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import orchestrator
+from orchestrator.domain.errors import ConfigInvalid, InputInvalid
 from orchestrator.domain.statedir import state_dir
+from orchestrator.gate.paths import SYSTEM_PREFIXES
+from orchestrator.pipeline.this_process import THIS_PROCESS
+
+# the orchestrator package itself (this file is orchestrator/pipeline/governing.py): never the root module
+# imported for its path, which would pull in the whole public API
+_PACKAGE = Path(__file__).parents[1]
 
 _MAX_LINKS = 40  # as the kernel's limit on links followed in one lookup
 
@@ -126,7 +132,7 @@ def package_and_python() -> list[Governing]:
     """The orchestrator's own code and the Python it runs on: a sandbox that rewrote them would run
     as this user, on the host, at the next command."""
     items = [
-        Governing("the orchestrator's code", str(Path(orchestrator.__file__).parent), tree=True),
+        Governing("the orchestrator's code", str(_PACKAGE), tree=True),
         Governing("the Python environment (sys.prefix)", sys.prefix, tree=True),
         Governing("the Python installation (sys.base_prefix)", sys.base_prefix, tree=True),
     ]
@@ -188,3 +194,57 @@ def first_exposure(items: Iterable[Governing], workspaces: Iterable[str]) -> Exp
             if why is not None:
                 return Exposed(item, why)
     return None
+
+
+# never mounted as a workspace (read-write, recursively), nor anything that contains them: the host's system
+# directories and our own state; the backend adds its engine's (``Capabilities.protected_paths``)
+_PROTECTED = (
+    *SYSTEM_PREFIXES,
+    "/libx32",
+    "/run",
+    "/var/run",
+    "/var/lib/sandbox-orchestrator",
+    "/root/.ssh",
+)
+#: the service's default workspace root (``<state dir>/workspaces``), the one place below a protected
+#: directory where workspaces may live: what governs (the store, evidence) is kept out of them separately
+_WORKSPACE_ROOTS = ("/var/lib/sandbox-orchestrator/workspaces",)
+
+
+def check_workspace(workspace: Path, *, governing: Iterable[Governing] = (), protected: Iterable[str] = ()) -> None:
+    """Refuse a workspace that would hand the sandbox the host: /, system directories, the engine's
+    socket or state (``protected``: the backend's ``Capabilities.protected_paths``), or any directory that
+    contains one of them; or that would put within its reach what governs later runs (``governing``: the
+    policy file, profiles, evidence, approval queue, state directories, our own code — see
+    the rest of this module): INPUT.INVALID naming the file. What governs must also have stayed out of every
+    earlier workspace of this process: CONFIG.INVALID."""
+    real = os.path.realpath(workspace)
+    protected = [*_PROTECTED, *protected]
+    if real == "/":
+        raise InputInvalid("the workspace cannot be / (the whole host would be mounted into the sandbox)")
+    in_a_workspace_root = any(real.startswith(root + "/") for root in _WORKSPACE_ROOTS)
+    for path in protected:
+        if (real == path or real.startswith(path + "/")) and not in_a_workspace_root:
+            raise InputInvalid(f"the workspace {real} is a system directory ({path}); use a project directory")
+        if path.startswith(real + "/"):
+            raise InputInvalid(f"the workspace {real} contains {path}; use a project directory")
+    items = list(governing)
+    exposed = first_exposure(items, [real])
+    if exposed is not None:
+        raise InputInvalid(
+            f"the workspace {real} cannot be used: {exposed}; keep it outside every workspace",
+            details={"file": exposed.item.path},
+        )
+    check_out_of_earlier_workspaces(items)
+
+
+def check_out_of_earlier_workspaces(items: Iterable[Governing]) -> None:
+    """What governs must not lie where an earlier sandbox of this process could have written it — a
+    reloaded policy file, a path whose link was moved since (CONFIG.INVALID naming it)."""
+    exposed = first_exposure(items, THIS_PROCESS.mounted())
+    if exposed is not None:
+        raise ConfigInvalid(
+            f"{exposed} (a workspace an earlier sandbox of this process was given): it may have been "
+            "rewritten there; move it out of every workspace and restart",
+            details={"file": exposed.item.path},
+        )

@@ -33,7 +33,8 @@ from orchestrator.backends.base import LaunchSpec, LifecycleEvent, PooledLaunch,
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.evidence import EventType
 from orchestrator.pipeline.config import PoolSettings
-from orchestrator.pipeline.launch import DEADLINE_GRACE_S, hold_active, release_active
+from orchestrator.pipeline.launch import DEADLINE_GRACE_S
+from orchestrator.pipeline.this_process import THIS_PROCESS
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class SandboxPool:
     @staticmethod
     def release(pooled: PooledSandbox) -> None:
         """A claimed sandbox was destroyed by its run: the orphan collector may treat its id as any."""
-        release_active(pooled.pool_id)
+        THIS_PROCESS.release(pooled.pool_id)
 
     def want(self, key: PoolKey, template: LaunchSpec) -> None:
         """A run of ``key`` happened (cold or from the pool): fill the key up to ``per_key`` again,
@@ -166,7 +167,7 @@ class SandboxPool:
             deadline_unix=deadline,
         )
         # this process runs it from now until it is destroyed: the orphan collector leaves it alone
-        hold_active(pool_id)
+        THIS_PROCESS.hold(pool_id)
         handle: SandboxHandle | None = None
         events = asyncio.create_task(self._record_start(key, pool_id))
         ready = False
@@ -199,7 +200,7 @@ class SandboxPool:
                 if handle is not None:
                     with contextlib.suppress(Exception):
                         await asyncio.shield(self.backend.destroy(handle))
-                release_active(pool_id)
+                THIS_PROCESS.release(pool_id)
 
     async def _record_start(self, key: PoolKey, pool_id: str) -> None:
         """The engine's create and start of the sandbox being filled, under its pool id."""
@@ -250,7 +251,7 @@ class SandboxPool:
         except Exception as exc:  # the orphan collector removes it (our labels, its deadline)
             log.warning("could not destroy pooled sandbox %s: %s", pooled.handle.name, exc)
         finally:
-            release_active(pooled.pool_id)
+            THIS_PROCESS.release(pooled.pool_id)
         await self._record(
             EventType.SANDBOX_DISCARDED,
             pooled.pool_id,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.domain.requests import Request
-from orchestrator.pipeline.launch import profile_egress
+from orchestrator.domain.errors import OrchestratorError
+from orchestrator.domain.requests import EXEC_TOOLS, Request
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
 
 
@@ -30,3 +30,14 @@ class Profiles:
     def egress(self, request: Request) -> tuple[str, ...]:
         """The egress allowlist of the profile ``request`` runs with (part of what it asks)."""
         return profile_egress(self.registry, request, self.default)
+
+
+def profile_egress(profiles: ProfileRegistry, request: Request, default_profile: str) -> tuple[str, ...]:
+    """The hosts the profile ``request`` runs with may reach (part of what an exec tool asks); () for other
+    tools, or a profile unknown here (its run refuses it, on the record)."""
+    if request.tool not in EXEC_TOOLS:
+        return ()
+    try:
+        return profiles.get(request.profile or default_profile).network.allow
+    except OrchestratorError:
+        return ()

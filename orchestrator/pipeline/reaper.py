@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from orchestrator.backends.base import ManagedSandbox, SandboxBackend, SandboxHandle
 from orchestrator.evidence import EventType, EvidenceEvent, EvidenceWriter
-from orchestrator.pipeline.launch import is_active_here, owner_alive, owner_label
+from orchestrator.pipeline.this_process import THIS_PROCESS, owner_alive, owner_label
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,9 @@ def orphan_reason(sandbox: ManagedSandbox, now: float) -> str | None:
     if sandbox.deadline_unix is not None and sandbox.deadline_unix < now:
         return "deadline passed"
     if sandbox.owner == owner_label():
-        return None if is_active_here(sandbox.execution_id) else "its controller (this process) no longer runs it"
+        if THIS_PROCESS.is_active(sandbox.execution_id):
+            return None
+        return "its controller (this process) no longer runs it"
     # a process of this host is asked directly (a killed one's Lease may not have expired yet); any other
     # owner by what the backend knows (its Lease on a cluster)
     alive = owner_alive(sandbox.owner)

@@ -5,15 +5,12 @@ execution is being authorized, handed to its Authorization, then settled (the ru
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from orchestrator.budgets import cover
 from orchestrator.budgets.book import GrantBook, Reservation
+from orchestrator.domain.grants import Usage
 from orchestrator.evidence import EventType
 from orchestrator.pipeline.recorder import ExecutionRecorder
-
-if TYPE_CHECKING:
-    from orchestrator.pipeline.executor import RunOutcome
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +41,14 @@ class Reservations:
         self,
         reservation: Reservation | None,
         records: ExecutionRecorder,
-        outcome: RunOutcome | None,
+        used: Usage | None,
         *,
         ran: bool,
     ) -> None:
         """Settle what a grant reserved for a run, on the record before its end record: its real use when it
-        ran to an end (``outcome``), all it reserved when it failed after starting (what it used is unknown),
-        nothing when it never started. A bookkeeping failure is logged: never in the way of the end record
-        (the reservation stays held until the service's next start releases it)."""
+        ran to an end (``used``: budgets.cover.used), all it reserved when it failed after starting (what it
+        used is unknown), nothing when it never started. A bookkeeping failure is logged: never in the way of
+        the end record (the reservation stays held until the service's next start releases it)."""
         execution_id, book = records.execution_id, self.book
         if reservation is None or book is None or execution_id in self._charged:
             return
@@ -61,17 +58,7 @@ class Reservations:
                 await book.release(reservation)
                 data: dict[str, Any] = {"grant_id": reservation.grant_id, "kind": "released"}
             else:
-                usage = (
-                    cover.used(
-                        reservation,
-                        cpu_seconds=outcome.cpu_seconds,
-                        output_bytes=outcome.kept_bytes,
-                        wall_seconds=outcome.duration_ms / 1000,
-                    )
-                    if outcome is not None
-                    else reservation.most()
-                )
-                charge = await book.settle(reservation, usage)
+                charge = await book.settle(reservation, used if used is not None else reservation.most())
                 data = {"grant_id": charge.grant_id, "kind": charge.kind, "charged": charge.charged.model_dump(),
                         "state": charge.state}  # fmt: skip
         except Exception as exc:

@@ -47,21 +47,17 @@ from orchestrator.pipeline.authorizer import Authorization
 from orchestrator.pipeline.config import PoolSettings
 from orchestrator.pipeline.end_record import failed_side_effects, finished_fields
 from orchestrator.pipeline.executor import RunOutcome, run_in_sandbox, workspace_changes
-from orchestrator.pipeline.governing import Governing, governing_paths
-from orchestrator.pipeline.launch import (
-    active_execution,
-    check_session_allowed,
-    check_workspace,
-    launch_spec,
-    refuse_unavailable_escalations,
-)
+from orchestrator.pipeline.governing import Governing, check_workspace, governing_paths
+from orchestrator.pipeline.launch import check_session_allowed, launch_spec, refuse_unavailable_escalations
 from orchestrator.pipeline.observer import GuardedObserver, Observer
 from orchestrator.pipeline.pool import PooledSandbox, PoolKey, SandboxPool
 from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.pipeline.recorder import Evidence, ExecutionRecorder
 from orchestrator.pipeline.reservations import Reservations
-from orchestrator.pipeline.restrictions import RestrictedRuns, restriction
+from orchestrator.pipeline.restrictions import restriction
+from orchestrator.pipeline.retries import RestrictedRuns
 from orchestrator.pipeline.tasks import cancel_reason, despite_cancellation
+from orchestrator.pipeline.this_process import THIS_PROCESS
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.results import Redactor, Snapshot, snapshot
 
@@ -205,7 +201,7 @@ class Runner:
                 names = NameRedactor(request.env.values())
                 route = self.egress.open(execution_id, profile.egress_allow, records.record_nowait, names)
             try:
-                with active_execution(execution_id, workspace):
+                with THIS_PROCESS.running(execution_id, workspace):
                     outcome = await run_in_sandbox(
                         self.backend,
                         dataclasses.replace(spec, egress=route),
@@ -256,7 +252,15 @@ class Runner:
                 self.restricted.add(execution_id, request.tenant, error)
         if error is None and outcome.truncated:
             error = SandboxOutputLimit("output passed the profile's cap and was truncated")
-        await despite_cancellation(self.reservations.charge(auth.reservation, records, outcome, ran=True))
+        used = None
+        if auth.reservation is not None:
+            used = cover.used(
+                auth.reservation,
+                cpu_seconds=outcome.cpu_seconds,
+                output_bytes=outcome.kept_bytes,
+                wall_seconds=outcome.duration_ms / 1000,
+            )
+        await despite_cancellation(self.reservations.charge(auth.reservation, records, used, ran=True))
         # bounded in advance, and never raising: the end record is what makes the run accountable
         try:
             await despite_cancellation(
@@ -318,7 +322,7 @@ class Runner:
         return True
 
     def check_workspace(self, workspace: Path) -> None:
-        """``launch.check_workspace`` for a run here: what governs runs, and the backend's protected paths."""
+        """``governing.check_workspace`` for a run here: what governs runs, and the backend's protected paths."""
         check_workspace(
             workspace, governing=self.governing_paths(), protected=self.backend.capabilities.protected_paths
         )

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.pipeline.launch import owner_label
+from orchestrator.pipeline.this_process import owner_label
 from tests.support.engine import engine_or_skip, list_managed
 from tests.support.service import ARTIFACTS, Harness, start_service, write_config
 

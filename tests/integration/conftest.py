@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from orchestrator.backends.base import ManagedSandbox
-from orchestrator.pipeline.launch import owner_label
+from orchestrator.pipeline.this_process import owner_label
 from tests.support.engine import engine_or_skip, list_managed
 
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ import pytest
 from orchestrator.backends.docker.sandbox_etc import FILES as SANDBOX_ETC
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.evidence import iter_records
-from orchestrator.pipeline.launch import owner_label
+from orchestrator.pipeline.this_process import owner_label
 from orchestrator.profiles import ProfileRegistry
 from tests.support.containment import (
     BACKENDS,

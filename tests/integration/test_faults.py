@@ -39,8 +39,8 @@ from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.evidence import EvidenceWriter, verify
 from orchestrator.pipeline.factory import build_orchestrator
-from orchestrator.pipeline.launch import owner_label
 from orchestrator.pipeline.reaper import collect_orphans
+from orchestrator.pipeline.this_process import owner_label
 from orchestrator.profiles import ProfileRegistry
 from tests.support.evidence import records
 from tests.support.images import SANDBOX_UID

@@ -25,7 +25,8 @@ from orchestrator.pipeline.config import (
     ServiceSection,
     load_config,
 )
-from orchestrator.pipeline.launch import CONTROLLER_ID_ENV, check_workspace
+from orchestrator.pipeline.governing import check_workspace
+from orchestrator.pipeline.this_process import CONTROLLER_ID_ENV
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.tokens import load_credentials
 from scripts.testcluster.settings import API_PORT, LOOPBACK
@@ -315,7 +316,7 @@ def test_controller_pod_is_hardened(variant: tuple[str, dict[str, Any], list[dic
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["SANDBOX_STATE_DIR"]["value"] == "/var/lib/sandbox-orchestrator"
-    # the controller's identity (launch.owner_label): Kubernetes expands $(VAR) only from variables
+    # the controller's identity (pipeline.this_process.owner_label): Kubernetes expands $(VAR) only from variables
     # defined before it in the list
     assert env[CONTROLLER_ID_ENV] == {"name": CONTROLLER_ID_ENV, "value": "$(POD_NAMESPACE)/$(POD_NAME)"}
     order = [e["name"] for e in container["env"]]

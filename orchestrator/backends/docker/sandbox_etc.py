@@ -8,7 +8,7 @@ file with loopback entries only, and a resolver configuration without a nameserv
 one of these paths replaces the engine's file: moby's ``TrySetNetworkMount``.)
 
 The files live in the orchestrator's state directory, which no workspace may contain (see
-``service.launch.check_workspace``), in a directory named after their content: written once
+``pipeline.governing.check_workspace``), in a directory named after their content: written once
 (atomically, by whichever process comes first), checked before a backend first uses them.
 """
 

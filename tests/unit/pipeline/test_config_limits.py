@@ -35,9 +35,9 @@ def refused(text: str, limits: YamlLimits = DEFAULT_LIMITS, source: str = "c.yam
 
 def test_an_alias_bomb_is_refused_in_bounded_time_and_memory() -> None:
     tracemalloc.start()
-    started = time.perf_counter()
+    started = time.process_time()  # the parser's work, not how busy the machine is
     err = refused(BOMB)
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert elapsed < 2.0 and peak < 16 * 1024 * 1024, (elapsed, peak)
@@ -77,9 +77,9 @@ def test_an_alias_to_its_own_container_is_refused() -> None:
     ids=["flow-lists", "flow-maps", "block", "1MiB", "1MiB-broken"],
 )
 def test_deep_nesting_is_refused_without_recursion(text: str) -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     err = refused(text)
-    assert time.perf_counter() - started < 5.0
+    assert time.process_time() - started < 5.0
     assert f"nested deeper than {DEFAULT_LIMITS.max_depth} levels" in err.message
     assert err.details["line"] is not None and err.details["fields"]
 

@@ -14,17 +14,18 @@ import pytest
 import orchestrator
 from orchestrator.domain.errors import ConfigInvalid, InputInvalid
 from orchestrator.gate.policy import PolicySource
-from orchestrator.pipeline import launch
+from orchestrator.pipeline import governing
 from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.governing import (
     Governing,
     approval_queue,
+    check_workspace,
     governing_paths,
     package_and_python,
     policy_file,
     resolve,
 )
-from orchestrator.pipeline.launch import active_execution, check_workspace
+from orchestrator.pipeline.this_process import THIS_PROCESS
 from orchestrator.profiles import ProfileRegistry
 
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
@@ -33,11 +34,8 @@ POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
 @pytest.fixture(autouse=True)
 def no_earlier_workspaces() -> Iterator[None]:
     """This process's record of mounted workspaces, emptied for each test and restored after it."""
-    saved = set(launch._MOUNTED)
-    launch._MOUNTED.clear()
-    yield
-    launch._MOUNTED.clear()
-    launch._MOUNTED.update(saved)
+    with THIS_PROCESS.isolated():
+        yield
 
 
 @pytest.fixture
@@ -156,7 +154,7 @@ def test_a_sibling_layout_is_fine_and_checked_again_at_run_time(ws: Path, tmp_pa
 def test_a_file_moved_into_an_earlier_workspace_is_refused_as_config_invalid(ws: Path, tmp_path: Path) -> None:
     earlier = tmp_path / "earlier"
     earlier.mkdir()
-    with active_execution("ex-earlier", earlier):  # a sandbox of this process had it
+    with THIS_PROCESS.running("ex-earlier", earlier):  # a sandbox of this process had it
         pass
     config = earlier / "policy.yaml"
     config.write_text(POLICY)
@@ -180,7 +178,7 @@ async def test_a_reloaded_policy_within_an_earlier_workspaces_reach_decides_noth
     await orch.authorize({"tool": "shell_exec", "argv": ["ls"]})
     earlier = tmp_path / "earlier"
     earlier.mkdir()
-    with active_execution("ex-earlier", earlier):
+    with THIS_PROCESS.running("ex-earlier", earlier):
         pass
     (earlier / "policy.yaml").write_text("safety: {mode: allow, allowlist: [rm]}\n")  # what a sandbox wrote
     link.unlink()
@@ -219,9 +217,9 @@ def test_policy_source_in_a_safe_place_still_reloads(tmp_path: Path, ws: Path) -
     config.write_text(POLICY)
     source = PolicySource(config)
     first = source.current().version_hash
-    with active_execution("ex-1", ws):
+    with THIS_PROCESS.running("ex-1", ws):
         pass
     config.write_text("safety: {mode: deny}\n")
     os.utime(config, ns=(1, 1))
-    launch.check_out_of_earlier_workspaces([policy_file(config)])
+    governing.check_out_of_earlier_workspaces([policy_file(config)])
     assert source.current().version_hash != first

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import InputInvalid
-from orchestrator.pipeline.launch import check_workspace
+from orchestrator.pipeline.governing import check_workspace
 
 
 @pytest.mark.parametrize("path", ["/", "/etc", "/usr/lib", "/var", "/var/run", "/run/sandbox-orchestrator", "/proc/1"])

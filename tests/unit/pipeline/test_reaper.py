@@ -5,8 +5,8 @@ import socket
 import time
 
 from orchestrator.backends.base import ManagedSandbox
-from orchestrator.pipeline.launch import active_execution, owner_label
 from orchestrator.pipeline.reaper import orphan_reason
+from orchestrator.pipeline.this_process import THIS_PROCESS, owner_label
 
 
 def sandbox(owner: str | None, deadline: float | None, execution_id: str = "ex-1") -> ManagedSandbox:
@@ -20,7 +20,7 @@ def test_orphan_rules() -> None:
     assert orphan_reason(sandbox(None, future), now) == "no owner label"
     # this process: an orphan exactly when it no longer runs that execution
     assert orphan_reason(sandbox(me, future), now) == "its controller (this process) no longer runs it"
-    with active_execution("ex-1"):
+    with THIS_PROCESS.running("ex-1"):
         assert orphan_reason(sandbox(me, future), now) is None
         assert orphan_reason(sandbox(me, past), now) == "deadline passed"  # a hard bound, owner or not
     host = me.split(":", 1)[0]

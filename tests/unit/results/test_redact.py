@@ -265,21 +265,22 @@ PATHOLOGICAL: dict[str, bytes] = {
 }
 
 
+# CPU time, not wall time: the bound is about the work (linear, not quadratic), not how busy the machine is
 @pytest.mark.parametrize("name", sorted(PATHOLOGICAL))
 def test_pathological_input_is_linear(name: str) -> None:
     data = PATHOLOGICAL[name]
-    start = time.perf_counter()
+    start = time.process_time()
     result = R.redact(data)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < 1.0, f"{name}: {elapsed:.2f}s"
     assert isinstance(result.data, bytes)
 
 
 def test_pathological_literal_is_linear() -> None:
     r = Redactor(literals=["aaaa", "abab"])
-    start = time.perf_counter()
+    start = time.process_time()
     result = r.redact(_fill(b"a") + b"|" + _fill(b"ab"))
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     assert result.data == b"[REDACTED:literal]|[REDACTED:literal]"
 
 
@@ -288,9 +289,9 @@ def test_ordinary_text_throughput_sanity() -> None:
     line = b"2024-05-01T12:00:00.000001Z INFO worker-3 GET /api/v1/items/42 status=200 bytes=5120 id=9f8e7d\n"
     data = _fill(line, 8 * MIB)
     r = Redactor(literals=[f"secret-value-{i:02d}-abcdefgh" for i in range(10)])
-    start = time.perf_counter()
+    start = time.process_time()
     assert r.redact(data).count == 0
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 # ---------------------------------------------------------------------------------------------- cap
