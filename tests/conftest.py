@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.engine import engine_shared
 
 # The project's scripts (the test cluster) keep using the machine's state dir, where their builds are cached.
 os.environ.setdefault("SO_TESTS_HOST_STATE_DIR", os.environ.get("SANDBOX_STATE_DIR", ""))
@@ -37,6 +40,7 @@ XDIST_GROUPS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its worker suffixes each grouped test's id)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.pluginmanager.hasplugin("xdist"):
         return
@@ -47,3 +51,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker(marker) is not None and where.startswith(prefix):
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+
+
+@pytest.fixture(autouse=True)
+def _engine_in_use(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test on the engine (the Docker tier; the cluster's tests build and import images from it) holds it
+    shared: the engine-restart tests (test_faults) wait until it ends, and start no test meanwhile."""
+    on_engine = request.node.get_closest_marker("integration") or request.node.get_closest_marker("k8s")
+    if not on_engine or "restarted" in request.fixturenames:
+        yield
+        return
+    with engine_shared():
+        yield

@@ -42,6 +42,7 @@ from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.reaper import collect_orphans
 from orchestrator.pipeline.this_process import owner_label
 from orchestrator.profiles import ProfileRegistry
+from tests.support.engine import engine_exclusive
 from tests.support.evidence import records
 from tests.support.images import SANDBOX_UID
 
@@ -370,12 +371,15 @@ def restarted(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     base = tmp_path_factory.mktemp("restart")
     run = RestartRun(env=make_env(base / "inproc"), cli_env=make_env(base / "cli"))
     try:
-        with _TracebackCatcher() as catcher:
-            _run(_restart_scenario(run))
-        run.logged_tracebacks = catcher.found
+        with engine_exclusive():  # no other test on the engine meanwhile (make test runs the tiers side by side)
+            try:
+                with _TracebackCatcher() as catcher:
+                    _run(_restart_scenario(run))
+                run.logged_tracebacks = catcher.found
+            finally:
+                _ensure_engine_up()
         yield run
     finally:
-        _ensure_engine_up()
         remove_sandboxes({e for e in (run.inproc_execution_id, run.cli_execution_id) if e})
 
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -57,3 +61,37 @@ async def answering_or_skip(backend: SandboxBackend, what: str) -> None:
     except SandboxUnavailable as err:
         await backend.close()
         pytest.skip(f"no {what} ({err.message}); run `make setup`")
+
+
+# The engine is shared by every test that runs on it at once (make test's workers, or two test sessions): a
+# test that restarts it (test_faults) takes it for itself. Readers-writer locks on two files: a test on the
+# engine passes the gate, then holds the engine shared; the restart holds the gate (no new test starts) and
+# then the engine exclusively (once the running ones ended).
+_ENGINE_LOCK = "/tmp/sandbox-orchestrator-tests-engine.lock"
+_ENGINE_GATE = "/tmp/sandbox-orchestrator-tests-engine.gate"
+
+
+@contextlib.contextmanager
+def _locked(path: str, mode: int) -> Iterator[None]:
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def engine_shared() -> Iterator[None]:
+    """While a test runs on the engine: nobody restarts it."""
+    with _locked(_ENGINE_GATE, fcntl.LOCK_EX):
+        pass
+    with _locked(_ENGINE_LOCK, fcntl.LOCK_SH):
+        yield
+
+
+@contextlib.contextmanager
+def engine_exclusive() -> Iterator[None]:
+    """While the engine is restarted: no other test runs on it."""
+    with _locked(_ENGINE_GATE, fcntl.LOCK_EX), _locked(_ENGINE_LOCK, fcntl.LOCK_EX):
+        yield
