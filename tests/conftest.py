@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.engine import engine_shared
+from tests.support.engine import engine_exclusive, engine_shared
 
 # The project's scripts (the test cluster) keep using the machine's state dir, where their builds are cached.
 os.environ.setdefault("SO_TESTS_HOST_STATE_DIR", os.environ.get("SANDBOX_STATE_DIR", ""))
@@ -56,10 +56,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _engine_in_use(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test on the engine (the Docker tier; the cluster's tests build and import images from it) holds it
-    shared: the engine-restart tests (test_faults) wait until it ends, and start no test meanwhile."""
+    shared; the engine-restart tests (test_faults) and those marked ``engine_exclusive`` hold it alone: they
+    wait until the running tests end, and no test starts meanwhile."""
     on_engine = request.node.get_closest_marker("integration") or request.node.get_closest_marker("k8s")
-    if not on_engine or "restarted" in request.fixturenames:
+    if request.node.get_closest_marker("engine_exclusive") is not None:
+        # it kills a controller and judges who collects its orphans: no other test's reaper may take them
+        with engine_exclusive():
+            yield
+    elif not on_engine or "restarted" in request.fixturenames:  # the restart fixture takes the engine itself
         yield
-        return
-    with engine_shared():
-        yield
+    else:
+        with engine_shared():
+            yield

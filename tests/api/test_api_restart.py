@@ -80,6 +80,7 @@ def served(tmp_path: Path, engine: Any) -> Iterator[Served]:
         s.stop()
 
 
+@pytest.mark.engine_exclusive
 def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(served: Served, tmp_path: Path) -> None:
     agent, approver = Client(served.url, token_of("agent-a")), Client(served.url, token_of("approver-a"))
     survives = agent.submit({"tool": "shell_command", "command": "uname -s"})
@@ -131,6 +132,7 @@ def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(served: Served
     assert len(collected) == 1
 
 
+@pytest.mark.engine_exclusive
 def test_a_deadline_that_passed_while_down_is_a_timeout_at_start_up(served: Served) -> None:
     agent = Client(served.url, token_of("agent-a"))
     ask = agent.submit({"tool": "shell_command", "command": "uname -n"})

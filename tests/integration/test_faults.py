@@ -436,6 +436,7 @@ def test_engine_restart_cli_fails_clearly_and_its_orphan_is_collected(restarted:
 # -- the CLI killed with SIGKILL mid-run ----------------------------------------------------------------
 
 
+@pytest.mark.engine_exclusive
 def test_sigkilled_cli_leaves_an_orphan_that_the_next_run_collects(env: Env) -> None:
     proc = start_cli_run(env.config, env.evidence, env.workspace, "sleep", "60")
     execution_id: str | None = None
@@ -566,6 +567,7 @@ async def _create_expired(env: Env) -> tuple[str, str]:
     return execution_id, handle.sandbox_id
 
 
+@pytest.mark.engine_exclusive
 def test_gc_collects_a_sandbox_whose_deadline_passed(env: Env) -> None:
     execution_id, sandbox_id = _run(_create_expired(env))
     try:

@@ -223,6 +223,7 @@ async def test_a_profile_can_keep_its_runs_cold(tmp_path: Path) -> None:
         await o.aclose()
 
 
+@pytest.mark.engine_exclusive
 def test_a_killed_controllers_pooled_sandboxes_are_collected(tmp_path: Path) -> None:
     """The process holding a ready pool is killed outright: the orphan collector removes its sandboxes."""
     import signal
@@ -304,6 +305,7 @@ async def test_a_pooled_sandbox_that_died_is_never_handed_out(orch: Orchestrator
     assert discarded == [{"sandbox_id": waiting.handle.sandbox_id, "reason": "ended"}]
 
 
+@pytest.mark.engine_exclusive
 async def test_the_orphan_collector_leaves_this_processs_pool_alone(orch: Orchestrator, tmp_path: Path) -> None:
     from orchestrator.pipeline.reaper import collect_orphans
 

@@ -364,6 +364,7 @@ async def test_twenty_sessions_at_once_each_gets_only_its_own_input(
     assert left == []
 
 
+@pytest.mark.engine_exclusive
 def test_a_killed_controller_leaves_its_session_to_the_orphan_collector(where: Where, tmp_path: Path) -> None:
     """The process holding a session is killed outright: its sandbox is collected, on the record."""
     import signal
