@@ -29,7 +29,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from scripts.testcluster.settings import TEST_SESSIONS
-from tests.support.kube import Cluster, _other_live_sessions, _sessions_locked, cluster_script, env_value
+from tests.support.kube import Cluster, cluster_script, env_value, other_live_sessions, sessions_locked
 
 STARTED_BY_TESTS = "started-by-tests"  # the fixture's mark: a test session started the cluster
 
@@ -60,10 +60,10 @@ def cluster_session() -> Iterator[Cluster]:
     sessions = kubeconfig.parent / TEST_SESSIONS
     sessions.mkdir(parents=True, exist_ok=True)
     me = sessions / f"session-{os.getpid()}"
-    with _sessions_locked(sessions):
+    with sessions_locked(sessions):
         was_up = cluster_script("status").returncode == 0
         ensure_up()
-        if not was_up or not _other_live_sessions(sessions):
+        if not was_up or not other_live_sessions(sessions):
             # started here, or found up with no session around: nobody's to stop (as the fixture has it)
             (sessions / STARTED_BY_TESTS).unlink(missing_ok=True)
         me.touch()
@@ -71,9 +71,9 @@ def cluster_session() -> Iterator[Cluster]:
         server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
         yield Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir, server=server)
     finally:
-        with _sessions_locked(sessions):
+        with sessions_locked(sessions):
             me.unlink(missing_ok=True)
-            if (sessions / STARTED_BY_TESTS).exists() and not _other_live_sessions(sessions):
+            if (sessions / STARTED_BY_TESTS).exists() and not other_live_sessions(sessions):
                 cluster_script("down")  # what the test session that started it would have done
                 (sessions / STARTED_BY_TESTS).unlink(missing_ok=True)
 
@@ -81,8 +81,8 @@ def cluster_session() -> Iterator[Cluster]:
 def other_sessions(cluster: Cluster) -> list[int]:
     """Pids of the other sessions (test runs, benchmarks) using the cluster now."""
     sessions = sessions_dir(cluster)
-    with _sessions_locked(sessions):
-        return sorted(_other_live_sessions(sessions))
+    with sessions_locked(sessions):
+        return sorted(other_live_sessions(sessions))
 
 
 def check(cluster: Cluster) -> dict[str, Any]:

@@ -82,7 +82,7 @@ def env_value(text: str, name: str) -> str:
 
 
 @contextmanager
-def _sessions_locked(directory: Path) -> Iterator[None]:
+def sessions_locked(directory: Path) -> Iterator[None]:
     fd = os.open(directory / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -91,7 +91,7 @@ def _sessions_locked(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _other_live_sessions(directory: Path) -> list[int]:
+def other_live_sessions(directory: Path) -> list[int]:
     """Pids of the other test sessions registered in ``directory`` that still run (stale entries go)."""
     live = []
     for entry in directory.glob("session-*"):
@@ -121,13 +121,13 @@ def k8s_cluster() -> Iterator[Cluster]:
     sessions.mkdir(parents=True, exist_ok=True)
     started_by_tests = sessions / "started-by-tests"
     me = sessions / f"session-{os.getpid()}"
-    with _sessions_locked(sessions):
+    with sessions_locked(sessions):
         if cluster_script("status").returncode != 0:
             started = cluster_script("up")
             if started.returncode != 0:
                 raise AssertionError(f"k8s-cluster.sh up failed:\n{started.stdout[-4000:]}\n{started.stderr[-4000:]}")
             started_by_tests.touch()
-        elif not _other_live_sessions(sessions):
+        elif not other_live_sessions(sessions):
             started_by_tests.unlink(missing_ok=True)
         me.touch()
     path = env_value(env.stdout, "PATH")
@@ -136,9 +136,9 @@ def k8s_cluster() -> Iterator[Cluster]:
     try:
         yield Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir, server=server)
     finally:
-        with _sessions_locked(sessions):
+        with sessions_locked(sessions):
             me.unlink(missing_ok=True)
-            if started_by_tests.exists() and not _other_live_sessions(sessions):
+            if started_by_tests.exists() and not other_live_sessions(sessions):
                 stopped = cluster_script("down")
                 started_by_tests.unlink(missing_ok=True)
                 assert stopped.returncode == 0, stopped.stderr[-4000:]
