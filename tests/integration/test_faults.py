@@ -42,7 +42,8 @@ from orchestrator.pipeline.factory import build_orchestrator
 from orchestrator.pipeline.reaper import collect_orphans
 from orchestrator.pipeline.this_process import owner_label
 from orchestrator.profiles import ProfileRegistry
-from tests.support.engine import engine_exclusive
+from tests.support.engine import engine_exclusive, managed_sandboxes
+from tests.support.engine import list_managed as engine_list_managed
 from tests.support.evidence import records
 from tests.support.images import SANDBOX_UID
 
@@ -73,16 +74,8 @@ def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-async def _list_managed() -> list[ManagedSandbox]:
-    backend = DockerBackend()
-    try:
-        return await backend.list_managed()
-    finally:
-        await backend.close()
-
-
 def list_managed() -> list[ManagedSandbox]:
-    return _run(_list_managed())
+    return engine_list_managed(attempts=1)  # once: these tests judge what the engine says right now
 
 
 def engine_answers() -> bool:
@@ -337,14 +330,14 @@ async def _restart_scenario(run: RestartRun) -> None:
             await orch.aclose()
         await asyncio.to_thread(_ensure_engine_up)
 
-    managed = await _list_managed()
+    managed = await managed_sandboxes()
     run.inproc_left_after_restart = [s for s in managed if s.execution_id == run.inproc_execution_id]
     run.cli_left_after_restart = [s for s in managed if s.execution_id == run.cli_execution_id]
 
     # the CLI is gone: the next gc collects what it left
     gc = await asyncio.to_thread(sandboxctl, "gc", "--json", "--evidence", str(run.cli_env.evidence))
     run.cli_gc = gc.stdout
-    run.cli_left_after_gc = [s for s in await _list_managed() if s.execution_id == run.cli_execution_id]
+    run.cli_left_after_gc = [s for s in await managed_sandboxes() if s.execution_id == run.cli_execution_id]
 
     # the in-process controller is still alive: what does its own reaper do now?
     backend = DockerBackend()
@@ -355,7 +348,7 @@ async def _restart_scenario(run: RestartRun) -> None:
         await writer.close()
         await backend.close()
     run.inproc_reaped = [r.sandbox.execution_id or "" for r in reaped]
-    run.inproc_left_after_reap = [s for s in await _list_managed() if s.execution_id == run.inproc_execution_id]
+    run.inproc_left_after_reap = [s for s in await managed_sandboxes() if s.execution_id == run.inproc_execution_id]
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,8 @@ def run_async(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
-async def _list_managed() -> list[ManagedSandbox]:
+async def managed_sandboxes() -> list[ManagedSandbox]:
+    """The engine's sandboxes with our labels, asked once."""
     backend = DockerBackend()
     try:
         return await backend.list_managed()
@@ -38,7 +39,7 @@ def list_managed(attempts: int = 10) -> list[ManagedSandbox]:
     run's fault tests may restart a shared engine)."""
     for attempt in range(attempts):
         try:
-            return run_async(_list_managed())  # type: ignore[no-any-return]
+            return run_async(managed_sandboxes())  # type: ignore[no-any-return]
         except SandboxUnavailable:
             if attempt == attempts - 1:
                 raise

@@ -372,6 +372,8 @@ def hello_without_server_name() -> bytes:
         (b"\r\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\n\r\n", "bad_request"),  # blank lines first
         (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "bad_request"),  # HTTP/2's preface
     ],
+    # named, not by value: a ClientHello is random, and every xdist worker must collect the same ids
+    ids=["empty-record-then-hello", "hello-without-server-name", "plain-http", "blank-lines-then-http", "http2"],
 )
 async def test_a_first_flight_the_proxy_cannot_vouch_for_is_refused(first_flight: bytes, why: str) -> None:
     async with upstream(sink_then_send) as up, Harness([f"up.test:{up.port}"]) as h:
