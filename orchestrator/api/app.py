@@ -60,7 +60,7 @@ def build_app(service: Service) -> web.Application:
     app[LIMITER] = RateLimiter(service.limits.rate_per_s, service.limits.burst)
     app[METRICS] = metrics
     app[EVENTS] = hub
-    app[OPENAPI] = build_document(VERSION)
+    app[OPENAPI] = build_document(VERSION, service.limits)
     app[SERVED] = weakref.WeakSet()
     service.orchestrator.telemetry = metrics
 

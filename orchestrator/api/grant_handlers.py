@@ -9,7 +9,6 @@ The handlers take the service's GrantBook from the app under ``GRANT_BOOK`` (set
 from __future__ import annotations
 
 import fnmatch
-import re
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -21,13 +20,12 @@ from orchestrator.domain.errors import Forbidden, InputInvalid, NotFound
 from orchestrator.domain.grants import GrantList, GrantRequest, GrantView, RevokeBody
 from orchestrator.domain.principal import Principal, Role
 from orchestrator.domain.requests import describe_validation_error
+from orchestrator.domain.routes import CHARGES_CURSOR, CHARGES_LIMIT, GRANT_STATE, GRANT_TENANT
 
 #: where the app holds the service's GrantBook: ``app[GRANT_BOOK] = GrantBook(service.store)``
 GRANT_BOOK = web.AppKey("grant_book", GrantBook)
 #: a grant's body is small: terms, conditions, a reason
 MAX_GRANT_BODY = 64 * 1024
-DEFAULT_CHARGES_PAGE = 100
-_DIGITS = re.compile(r"[0-9]{1,6}")
 
 
 def grant_book(app: web.Application) -> GrantBook:
@@ -91,12 +89,12 @@ async def create_grant(request: web.Request) -> web.Response:
 async def list_grants(request: web.Request) -> web.Response:
     principal = _manager(request)
     tenants = principal.tenant_filter
-    tenant = request.query.get("tenant")
+    tenant, state = GRANT_TENANT.read(request.query), GRANT_STATE.read(request.query)
     if tenant:
         if not principal.sees(tenant):
             return _json(GrantList(items=[]))  # like a tenant without grants: nothing to tell apart
         tenants = (tenant,)
-    items = await grant_book(request.app).list(tenants, request.query.get("state") or None)
+    items = await grant_book(request.app).list(tenants, state)
     return _json(GrantList(items=items))
 
 
@@ -122,9 +120,8 @@ async def revoke_grant(request: web.Request) -> web.Response:
 async def grant_charges(request: web.Request) -> web.Response:
     principal = _manager(request)
     service = request.app[SERVICE]
-    raw_limit = request.query.get("limit", str(min(DEFAULT_CHARGES_PAGE, service.limits.max_page)))
-    if not _DIGITS.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= service.limits.max_page:
-        raise InputInvalid(f"limit: 1 to {service.limits.max_page}", details={"fields": ["limit"]})
+    limit = CHARGES_LIMIT.read(request.query, service.limits)
+    cursor = CHARGES_CURSOR.read(request.query)
     view = await _visible(request, principal)
-    page = await grant_book(request.app).charges(view.id, cursor=request.query.get("cursor"), limit=int(raw_limit))
+    page = await grant_book(request.app).charges(view.id, cursor=cursor, limit=limit)
     return _json(page)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
-import re
 import time
 from datetime import UTC, datetime
 
@@ -20,6 +18,15 @@ from orchestrator.domain.decisions import ApprovalOutcome
 from orchestrator.domain.errors import Forbidden, InputInvalid, NotFound
 from orchestrator.domain.principal import Role
 from orchestrator.domain.requests import describe_validation_error
+from orchestrator.domain.routes import (
+    EVIDENCE_EXECUTION,
+    EXECUTION_CURSOR,
+    EXECUTION_STATE,
+    EXECUTION_TENANT,
+    LAST_EVENT_ID,
+    PAGE_LIMIT,
+    WAIT,
+)
 from orchestrator.domain.wire import (
     ApprovalAnswer,
     ApprovalDecisionBody,
@@ -38,31 +45,18 @@ _OUTCOMES = {
     "deny": ApprovalOutcome.DENIED,
 }
 
-
-_DIGITS = re.compile(r"[0-9]{1,11}")  # ASCII digits only (str.isdigit takes "²", which int() refuses)
+#: Last-Event-ID "end": everything was received, only the result again
+_AFTER_END = 1 << 62
 
 
 def _json(model: BaseModel, status: int = 200) -> web.Response:
     return web.Response(status=status, text=model.model_dump_json(), content_type="application/json")
 
 
-def _number(request: web.Request, name: str, *, upper: float) -> float | None:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise InputInvalid(f"{name}: a number of seconds, 0 or more", details={"fields": [name]})
-    return min(value, upper)
-
-
 # -- executions ------------------------------------------------------------------------------------
 async def submit(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    wait = _number(request, "wait", upper=service.limits.max_wait_s)
+    wait = WAIT.read(request.query, service.limits)
     raw = await read_json(request, service.limits.max_body_bytes, service.limits.body_timeout_s)
     view = await service.manager.submit(raw, principal_of(request), wait_s=wait)
     return _json(SubmitAnswer(execution=view), 200 if view.state.final else 202)
@@ -70,7 +64,7 @@ async def submit(request: web.Request) -> web.Response:
 
 async def get_execution(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    wait = _number(request, "wait", upper=service.limits.max_wait_s)
+    wait = WAIT.read(request.query, service.limits)
     ident, principal = request.match_info["id"], principal_of(request)
     if wait:
         return _json(await service.manager.wait(ident, principal, wait))
@@ -79,16 +73,10 @@ async def get_execution(request: web.Request) -> web.Response:
 
 async def list_executions(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    raw_limit = request.query.get("limit", "50")
-    if not _DIGITS.fullmatch(raw_limit) or not 1 <= int(raw_limit) <= service.limits.max_page:
-        raise InputInvalid(f"limit: 1 to {service.limits.max_page}", details={"fields": ["limit"]})
-    page = await service.manager.page(
-        principal_of(request),
-        state=request.query.get("state"),
-        tenant=request.query.get("tenant"),
-        limit=int(raw_limit),
-        cursor=request.query.get("cursor"),
-    )
+    query = request.query
+    limit = PAGE_LIMIT.read(query, service.limits)
+    state, tenant, cursor = EXECUTION_STATE.read(query), EXECUTION_TENANT.read(query), EXECUTION_CURSOR.read(query)
+    page = await service.manager.page(principal_of(request), state=state, tenant=tenant, limit=limit, cursor=cursor)
     return _json(page)
 
 
@@ -100,15 +88,8 @@ async def cancel_execution(request: web.Request) -> web.Response:
 async def stream_output(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     ident, principal = request.match_info["id"], principal_of(request)
-    last = request.headers.get("Last-Event-ID", "")
-    if last == "end":
-        after = 1 << 62  # everything was received: only the result again
-    elif _DIGITS.fullmatch(last):
-        after = int(last)
-    elif last == "":
-        after = -1
-    else:
-        raise InputInvalid("Last-Event-ID: an id this stream gave", details={"fields": ["Last-Event-ID"]})
+    last = LAST_EVENT_ID.read(request.headers)
+    after = -1 if last is None else _AFTER_END if last == "end" else int(last)
     await service.manager.get(ident, principal)  # 404 before the stream opens
     stream = await EventStream.open(request)
     with contextlib.suppress(ConnectionResetError, TimeoutError, asyncio.CancelledError):
@@ -219,9 +200,7 @@ async def decide_approval(request: web.Request) -> web.Response:
 # -- evidence --------------------------------------------------------------------------------------
 async def evidence_records(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    ident = request.query.get("execution_id")
-    if not ident:
-        raise InputInvalid("execution_id: required", details={"fields": ["execution_id"]})
+    ident = EVIDENCE_EXECUTION.need(request.query)
     records = await hosting.evidence_of(service, ident, principal_of(request))
     return _json(EvidencePage(records=records))
 

@@ -1,16 +1,20 @@
-"""The API, as data: every route with its method, path, handler, roles and documentation. The app
-registers exactly these, and the OpenAPI document is generated from exactly these."""
+"""The API's routes: each endpoint of the domain's table (``orchestrator.domain.routes``: method, path,
+parameters) bound to its handler, body, answers and documentation. The app registers exactly these, and
+the OpenAPI document is generated from exactly these."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import BaseModel
 
 from orchestrator.api import grant_handlers, handlers, session_handlers
-from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView
+from orchestrator.domain import routes as http
+from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView, RevokeBody
+from orchestrator.domain.routes import Endpoint, Param
 from orchestrator.domain.wire import (
     ApprovalAnswer,
     ApprovalDecisionBody,
@@ -25,255 +29,206 @@ from orchestrator.domain.wire import (
     StdinBody,
     SubmitAnswer,
 )
+from orchestrator.evidence.verify import VerifyReport
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@dataclass(frozen=True, slots=True)
-class Param:
-    name: str
-    where: str  # "query" | "path" | "header"
-    description: str
-    type: str = "string"
-    required: bool = False
+#: a request body: a model, or the service's execution request ("ExecutionRequest": any tool) or session
+#: opening ("SessionRequest": exec_command), whose schemas openapi.py builds from the library's Request
+Body = type[BaseModel] | Literal["ExecutionRequest", "SessionRequest"]
 
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    method: str
-    path: str
+    """An endpoint of the domain's table, bound to its handler, body and answers. ``errors``: the error
+    statuses the handler itself can answer (every route that takes a token also answers 401 and 429, and
+    every route 500 for a bug: the document adds those)."""
+
+    endpoint: Endpoint
     handler: Handler
     summary: str
     auth: bool = True
-    body: type[BaseModel] | None = None
-    body_is_request: bool = False  # the body is the library's request model (every tool alias)
-    response: type[BaseModel] | None = None
+    body: Body | None = None
+    body_required: bool = True
+    #: a model, or a dataclass (pydantic gives the schema of either)
+    response: type[Any] | None = None
     media: str = "application/json"
-    success: int = 200
-    params: tuple[Param, ...] = ()
-    errors: tuple[int, ...] = (400, 401, 403, 429)
+    #: the statuses answered with ``response`` (the first is the usual one)
+    success: tuple[int, ...] = (200,)
+    errors: tuple[int, ...] = ()
 
+    @property
+    def method(self) -> str:
+        return self.endpoint.method
 
-_ID = Param("id", "path", "The execution's id (also its approval's id).", required=True)
-_SESSION = Param("id", "path", "The session's id (the session_id its opening answered with).", required=True)
-_GRANT = Param("id", "path", "The grant's id (grt_...).", required=True)
+    @property
+    def path(self) -> str:
+        return self.endpoint.path
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        return self.endpoint.params
+
 
 ROUTES: tuple[Route, ...] = (
     Route(
-        "POST",
-        "/v1/executions",
+        http.SUBMIT,
         handlers.submit,
         "Submit a request: decided now, run in the background.",
-        body_is_request=True,
+        body="ExecutionRequest",
         response=SubmitAnswer,
-        success=202,
-        params=(Param("wait", "query", "Seconds to wait for the result (200 when it finished in time).", "number"),),
-        errors=(400, 401, 403, 404, 413, 429, 503),
+        success=(202, 200),
+        errors=(400, 403, 413, 503),
     ),
     Route(
-        "GET",
-        "/v1/executions",
+        http.LIST_EXECUTIONS,
         handlers.list_executions,
         "List executions (newest first) of the caller's tenants.",
         response=ExecutionPage,
-        params=(
-            Param("state", "query", "Only executions in this state."),
-            Param("tenant", "query", "Only this tenant's."),
-            Param("limit", "query", "Page size.", "integer"),
-            Param("cursor", "query", "From a previous page's next_cursor."),
-        ),
+        errors=(400,),
     ),
+    Route(http.GET_EXECUTION, handlers.get_execution, "One execution.", response=ExecutionView, errors=(400, 404)),
     Route(
-        "GET",
-        "/v1/executions/{id}",
-        handlers.get_execution,
-        "One execution.",
-        response=ExecutionView,
-        params=(_ID, Param("wait", "query", "Seconds to wait for it to finish.", "number")),
-        errors=(401, 404, 429),
-    ),
-    Route(
-        "DELETE",
-        "/v1/executions/{id}",
+        http.CANCEL_EXECUTION,
         handlers.cancel_execution,
         "Cancel: the sandbox is killed and removed; the evidence records who asked.",
         response=ExecutionView,
-        params=(_ID,),
-        errors=(401, 403, 404, 409, 429),
+        errors=(404, 409, 503),
     ),
     Route(
-        "GET",
-        "/v1/executions/{id}/output",
+        http.EXECUTION_OUTPUT,
         handlers.stream_output,
         "Server-Sent Events: `output` chunks (redacted, capped) as produced, then one `result` event."
         " Reconnect with Last-Event-ID to resume.",
         media="text/event-stream",
-        params=(_ID, Param("Last-Event-ID", "header", "The id of the last event received.")),
-        errors=(401, 404, 429),
+        errors=(400, 404),
     ),
     Route(
-        "POST",
-        "/v1/sessions",
+        http.OPEN_SESSION,
         session_handlers.open_session,
         "Open an interactive session: an exec_command request, decided like any command, then a long-lived"
         " sandbox; answers with its session_id and the output of its yield_time_ms.",
-        body_is_request=True,
+        body="SessionRequest",
         response=SessionAnswer,
-        success=201,
-        errors=(400, 401, 403, 404, 413, 429, 503),
+        success=(201,),
+        errors=(400, 403, 413, 503),
     ),
     Route(
-        "POST",
-        "/v1/sessions/{id}/stdin",
+        http.WRITE_STDIN,
         session_handlers.write_stdin,
         "Send characters to the session's stdin (gated and recorded as size and keyed digest; an empty string"
         " only polls); answers with the output produced within yield_time_ms.",
         body=StdinBody,
         response=SessionAnswer,
-        params=(_SESSION,),
-        errors=(400, 401, 403, 404, 413, 429, 503),
+        errors=(400, 403, 404, 413, 503),
     ),
     Route(
-        "POST",
-        "/v1/sessions/{id}/resize",
+        http.RESIZE_SESSION,
         session_handlers.resize,
         "Set the session terminal's window size (a session opened with tty).",
         body=ResizeBody,
-        success=204,
-        params=(_SESSION,),
-        errors=(400, 401, 404, 429, 503),
+        success=(204,),
+        errors=(400, 403, 404, 413, 503),
     ),
     Route(
-        "GET",
-        "/v1/sessions/{id}/output",
+        http.SESSION_OUTPUT,
         session_handlers.follow_output,
         "Server-Sent Events: `output` chunks (redacted) as produced, then one `end` event (the last answer).",
         media="text/event-stream",
-        params=(_SESSION,),
-        errors=(401, 404, 429),
+        errors=(403, 404),
     ),
     Route(
-        "DELETE",
-        "/v1/sessions/{id}",
+        http.CLOSE_SESSION,
         session_handlers.close_session,
         "Close the session: its sandbox is stopped and removed; answers with its last output and exit.",
         response=SessionAnswer,
-        params=(_SESSION,),
-        errors=(401, 404, 429),
+        errors=(403, 404, 503),
     ),
     Route(
-        "GET",
-        "/v1/approvals",
+        http.LIST_APPROVALS,
         handlers.list_approvals,
-        "Pending approvals of the caller's tenants.",
+        "Pending approvals of the caller's tenants (approver, admin).",
         response=ApprovalList,
+        errors=(403,),
     ),
     Route(
-        "POST",
-        "/v1/approvals/{id}",
+        http.DECIDE_APPROVAL,
         handlers.decide_approval,
         "Approve, approve for the session, or deny; the approver is the token's subject.",
         body=ApprovalDecisionBody,
         response=ApprovalAnswer,
-        params=(_ID,),
-        errors=(400, 401, 403, 404, 409, 429),
+        errors=(400, 403, 404, 409, 413),
     ),
     Route(
-        "POST",
-        "/v1/grants",
+        http.CREATE_GRANT,
         grant_handlers.create_grant,
         "Issue a grant: the tenant's requests matching its conditions run without asking, until its expiry,"
         " within its budgets (admin; approver for its own tenants).",
         body=GrantRequest,
         response=GrantView,
-        success=201,
-        errors=(400, 401, 403, 413, 429),
+        success=(201,),
+        errors=(400, 403, 413),
     ),
     Route(
-        "GET",
-        "/v1/grants",
+        http.LIST_GRANTS,
         grant_handlers.list_grants,
         "The grants of the caller's tenants, oldest first (admin; approver).",
         response=GrantList,
-        params=(
-            Param("state", "query", "Only grants in this state: active, revoked, exhausted, expired."),
-            Param("tenant", "query", "Only this tenant's."),
-        ),
-        errors=(400, 401, 403, 429),
+        errors=(400, 403),
     ),
     Route(
-        "GET",
-        "/v1/grants/{id}",
+        http.GET_GRANT,
         grant_handlers.get_grant,
         "One grant: its terms, state, what it used, what runs under it hold, what is left.",
         response=GrantView,
-        params=(_GRANT,),
-        errors=(401, 403, 404, 429),
+        errors=(403, 404),
     ),
     Route(
-        "DELETE",
-        "/v1/grants/{id}",
+        http.REVOKE_GRANT,
         grant_handlers.revoke_grant,
         'Revoke a grant: no new run is covered from now on (an optional JSON body {"reason": ...} is kept with'
         " it); revoking again keeps the first revocation.",
+        body=RevokeBody,
+        body_required=False,
         response=GrantView,
-        params=(_GRANT,),
-        errors=(400, 401, 403, 404, 413, 429),
+        errors=(400, 403, 404, 413),
     ),
     Route(
-        "GET",
-        "/v1/grants/{id}/charges",
+        http.GRANT_CHARGES,
         grant_handlers.grant_charges,
         "A grant's ledger, oldest first: each run it covered, settled (usage charged) or released (nothing).",
         response=GrantChargePage,
-        params=(
-            _GRANT,
-            Param("limit", "query", "Page size.", "integer"),
-            Param("cursor", "query", "From a previous page's next_cursor."),
-        ),
-        errors=(400, 401, 403, 404, 429),
+        errors=(400, 403, 404),
     ),
     Route(
-        "GET",
-        "/v1/events",
+        http.EVENTS,
         handlers.stream_events,
         "Server-Sent Events: `execution` (a changed execution) for the caller's tenants.",
         media="text/event-stream",
     ),
     Route(
-        "GET",
-        "/v1/evidence",
+        http.EVIDENCE,
         handlers.evidence_records,
         "The evidence records of one execution (sanitized).",
         response=EvidencePage,
-        params=(Param("execution_id", "query", "The execution.", required=True),),
-        errors=(400, 401, 404, 429),
+        errors=(400, 404),
     ),
     Route(
-        "GET",
-        "/v1/evidence/verify",
+        http.VERIFY_EVIDENCE,
         handlers.verify_evidence,
         "Verify the whole evidence chain (admin).",
-        errors=(401, 403, 429),
+        response=VerifyReport,
+        errors=(403, 503),
     ),
+    Route(http.WHOAMI, handlers.whoami, "Who the token is: subject, role, tenants.", response=Identity),
+    Route(http.OPENAPI, handlers.openapi, "This document.", auth=False),
+    Route(http.HEALTHZ, handlers.healthz, "The process answers.", auth=False, response=Health),
     Route(
-        "GET",
-        "/v1/whoami",
-        handlers.whoami,
-        "Who the token is: subject, role, tenants.",
-        response=Identity,
-        errors=(401, 429),
-    ),
-    Route("GET", "/v1/openapi.json", handlers.openapi, "This document.", auth=False, errors=()),
-    Route("GET", "/healthz", handlers.healthz, "The process answers.", auth=False, response=Health, errors=()),
-    Route(
-        "GET",
-        "/readyz",
+        http.READYZ,
         handlers.readyz,
-        "Engine reachable, store writable, evidence writable (503 if not).",
+        "Engine reachable, store writable, evidence writable (503 if not, with the same body).",
         auth=False,
         response=Health,
-        errors=(503,),
+        success=(200, 503),
     ),
-    Route("GET", "/metrics", handlers.metrics, "Prometheus metrics.", auth=False, media="text/plain", errors=()),
+    Route(http.METRICS, handlers.metrics, "Prometheus metrics.", auth=False, media="text/plain"),
 )

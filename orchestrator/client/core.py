@@ -7,10 +7,11 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from pydantic import BaseModel
 
+from orchestrator.domain import routes
 from orchestrator.domain.errors import OrchestratorError, error_class
 from orchestrator.domain.grants import GrantRequest
 from orchestrator.domain.wire import (
@@ -36,8 +37,8 @@ class Call:
         return None if self.body is None else json.dumps(self.body).encode("utf-8")
 
 
-def _id(value: str) -> str:
-    return quote(value, safe="")
+def _call(endpoint: routes.Endpoint, query: dict[str, str] | None = None, body: Any = None, **path: str) -> Call:
+    return Call(endpoint.method, endpoint.url(**path), query or {}, body)
 
 
 def _request_body(request: Any) -> Any:
@@ -45,79 +46,81 @@ def _request_body(request: Any) -> Any:
 
 
 def submit(request: Any, wait: float | None) -> Call:
-    query = {"wait": f"{wait:g}"} if wait else {}
-    return Call("POST", "/v1/executions", query, _request_body(request))
+    query = {routes.WAIT.name: f"{wait:g}"} if wait else {}
+    return _call(routes.SUBMIT, query, _request_body(request))
 
 
 def get(execution_id: str, wait: float | None = None) -> Call:
-    return Call("GET", f"/v1/executions/{_id(execution_id)}", {"wait": f"{wait:g}"} if wait else {})
+    return _call(routes.GET_EXECUTION, {routes.WAIT.name: f"{wait:g}"} if wait else {}, id=execution_id)
 
 
 def listing(state: str | None, tenant: str | None, limit: int, cursor: str | None) -> Call:
-    query = {k: v for k, v in (("state", state), ("tenant", tenant), ("cursor", cursor)) if v}
-    return Call("GET", "/v1/executions", {**query, "limit": str(limit)})
+    given = ((routes.EXECUTION_STATE, state), (routes.EXECUTION_TENANT, tenant), (routes.EXECUTION_CURSOR, cursor))
+    query = {param.name: value for param, value in given if value}
+    return _call(routes.LIST_EXECUTIONS, {**query, routes.PAGE_LIMIT.name: str(limit)})
 
 
 def cancel(execution_id: str) -> Call:
-    return Call("DELETE", f"/v1/executions/{_id(execution_id)}")
+    return _call(routes.CANCEL_EXECUTION, id=execution_id)
 
 
 def approvals() -> Call:
-    return Call("GET", "/v1/approvals")
+    return _call(routes.LIST_APPROVALS)
 
 
 def decide(approval_id: str, decision: str, reason: str) -> Call:
-    return Call("POST", f"/v1/approvals/{_id(approval_id)}", body={"decision": decision, "reason": reason})
+    return _call(routes.DECIDE_APPROVAL, body={"decision": decision, "reason": reason}, id=approval_id)
 
 
 def whoami() -> Call:
-    return Call("GET", "/v1/whoami")
+    return _call(routes.WHOAMI)
 
 
 def evidence(execution_id: str) -> Call:
-    return Call("GET", "/v1/evidence", {"execution_id": execution_id})
+    return _call(routes.EVIDENCE, {routes.EVIDENCE_EXECUTION.name: execution_id})
 
 
 # -- interactive sessions ----------------------------------------------------------------------------
 def open_session(request: Any) -> Call:
-    return Call("POST", "/v1/sessions", body={"tool": "exec_command", **_request_body(request)})
+    return _call(routes.OPEN_SESSION, body={"tool": "exec_command", **_request_body(request)})
 
 
 def write_stdin(session_id: str, chars: str, yield_time_ms: int, max_output_bytes: int) -> Call:
     body = {"chars": chars, "yield_time_ms": yield_time_ms, "max_output_bytes": max_output_bytes}
-    return Call("POST", f"/v1/sessions/{_id(session_id)}/stdin", body=body)
+    return _call(routes.WRITE_STDIN, body=body, id=session_id)
 
 
 def resize(session_id: str, rows: int, cols: int) -> Call:
-    return Call("POST", f"/v1/sessions/{_id(session_id)}/resize", body={"rows": rows, "cols": cols})
+    return _call(routes.RESIZE_SESSION, body={"rows": rows, "cols": cols}, id=session_id)
 
 
 def close_session(session_id: str) -> Call:
-    return Call("DELETE", f"/v1/sessions/{_id(session_id)}")
+    return _call(routes.CLOSE_SESSION, id=session_id)
 
 
 # -- grants (admin; approver for its own tenants) ----------------------------------------------------
 def create_grant(request: GrantRequest | Mapping[str, object]) -> Call:
     """A GrantRequest, or its fields as a mapping (checked by the service: INPUT.INVALID names the field)."""
     body = request.model_dump(mode="json", exclude_none=True) if isinstance(request, GrantRequest) else dict(request)
-    return Call("POST", "/v1/grants", body=body)
+    return _call(routes.CREATE_GRANT, body=body)
 
 
 def list_grants(state: str | None, tenant: str | None) -> Call:
-    return Call("GET", "/v1/grants", {k: v for k, v in (("state", state), ("tenant", tenant)) if v})
+    given = ((routes.GRANT_STATE, state), (routes.GRANT_TENANT, tenant))
+    return _call(routes.LIST_GRANTS, {param.name: value for param, value in given if value})
 
 
 def get_grant(grant_id: str) -> Call:
-    return Call("GET", f"/v1/grants/{_id(grant_id)}")
+    return _call(routes.GET_GRANT, id=grant_id)
 
 
 def revoke_grant(grant_id: str, reason: str) -> Call:
-    return Call("DELETE", f"/v1/grants/{_id(grant_id)}", body={"reason": reason} if reason else None)
+    return _call(routes.REVOKE_GRANT, body={"reason": reason} if reason else None, id=grant_id)
 
 
 def grant_charges(grant_id: str, limit: int | None, cursor: str | None) -> Call:
-    query = {k: v for k, v in (("limit", str(limit) if limit else None), ("cursor", cursor)) if v}
-    return Call("GET", f"/v1/grants/{_id(grant_id)}/charges", query)
+    given = ((routes.CHARGES_LIMIT, str(limit) if limit else None), (routes.CHARGES_CURSOR, cursor))
+    return _call(routes.GRANT_CHARGES, {param.name: value for param, value in given if value}, id=grant_id)
 
 
 def yield_timeout(call: Call, timeout_s: float) -> float:
@@ -127,13 +130,13 @@ def yield_timeout(call: Call, timeout_s: float) -> float:
 
 
 def output_path(execution_id: str) -> str:
-    return f"/v1/executions/{_id(execution_id)}/output"
+    return routes.EXECUTION_OUTPUT.url(id=execution_id)
 
 
 def headers(token: str, *, sse: bool = False, last_event_id: str | None = None) -> dict[str, str]:
     out = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream" if sse else "application/json"}
     if last_event_id is not None:
-        out["Last-Event-ID"] = last_event_id
+        out[routes.LAST_EVENT_ID.name] = last_event_id
     return out
 
 

@@ -11,10 +11,22 @@ refuse.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    StringConstraints,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from orchestrator.domain.globs import check_glob
 from orchestrator.domain.requests import Name, ProfileName
@@ -33,8 +45,23 @@ MAX_OUTPUT_BYTES = 1 << 50
 MAX_REASON = 1000
 MAX_LIST = 64
 
-_GlobText = Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(check_glob)]
-_Pattern = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """The ``format`` a text's schema names: a grammar JSON Schema cannot spell, checked by the validator
+    beside it (the service's OpenAPI document defines each format)."""
+
+    name: str
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        out = handler(schema)
+        out["format"] = self.name
+        return out
+
+
+_GlobText = Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(check_glob), Format("glob")]
+# checked where a grant is created (budgets.book.compile_conditions: the gate's own pattern parser)
+_Pattern = Annotated[str, StringConstraints(min_length=1, max_length=4096), Format("command-pattern")]
 _ToolName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 
@@ -94,9 +121,27 @@ class GrantConditions(_Model):
     )
 
 
+def _given(name: str) -> dict[str, Any]:
+    """JSON Schema: ``name`` is there and not null."""
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+
+
+def _bounded_schema(schema: dict[str, Any]) -> None:
+    """What ``GrantRequest._bounded`` checks, in the request's schema."""
+    schema["not"] = {"allOf": [_given("expires_at"), _given("ttl_s")]}
+    budget = {"anyOf": [_given(name) for name in Budgets.model_fields]}
+    schema["anyOf"] = [
+        _given("expires_at"),
+        _given("ttl_s"),
+        {"required": ["budgets"], "properties": {"budgets": budget}},
+    ]
+
+
 class GrantRequest(_Model):
     """``POST /v1/grants``: issue a grant. An expiry (``expires_at`` or ``ttl_s``, not both) or at least
     one budget must bound it."""
+
+    model_config = ConfigDict(json_schema_extra=_bounded_schema)
 
     tenant: Name = Field(description="The tenant whose requests it covers.")
     conditions: GrantConditions = Field(

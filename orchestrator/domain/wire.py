@@ -17,6 +17,7 @@ from orchestrator.domain.requests import (
     DEFAULT_YIELD_MS,
     MAX_SESSION_OUTPUT_BYTES,
     MAX_YIELD_MS,
+    StdinText,
 )
 
 
@@ -210,7 +211,8 @@ class SessionAnswer(_Wire):
 class StdinBody(_Wire):
     """``POST /v1/sessions/{id}/stdin``: characters for the command's stdin (an empty string polls)."""
 
-    chars: str = Field(default="", description="Characters to write (secret: recorded as size and keyed digest).")
+    # StdinText: what the write_stdin request it becomes takes (at most MAX_STDIN_CHARS, valid Unicode)
+    chars: StdinText = Field(default="", description="Characters to write (secret: recorded as size and keyed digest).")
     yield_time_ms: int = Field(
         default=DEFAULT_YIELD_MS, ge=0, le=MAX_YIELD_MS, description="How long to collect output."
     )
