@@ -46,7 +46,7 @@ integration: test-docker
 # the tiers side by side: TEST_WORKERS pytest-xdist workers, the Docker tier's and the cluster's tests each in
 # order on a worker of their own (tests/conftest.py: XDIST_GROUPS), the unit tests on the others. A cluster
 # this target started is stopped and cleaned at the end, pass or fail; one that was already up is left up.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 test: lint typecheck importlint setup
 	@if bash scripts/k8s-cluster.sh status >/dev/null 2>&1; then was_up=1; else was_up=0; fi; \
 	bash scripts/k8s-cluster.sh up && $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \

@@ -20,9 +20,13 @@ from orchestrator.backends.kubernetes.start_barrier import (
 
 # The wrapper kills every other process of its PID namespace once its command ended (kill -1): it only ever
 # runs in a PID namespace of its own here, whose init stands for the pod's idle command (PID 1, spared).
+# A SIGKILL takes effect asynchronously: the child left behind may take a moment (on a loaded machine) to be
+# gone, so it is looked for up to 2 s before it is said to have survived.
 INIT = (  # (not in the exec's session in a pod: a Ctrl-C there never reaches it)
     'trap : INT; "$@"; rc=$?; p=$(cat "$PIDFILE" 2>/dev/null || echo none);'
-    ' if [ -d "/proc/$p" ] && ! grep -q "^State:.*Z" "/proc/$p/status"; then echo left >&2; else echo gone >&2; fi;'
+    " alive() { [ -d /proc/$p ] && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; };"
+    " n=0; while alive && [ $n -lt 20 ]; do sleep 0.1; n=$((n+1)); done;"
+    " if alive; then echo left >&2; else echo gone >&2; fi;"
     " echo init-alive >&2; exit $rc"
 )
 

@@ -105,7 +105,7 @@ def start_readers(directory: Path) -> tuple[dict[str, bytes], list[threading.Thr
     return got, threads
 
 
-@pytest.mark.parametrize("stdin", [b"fed \x00 in" * 20000, b"", None])
+@pytest.mark.parametrize("stdin", [b"fed \x00 in" * 20000, b"", None], ids=["200KB-with-NUL", "empty", "none"])
 def test_a_pooled_pods_init_waits_then_runs_the_launched_command(
     init: Path, tmp_path: Path, stdin: bytes | None
 ) -> None:
