@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import time
-from datetime import UTC, datetime
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -34,7 +33,6 @@ from orchestrator.domain.wire import (
     EvidencePage,
     Health,
     Identity,
-    PendingApprovalView,
     SubmitAnswer,
 )
 from orchestrator.service import hosting
@@ -136,29 +134,12 @@ async def list_approvals(request: web.Request) -> web.Response:
         raise Forbidden("an agent token cannot list approvals")
     pending = await asyncio.to_thread(service.store.approvals.pending)
     items = []
+    now = time.time()
     for ask in pending:
         if not principal.sees(ask.tenant):
             continue
         stored = await service.store.get(ask.id)
-        view = stored.view if stored is not None else {}
-        risk = ask.sanitized.get("risk")
-        items.append(
-            PendingApprovalView(
-                approval_id=ask.id,
-                execution_id=ask.id,
-                tenant=ask.tenant,
-                subject=ask.subject,
-                request=ask.sanitized,
-                policy_reason=ask.policy_reason,
-                risk_level=risk.get("risk_level") if isinstance(risk, dict) else None,
-                risk_reasons=risk.get("reason") if isinstance(risk, dict) else None,
-                matched_rule=view.get("matched_rule"),
-                profile=view.get("profile"),
-                created_at=datetime.fromtimestamp(ask.created_at, UTC),
-                deadline=datetime.fromtimestamp(ask.deadline, UTC),
-                seconds_left=max(0.0, round(ask.deadline - time.time(), 3)),
-            )
-        )
+        items.append(ask.view(stored.view if stored is not None else None, now=now))
     return _json(ApprovalList(items=items))
 
 
