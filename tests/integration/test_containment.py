@@ -750,6 +750,8 @@ async def test_memory_bomb_is_oom_killed_and_recorded(harness: Harness, profile:
     assert finished.data is not None and finished.data["oom_killed"] is True
 
 
+# it times the engine's kill at the deadline (< 8 s for a 2 s timeout): with no other test loading the machine
+@pytest.mark.engine_exclusive
 @pytest.mark.parametrize("profile", PROFILES)
 async def test_cpu_spin_past_the_deadline_is_killed_and_recorded(harness: Harness, profile: str) -> None:
     """Killed at its deadline. Docker: SIGKILL, exit 137. A pod: the kubelet stops a container with SIGTERM and
