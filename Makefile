@@ -43,12 +43,12 @@ unit: test-unit
 integration: test-docker
 
 # everything: static checks, the engine (started here if none answers) and the test cluster, then every test.
-# TEST_WORKERS=3 runs the tiers side by side (pytest-xdist: the Docker tier's, the API's and the cluster's tests
-# each in order on a worker of their own, tests/conftest.py XDIST_GROUPS; measured 18 min vs about 30 serial),
-# but it is not the default yet: under that load a run was seen to stall on the engine (being looked into).
-# 0: one process, every test in order. A cluster this target started is stopped and cleaned at the end, pass
-# or fail; one that was already up is left up.
-TEST_WORKERS ?= 0
+# The tiers run side by side (pytest-xdist, TEST_WORKERS of them): the tests that wait on the same daemon run
+# in order on a worker of their own (the Docker tier's, the API's, the cluster's battery and its other tests:
+# tests/conftest.py XDIST_GROUPS), the unit tests fill the gaps. TEST_WORKERS=0: one process, every test in
+# order (about twice as long). A cluster this target started is stopped and cleaned at the end, pass or fail;
+# one that was already up is left up.
+TEST_WORKERS ?= 4
 test: lint typecheck importlint setup
 	@if bash scripts/k8s-cluster.sh status >/dev/null 2>&1; then was_up=1; else was_up=0; fi; \
 	bash scripts/k8s-cluster.sh up && $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \

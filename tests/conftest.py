@@ -34,6 +34,8 @@ pytest_plugins = ["tests.support.kube"]
 # tiers run beside each other and the unit tests fill the other workers. First match wins.
 XDIST_GROUPS: tuple[tuple[str, str, str], ...] = (
     # (marker, path prefix under tests/, group)
+    # the cluster's containment battery beside its other tests: the node fits two 1-CPU pods at once
+    ("k8s", "integration/test_containment", "k8s-containment"),
     ("k8s", "", "k8s"),
     ("integration", "api/", "docker-api"),
     ("integration", "", "docker"),

@@ -19,8 +19,8 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from orchestrator.api.routes import ROUTES, Route
 from orchestrator.domain.errors import all_error_types
 from orchestrator.domain.requests import (
-    _ENV_KEY,
     ALL_TOOLS,
+    ENV_NAME,
     MAX_ARG_BYTES,
     MAX_EGRESS_HOSTS,
     MAX_EXEC_BYTES,
@@ -31,7 +31,7 @@ from orchestrator.domain.wire import ErrorResponse
 from orchestrator.evidence.records import ShortText
 from orchestrator.evidence.verify import VerifyReport
 from orchestrator.gate.matching import TOOL_GROUPS
-from orchestrator.service.workspaces import _SAFE as _WORKSPACE_NAME
+from orchestrator.service.workspaces import WORKSPACE_NAME
 
 _REF = "#/components/schemas/{model}"
 #: a string the kernel takes (argv, environment, paths): no NUL character
@@ -123,7 +123,7 @@ def _request_schemas() -> dict[str, Any]:
     check beyond the models' field types."""
     schema = TypeAdapter(Request).json_schema(ref_template=_REF, mode="validation")
     defs: dict[str, Any] = schema.pop("$defs")
-    workspace = _WORKSPACE_NAME.pattern
+    workspace = WORKSPACE_NAME.pattern
     argv_note = f"No NUL; each at most {MAX_ARG_BYTES} bytes in UTF-8; the first not empty."
     for model in defs.values():
         props: dict[str, Any] = model.get("properties", {})
@@ -131,10 +131,10 @@ def _request_schemas() -> dict[str, Any]:
             continue
         _constrain(props["cwd"], _kernel_text(MAX_PATH_BYTES), f"No NUL; at most {MAX_PATH_BYTES} bytes in UTF-8.")
         env = props["env"]
-        env["propertyNames"] = {"pattern": _ENV_KEY.pattern}
+        env["propertyNames"] = {"pattern": ENV_NAME.pattern}
         env["additionalProperties"] = {"type": "string", "pattern": NO_NUL, "maxLength": MAX_ARG_BYTES}
         env["description"] += (
-            f" Names: {_ENV_KEY.pattern}; values without NUL; NAME=value at most {MAX_ARG_BYTES} bytes."
+            f" Names: {ENV_NAME.pattern}; values without NUL; NAME=value at most {MAX_ARG_BYTES} bytes."
         )
         _constrain(
             props["tenant"],

@@ -12,7 +12,8 @@ from typing import Any
 
 from orchestrator.domain.errors import ConfigInvalid, InputInvalid
 
-_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+#: what a named workspace (a tenant, a session) may be called: one path segment, never "." or ".."
+WORKSPACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_SESSION = "default"
 
 
@@ -35,7 +36,7 @@ class Workspaces:
 
     def path(self, tenant: str, session: str | None) -> Path:
         for name, value in (("tenant", tenant), ("session_id", session)):
-            if value is not None and (not isinstance(value, str) or not _SAFE.fullmatch(value)):
+            if value is not None and (not isinstance(value, str) or not WORKSPACE_NAME.fullmatch(value)):
                 raise InputInvalid(
                     f"{name}: with the service, 1-128 of A-Z a-z 0-9 . _ - (it names a workspace directory)",
                     details={"fields": [name]},

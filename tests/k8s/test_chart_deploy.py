@@ -271,10 +271,7 @@ def release(
             "uninstall", names["release"], "--namespace", names["namespace"], "--wait", "--timeout", "120s",
             kubeconfig=cluster.kubeconfig, timeout=180,
         )  # fmt: skip
-        cluster.kubectl(
-            "delete", "namespace", names["namespace"], names["sandboxes"], "--ignore-not-found", "--wait=true",
-            "--timeout=120s", check=False,
-        )  # fmt: skip
+        cluster.delete_namespaces(names["namespace"], names["sandboxes"])
         # the chart's PersistentVolumes (cluster-scoped), should helm have left them
         cluster.kubectl("delete", "pv", "-l", f"app.kubernetes.io/instance={names['release']}", check=False)
         shutil.rmtree(root, ignore_errors=True)
