@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from orchestrator.backends._support.labels import sandbox_name
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.kube import KubeClient
-from orchestrator.backends.kubernetes.manifest import pod_name
 from orchestrator.backends.kubernetes.settings import WorkspaceDelivery
 from orchestrator.evidence import iter_records, verify
 from orchestrator.pipeline.factory import build_orchestrator
@@ -173,7 +173,7 @@ async def test_a_pooled_pods_deadline_covers_its_wait_in_the_pool(pipeline: Pool
         pod = await asyncio.to_thread(kube.get_pod, pipeline.space.namespace, waiting.handle.name)
     finally:
         kube.close()
-    assert pod["metadata"]["name"] == pod_name(waiting.pool_id)
+    assert pod["metadata"]["name"] == sandbox_name(waiting.pool_id)
     wall = ProfileRegistry().resolve("workspace-write").wall_timeout_s
     assert pod["spec"]["activeDeadlineSeconds"] >= 120 + wall  # the TTL, then the command's wall time
     container = pod["spec"]["containers"][0]

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from orchestrator.backends._support.labels import sandbox_name
 from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError
-from orchestrator.backends.kubernetes.manifest import pod_name
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.evidence import EvidenceRecord, iter_records, verify
 from orchestrator.pipeline.factory import build_orchestrator
@@ -359,7 +359,7 @@ class Harness:
         if self.kube is not None:
             assert self.space is not None
             with pytest.raises(KubeError) as missing:
-                name = pod_name(run.sandbox_execution_id)
+                name = sandbox_name(run.sandbox_execution_id)
                 await asyncio.to_thread(self.kube.get_pod, self.space.namespace, name)
             assert missing.value.kind == "not_found", missing.value
 

@@ -138,9 +138,6 @@ PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
 )
 
 
-pod_name = sandbox_name  # an execution's pod (``_support.labels``: every sandbox's name)
-
-
 def label_value(text: str) -> str:
     """A label-safe stand-in for a value labels cannot hold (owners have ':' and '~'): its hash."""
     return sha256_hex(text.encode("utf-8"))[:40]
