@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants clean
+.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants clean
 
 all: test
 
@@ -37,6 +37,10 @@ test-unit: $(STAMP)
 
 test-docker: $(STAMP) setup
 	$(BIN)/pytest -q -m "integration and not k8s"
+
+# the first hour: every command the README and docs/getting-started.md show, run as written from a fresh clone
+test-first-hour: $(STAMP) setup
+	$(BIN)/pytest -q -m firsthour
 
 unit: test-unit
 

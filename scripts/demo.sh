@@ -5,8 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/.venv/bin
 eval "$(bash scripts/engine-env.sh)"
-work=$(mktemp -d /tmp/sandbox-demo.XXXXXX)
-workspace="$work/workspace"
+# the config and the evidence in the user's state directory, replaced by each run (one demo's worth kept, to
+# verify afterwards); the workspace in /tmp, removed at the end (it cannot lie in the state directory: what
+# governs later runs stays out of every sandbox's reach)
+work="$("$BIN/python" -c 'from orchestrator.domain.statedir import state_dir; print(state_dir())')/demo"
+rm -rf "$work" && mkdir -p "$work"
+workspace=$(mktemp -d /tmp/sandbox-demo.XXXXXX)
+trap 'rm -rf "$workspace"' EXIT
 evidence="$work/evidence.jsonl"
 mkdir -p "$workspace/src"
 echo 'print("hello from the workspace")' > "$workspace/src/app.py"
@@ -33,8 +38,18 @@ YAML
 sed -i "s#EVIDENCE_PATH#$evidence#" "$work/config.yaml"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# a word as it would be typed: bare when safe, else in single quotes, else (it holds one) in double quotes
+# when nothing in it is special there, else bash's own $'...'; what is shown can be pasted as it is
+shell_word() {
+  local dq='["$`\\!]'
+  if [[ $1 =~ ^[A-Za-z0-9_./=:,+@%-]+$ ]]; then printf '%s' "$1"
+  elif [[ $1 != *"'"* ]]; then printf "'%s'" "$1"
+  elif ! [[ $1 =~ $dq ]]; then printf '"%s"' "$1"
+  else printf '%s' "${1@Q}"; fi
+}
 run() {
-  printf '$ sandboxctl run %s\n' "$*"
+  printf '$ sandboxctl run --config %s' "$(shell_word "$work/config.yaml")"
+  local word; for word in "$@"; do printf ' %s' "$(shell_word "$word")"; done; printf '\n'
   set +e
   (cd "$workspace" && "$BIN/sandboxctl" run --config "$work/config.yaml" "$@") 2>&1 | sed 's/^/    /'
   local rc=${PIPESTATUS[0]}
@@ -98,4 +113,4 @@ step "the service: HTTP API, approvals through the API, the Python client, the a
 
 echo
 echo "Evidence: $evidence"
-echo "Verify it yourself: .venv/bin/sandboxctl evidence verify --path $evidence"
+echo "Verify it yourself: .venv/bin/sandboxctl evidence verify --path $(shell_word "$evidence")"

@@ -4,9 +4,11 @@ so start-up stays lean for `sandboxctl run`."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -83,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except KeyboardInterrupt:  # Ctrl-C, and SIGTERM during `run` (see run_cmd.handle)
         return fail("EXECUTION.CANCELLED", "interrupted", 130)
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as other tools do
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush there
+        return 128 + signal.SIGPIPE
     except Exception as err:  # the last line of defence: never a traceback
         from orchestrator.domain.errors import OrchestratorError
 

@@ -246,7 +246,11 @@ class Authorizer:
             return granted
 
         if self.approvals is None:
-            needed = f"approval needed ({gate.decision.reason}) but no approval provider is configured"
+            needed = (
+                f"approval needed ({gate.decision.reason}) but nobody can answer: stdin is not a terminal and the"
+                " config names no approver; run it in a terminal to answer yourself, or give the config an"
+                " allowlist entry or approvals rules for it (docs/policy-and-approvals.md)"
+            )
             raise await records.refuse(NoApprovalProvider(needed))
         await records.record(
             EventType.APPROVAL_REQUESTED,

@@ -44,6 +44,11 @@ class Governing:
     what: str  # for messages: "the policy file (--config)"
     path: str
     tree: bool = False  # a directory: nothing inside it may be a workspace either
+    fix: str = "use a workspace that does not contain it"  # what to do when a workspace reaches it
+
+
+#: the fix when a workspace reaches what the orchestrator is installed from
+_NOT_THE_CHECKOUT = "use a project directory as the workspace, never the orchestrator's own checkout or environment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,25 +130,27 @@ def exposure(located: Located, workspace: str) -> str | None:
 
 
 def policy_file(path: str | os.PathLike[str]) -> Governing:
-    return Governing("the policy file (--config)", os.path.abspath(path))
+    return Governing("the policy file (--config)", os.path.abspath(path), fix="keep the config outside the workspace")
 
 
 def package_and_python() -> list[Governing]:
     """The orchestrator's own code and the Python it runs on: a sandbox that rewrote them would run
     as this user, on the host, at the next command."""
     items = [
-        Governing("the orchestrator's code", str(_PACKAGE), tree=True),
-        Governing("the Python environment (sys.prefix)", sys.prefix, tree=True),
-        Governing("the Python installation (sys.base_prefix)", sys.base_prefix, tree=True),
+        Governing("the orchestrator's code", str(_PACKAGE), tree=True, fix=_NOT_THE_CHECKOUT),
+        Governing("the Python environment (sys.prefix)", sys.prefix, tree=True, fix=_NOT_THE_CHECKOUT),
+        Governing("the Python installation (sys.base_prefix)", sys.base_prefix, tree=True, fix=_NOT_THE_CHECKOUT),
     ]
     user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
     if user_site and os.path.isdir(user_site):
-        items.append(Governing("the user's site-packages", user_site, tree=True))
+        items.append(Governing("the user's site-packages", user_site, tree=True, fix=_NOT_THE_CHECKOUT))
     return items
 
 
 def approval_queue(path: str | os.PathLike[str]) -> Governing:
-    return Governing("the approval queue (approvals.queue_path)", os.path.abspath(path))
+    return Governing(
+        "the approval queue (approvals.queue_path)", os.path.abspath(path), fix="keep the queue outside the workspace"
+    )
 
 
 def state_directories() -> list[Governing]:
@@ -151,7 +158,11 @@ def state_directories() -> list[Governing]:
     socket, the approval queue, the evidence. A workspace may lie inside one (its files are named,
     never walked), not contain it."""
     return [
-        Governing("the orchestrator's own state directory (SANDBOX_STATE_DIR)", os.path.abspath(d))
+        Governing(
+            "the orchestrator's own state directory (SANDBOX_STATE_DIR)",
+            os.path.abspath(d),
+            fix="use a workspace that does not contain the state directory",
+        )
         for d in dict.fromkeys((state_dir(), state_dir({})))
     ]
 
@@ -165,9 +176,21 @@ def governing_paths(
     """Everything that governs an orchestrator's runs, named for messages: the state directories, the
     evidence file, ``extra`` (what its config names: the policy file, the approval queue), the profile
     directories, the code."""
-    evidence_file = Governing("the evidence file (--evidence, SANDBOX_EVIDENCE_PATH)", os.path.abspath(evidence))
+    evidence_file = Governing(
+        "the evidence file (--evidence, SANDBOX_EVIDENCE_PATH)",
+        os.path.abspath(evidence),
+        fix="keep the evidence file outside the workspace",
+    )
     items = [*state_directories(), evidence_file, *extra]
-    items.extend(Governing("the profiles directory", os.path.abspath(d), tree=True) for d in profile_dirs)
+    items.extend(
+        Governing(
+            "the profiles directory",
+            os.path.abspath(d),
+            tree=True,
+            fix=f"{_NOT_THE_CHECKOUT}; keep SANDBOX_PROFILES_PATH's directories outside it",
+        )
+        for d in profile_dirs
+    )
     items.extend(package_and_python())
     return items
 
@@ -232,7 +255,8 @@ def check_workspace(workspace: Path, *, governing: Iterable[Governing] = (), pro
     exposed = first_exposure(items, [real])
     if exposed is not None:
         raise InputInvalid(
-            f"the workspace {real} cannot be used: {exposed}; keep it outside every workspace",
+            f"the workspace {real} cannot be used: {exposed} (a sandbox could rewrite it, and so what later runs"
+            f" may do); {exposed.item.fix}",
             details={"file": exposed.item.path},
         )
     check_out_of_earlier_workspaces(items)
