@@ -76,9 +76,10 @@ k8s-up: $(STAMP) setup
 k8s-down: $(STAMP)
 	bash scripts/k8s-cluster.sh down
 
-# the Kubernetes tier against that cluster (left up afterwards: `make k8s-down` stops it)
+# the Kubernetes tier against that cluster (left up afterwards: `make k8s-down` stops it), on two workers: the
+# containment battery beside the rest (the node fits two 1-CPU pods)
 test-k8s: $(STAMP) k8s-up
-	$(BIN)/pytest -q -m k8s
+	$(BIN)/pytest -q -n 2 --dist loadgroup -m k8s
 
 demo: $(STAMP) setup
 	bash scripts/demo.sh

@@ -131,6 +131,11 @@ build_project_wheel() {
 
 main() {
     local version df_sha src_sha base_id images tag started
+    # One build at a time (test workers side by side, two `make image`): the next waits, then finds the image
+    # up to date instead of building it again (and no build's prune meets another's image half-made).
+    mkdir -p "$CACHE_DIR"
+    exec 9>"$CACHE_DIR/build.lock"
+    flock 9
     so_image_exists "$SO_BASE_IMAGE" || so_die "$SO_BASE_IMAGE is missing: run scripts/setup.sh (make setup) first"
     version="$(project_field version)"
     tag="$IMAGE:$version"
