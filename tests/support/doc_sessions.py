@@ -210,7 +210,10 @@ class Shell:
                 raise TimeoutError(f"the terminal session did not end within {self.timeout_s:g} s")
         finally:
             os.close(fd)
-            os.waitpid(pid, 0)
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):  # still running (a timeout): its session goes
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)  # pty.fork made the child a session (and group) leader
+                os.waitpid(pid, 0)
         # the terminal echoes what was typed after its prompt: keep the transcript as the reader saw it
         return out.decode("utf-8", "replace").replace("\r\n", "\n")
 
