@@ -112,7 +112,8 @@ def serve(config: Path | None, host: str, port: int) -> int:
         runner, guard = await start_site(service, host, port)
         # what start-up built lives as long as the service: the collector need not walk it again
         gc.freeze()
-        log.warning("serving on http://%s:%d (recovered: %s)", host, port, service.recovered)
+        # a normal start is news, not a warning: INFO, which `sandboxctl serve` shows on the console
+        log.info("serving on http://%s:%d (recovered: %s)", host, port, service.recovered)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

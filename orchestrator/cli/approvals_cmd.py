@@ -1,14 +1,15 @@
-"""sandboxctl approvals: answer the store-backed approval queue from a shell."""
+"""sandboxctl approvals: answer the store-backed approval queues (a service's, local runs') from a shell."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.output import Subparsers, emit_json, report_error, say
 
 if TYPE_CHECKING:
-    from orchestrator.approvals.queue import Resolution
+    from orchestrator.approvals.queue import ApprovalStore, Resolution
 
 
 def register(sub: Subparsers) -> None:
@@ -17,8 +18,13 @@ def register(sub: Subparsers) -> None:
     inner.required = True
 
     def common(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--db", metavar="PATH", help="approval store (default: <state dir>/approvals.db)")
-        q.add_argument("--config", metavar="FILE", help="take approvals.queue_path from this config")
+        q.add_argument("--db", metavar="PATH", help="this approval store only")
+        q.add_argument(
+            "--config",
+            metavar="FILE",
+            help="the queues under this config: its service's store (service.store) and its runs' "
+            "(approvals.queue_path); without --db or --config, the defaults' (in the state dir)",
+        )
         q.add_argument("--json", action="store_true")
 
     listing = inner.add_parser("list", help="pending asks, oldest first")
@@ -38,16 +44,18 @@ def register(sub: Subparsers) -> None:
         q.set_defaults(handler=_decide, action=action)
 
 
-def _store(args: argparse.Namespace) -> Any:
-    from pathlib import Path
-
+def _stores(args: argparse.Namespace) -> tuple[list[ApprovalStore], list[Path]]:
+    """The stores to read and answer, and every path looked at (for a message). ``--db``: that one. Else
+    the config's queues that exist: `sandboxctl serve --config FILE` keeps its asks in its state store,
+    `sandboxctl run --config FILE` in approvals.queue_path; a listing creates no database."""
     from orchestrator.approvals.queue import ApprovalStore
     from orchestrator.pipeline.config import load_config
-    from orchestrator.pipeline.factory import queue_path
+    from orchestrator.pipeline.factory import approval_queues
 
     if args.db:
-        return ApprovalStore(Path(args.db))
-    return ApprovalStore(queue_path(load_config(Path(args.config) if args.config else None)))
+        return [ApprovalStore(Path(args.db))], [Path(args.db)]
+    paths = list(approval_queues(load_config(Path(args.config) if args.config else None)))
+    return [ApprovalStore(path) for path in paths if path.is_file()], paths
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -55,7 +63,8 @@ def _list(args: argparse.Namespace) -> int:
 
     from orchestrator.domain.text import printable as p  # what an approver reads: exactly as asked
 
-    pending = _store(args).pending()
+    stores, _ = _stores(args)
+    pending = sorted((ask for store in stores for ask in store.pending()), key=lambda ask: ask.created_at)
     if args.json:  # the API's shape (GET /v1/approvals)
         from orchestrator.domain.wire import ApprovalList
 
@@ -65,7 +74,7 @@ def _list(args: argparse.Namespace) -> int:
     if not pending:
         print("no pending approvals")
     for ask in pending:
-        s = ask.sanitized
+        s: dict[str, Any] = ask.sanitized  # the stored JSON: read defensively below
         what = s.get("command") or " ".join(s.get("argv") or []) or s.get("path") or s.get("tool")
         risk = s.get("risk", {})
         print(f"{p(ask.id)}  {p(ask.subject)}@{p(ask.tenant)}  {p(str(s.get('tool')))}: {p(str(what))}")
@@ -79,6 +88,7 @@ def _list(args: argparse.Namespace) -> int:
 def _decide(args: argparse.Namespace) -> int:
     import getpass
 
+    from orchestrator.approvals.queue import Resolution
     from orchestrator.cli.output import fail
     from orchestrator.domain.decisions import ApprovalOutcome
 
@@ -93,8 +103,12 @@ def _decide(args: argparse.Namespace) -> int:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = "unknown"
-    store = _store(args)
-    resolution = store.decide(args.id, outcome, f"queue:{user}", args.reason)
+    stores, looked = _stores(args)
+    resolution = Resolution(won=False, state="unknown")
+    for store in stores:  # an id is in one queue at most: execution ids are unique
+        resolution = store.decide(args.id, outcome, f"queue:{user}", args.reason)
+        if resolution.state != "unknown":
+            break
     if resolution.won:
         if args.json:
             emit_json({"id": args.id, "outcome": outcome.value})
@@ -102,7 +116,8 @@ def _decide(args: argparse.Namespace) -> int:
             say(f"{args.id}: {outcome.value}")
         return 0
     if resolution.state == "unknown":
-        return fail("INPUT.INVALID", f"no approval {args.id!r} in {store.path}", 2, json_out=args.json)
+        where = " or ".join(str(path) for path in looked)
+        return fail("INPUT.INVALID", f"no approval {args.id!r} in {where}", 2, json_out=args.json)
     return _not_taken(args, resolution)
 
 

@@ -42,10 +42,14 @@ def register(sub: Subparsers) -> None:
         "show",
         help="one profile, as YAML (or resolved, with its hashes)",
         description="Print a profile with its extends chain merged, as YAML. With --resolved, print the "
-        "effective settings (every unit explicit) with profile_hash and the seccomp profile's sha256.",
+        "effective settings (every unit explicit) with profile_hash and the seccomp profile's sha256; with "
+        "--config too, narrowed by that config's caps, as a run under it gets them.",
     )
     show.add_argument("name", help="profile name")
     show.add_argument("--resolved", action="store_true", help="print the resolved profile and its hashes")
+    show.add_argument(
+        "--config", metavar="FILE", help="with --resolved: apply this config's caps (what a run under it gets)"
+    )
     show.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     show.set_defaults(handler=_show)
 
@@ -110,25 +114,32 @@ def _seconds(value: float) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     from orchestrator.domain.errors import OrchestratorError
-    from orchestrator.profiles import format_size
+    from orchestrator.profiles import survey
 
     try:
-        registry = _registry()
-        names = registry.names()
-    except OrchestratorError as err:
+        found = survey(_registry())
+    except OrchestratorError as err:  # the search path itself (a directory that is not one)
         return _refuse(err, args.json)
-    rows: list[dict[str, Any]] = []
-    errors: list[OrchestratorError] = []
-    for name in names:
-        try:
-            rows.append(_row(registry.get(name)))
-        except OrchestratorError as err:
-            errors.append(err)
-    if args.json:
-        if errors:
-            return _refuse(errors[0], True)
+    rows = [_row(profile) for profile in found.profiles]
+    if args.json:  # the good ones still: a broken file is said on stderr (and in the exit status)
         emit_json(rows)
-        return EXIT_OK
+    else:
+        _table(rows)
+    for bad in found.broken:
+        _refuse(bad.error, False)
+        if bad.unavailable:
+            fail(
+                bad.error.code,
+                f"{bad.file}: not listed until this file is fixed: {', '.join(bad.unavailable)} "
+                f"(check it with: sandboxctl profiles validate {bad.file})",
+                EXIT_INVALID,
+            )
+    return EXIT_INVALID if found.broken else EXIT_OK
+
+
+def _table(rows: list[dict[str, Any]]) -> None:
+    from orchestrator.profiles import format_size
+
     table = [
         (
             r["name"],
@@ -145,9 +156,6 @@ def _list(args: argparse.Namespace) -> int:
     for row in [header, *table]:
         cells = [str(cell).ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
         sys.stdout.write("  ".join([*cells, str(row[-1])]).rstrip() + "\n")
-    for bad in errors:
-        _refuse(bad, False)
-    return EXIT_INVALID if errors else EXIT_OK
 
 
 def _clip(text: str, width: int) -> str:
@@ -166,15 +174,37 @@ def _resolved_view(resolved: ResolvedProfile) -> dict[str, Any]:
     return {"profile_hash": data.pop("profile_hash"), **data}
 
 
+def _as_run_gets_it(registry: ProfileRegistry, name: str, config: str | None) -> ResolvedProfile:
+    """Resolved the way runs resolve it (pipeline.profiles_of), under ``config``'s caps (none without one)."""
+    from orchestrator.pipeline.profiles_of import Profiles
+
+    caps = None
+    if config is not None:
+        from pathlib import Path
+
+        from orchestrator.pipeline.config import load_config
+
+        caps = load_config(Path(config)).caps
+    # the default (a request's that names no profile) never applies here: a name is given
+    return Profiles(registry, caps, default=name).named(name)
+
+
 def _show(args: argparse.Namespace) -> int:
     import yaml
 
     from orchestrator.domain.errors import OrchestratorError
 
+    if args.config is not None and not args.resolved:
+        return fail(
+            "INPUT.INVALID",
+            "--config: its caps narrow the resolved profile: add --resolved",
+            EXIT_INVALID,
+            json_out=args.json,
+        )
     try:
         registry = _registry()
         profile = registry.get(args.name)
-        resolved = registry.resolve(profile) if args.resolved else None
+        resolved = _as_run_gets_it(registry, args.name, args.config) if args.resolved else None
         source = registry.path_of(args.name)
     except OrchestratorError as err:
         return _refuse(err, args.json)
@@ -182,7 +212,8 @@ def _show(args: argparse.Namespace) -> int:
         if args.json:
             emit_json(resolved.model_dump(mode="json"))  # complete: validates back into ResolvedProfile
             return EXIT_OK
-        sys.stdout.write(terminal_safe(f"# resolved profile {profile.name} (from {source})") + "\n")
+        capped = f"; the caps of {args.config}" if args.config is not None else "; no caps"
+        sys.stdout.write(terminal_safe(f"# resolved profile {profile.name} (from {source}{capped})") + "\n")
         sys.stdout.write(f"# seccomp JSON: {len(resolved.seccomp_json)} bytes, not shown (see --json)\n")
         sys.stdout.write(_yaml_text(yaml.safe_dump(_resolved_view(resolved), sort_keys=False, allow_unicode=True)))
         return EXIT_OK

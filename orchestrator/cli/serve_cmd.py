@@ -27,5 +27,6 @@ def handle(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise InputInvalid("--port must be 1-65535")
+    # the service's own news (where it listens, what it recovered) is for the operator's console
     logging.getLogger("orchestrator").setLevel(logging.INFO)
     return serve(Path(args.config) if args.config else None, args.host, args.port)

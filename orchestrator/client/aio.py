@@ -26,6 +26,9 @@ from orchestrator.domain.wire import (
 
 
 class AsyncClient:
+    """The service's API on asyncio (aiohttp), one session reused: the same calls and answers as
+    :class:`orchestrator.client.Client`. Close it (``async with``, or ``await close()``)."""
+
     def __init__(self, base_url: str, token: str, *, timeout_s: float = 60.0) -> None:
         self.base_url = base_url.rstrip("/")
         self._token = token
@@ -39,6 +42,7 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
+        """Close the HTTP connections (``async with`` does it)."""
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -62,10 +66,24 @@ class AsyncClient:
             raise SandboxUnavailable(f"the service at {self.base_url} did not answer: {type(err).__name__}") from None
 
     async def submit(self, request: Any, *, wait: float | None = None) -> ExecutionView:
+        """Send ``request`` (``POST /v1/executions``, with ``?wait=`` when ``wait`` is given): a request model or
+        its fields as a mapping (``tool``, ``command`` or ``argv``, ``profile``, ``env``, ``timeout_ms`` ...). The
+        tenant and subject are an agent token's own (an admin's token may name them).
+
+        Returns the execution once it is decided: ``pending_approval`` (an ask waits for an approver) or
+        ``running``, or the finished one when it ends within ``wait`` seconds (the read timeout grows by
+        ``wait``). A command that ran and failed is no exception: see ``.result`` and ``.error``.
+
+        Raises the library's exceptions for refusals: ``PolicyDenied`` (403), ``InputInvalid`` (400, the
+        fields named), ``Unauthorized``, ``Forbidden`` (an approver's token, another tenant), ``RequestTooLarge``,
+        ``RateLimited``; ``SandboxUnavailable`` when the service does not answer.
+        """
         status, body = await self._send(core.submit(request, wait), read_timeout=(wait or 0) + self._timeout)
         return core.decode(SubmitAnswer, status, body).execution
 
     async def get(self, execution_id: str, *, wait: float | None = None) -> ExecutionView:
+        """One execution of the token's tenants (``GET /v1/executions/{id}``); with ``wait``, answered when it
+        ends or after that many seconds. Raises ``NotFound`` (no such execution, or another tenant's)."""
         status, body = await self._send(core.get(execution_id, wait), read_timeout=(wait or 0) + self._timeout)
         return core.decode(ExecutionView, status, body)
 
@@ -84,22 +102,46 @@ class AsyncClient:
     async def list(
         self, *, state: str | None = None, tenant: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> ExecutionPage:
+        """Executions of the token's tenants, newest first (``GET /v1/executions``), ``limit`` at a time;
+        ``next_cursor`` fetches the next page; ``state`` and ``tenant`` narrow it."""
         return core.decode(ExecutionPage, *await self._send(core.listing(state, tenant, limit, cursor)))
 
     async def cancel(self, execution_id: str) -> ExecutionView:
+        """Cancel a run (``DELETE /v1/executions/{id}``): its sandbox is killed and removed; returns the
+        execution. Raises ``ExecutionNotRunning`` (409) once it ended, ``NotFound``."""
         return core.decode(ExecutionView, *await self._send(core.cancel(execution_id)))
 
     async def approvals(self) -> ApprovalList:
+        """The pending asks of the token's tenants (``GET /v1/approvals``), oldest first: each with its
+        sanitized request, risk, the policy's reason, the rule that asked, the profile and the seconds left.
+
+        Raises ``Forbidden`` for an agent's token, ``Unauthorized``; ``SandboxUnavailable`` when the service
+        does not answer.
+        """
         return core.decode(ApprovalList, *await self._send(core.approvals()))
 
     async def approve(self, approval_id: str, reason: str = "", *, for_session: bool = False) -> ApprovalAnswer:
+        """Approve one ask (``POST /v1/approvals/{id}`` with ``approve``, or ``approve_for_session`` when
+        ``for_session``: the same ask in that agent session is not asked again); ``reason`` is recorded in the
+        evidence, the approver is the token's subject.
+
+        Returns what the store kept: this approval. Raises ``ApprovalNotPending`` (409) when the ask had
+        already timed out, been decided or withdrawn (its message says what the store kept), ``NotFound``
+        for no such ask (or another tenant's: never told apart), ``Forbidden`` for an agent's token or an
+        ask of one's own (unless the service allows self-approval), ``InputInvalid`` for a reason past 1000
+        characters; ``SandboxUnavailable`` when the service does not answer.
+        """
         decision = "approve_for_session" if for_session else "approve"
         return core.decode(ApprovalAnswer, *await self._send(core.decide(approval_id, decision, reason)))
 
     async def deny(self, approval_id: str, reason: str = "") -> ApprovalAnswer:
+        """Deny one ask (``POST /v1/approvals/{id}`` with ``deny``): its run ends ``APPROVAL.DENIED``. Returns
+        and raises as :meth:`approve` does."""
         return core.decode(ApprovalAnswer, *await self._send(core.decide(approval_id, "deny", reason)))
 
     async def whoami(self) -> Identity:
+        """The token's subject, role and tenants (``GET /v1/whoami``); ``Unauthorized`` for a token the service
+        does not know."""
         return core.decode(Identity, *await self._send(core.whoami()))
 
     # -- grants (admin; approver for its own tenants) ----------------------------------------------
@@ -114,6 +156,7 @@ class AsyncClient:
         return core.decode(GrantList, *await self._send(core.list_grants(state, tenant))).items
 
     async def get_grant(self, grant_id: str) -> GrantView:
+        """One grant (``GET /v1/grants/{id}``); ``NotFound`` for no such grant or another tenant's."""
         return core.decode(GrantView, *await self._send(core.get_grant(grant_id)))
 
     async def revoke_grant(self, grant_id: str, reason: str = "") -> GrantView:
@@ -141,12 +184,22 @@ class AsyncClient:
         return core.decode(SessionAnswer, *await self._send(call, read_timeout=core.yield_timeout(call, self._timeout)))
 
     async def resize_session(self, session_id: str, rows: int, cols: int) -> None:
+        """Set a ``tty`` session's window size (``POST /v1/sessions/{id}/resize``); ``SessionNotFound`` once it
+        ended."""
         core.raise_for(*await self._send(core.resize(session_id, rows, cols)))
 
     async def close_session(self, session_id: str) -> SessionAnswer:
+        """Close a session (``DELETE /v1/sessions/{id}``): its sandbox is removed; returns its last output.
+        ``SessionNotFound`` for one that ended (or another tenant's or subject's)."""
         return core.decode(SessionAnswer, *await self._send(core.close_session(session_id)))
 
     async def evidence(self, execution_id: str) -> EvidencePage:
+        """The evidence records of one execution of the token's tenants (``GET /v1/evidence?execution_id=``),
+        oldest first, as written (sanitized, hash-chained; at most 1000).
+
+        Raises ``NotFound`` for no such execution (or another tenant's: never told apart),
+        ``Unauthorized``; ``SandboxUnavailable`` when the service does not answer.
+        """
         return core.decode(EvidencePage, *await self._send(core.evidence(execution_id)))
 
     async def stream(self, execution_id: str) -> AsyncIterator[OutputChunk | ExecutionView]:

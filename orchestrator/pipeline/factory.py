@@ -48,8 +48,20 @@ def state_dir() -> Path:
 
 
 def queue_path(config: OrchestratorConfig) -> Path:
+    """The queue of ``sandboxctl run`` and the library under ``config`` (approvals.provider: queue)."""
     section = config.approvals
     return (Path(section.queue_path) if section.queue_path else state_dir() / "approvals.db").resolve()
+
+
+def service_store_path(config: OrchestratorConfig) -> Path:
+    """The state store of ``sandboxctl serve`` under ``config``: its asks wait there, not at queue_path."""
+    section = config.service
+    return (Path(section.store) if section.store else state_dir() / "service.db").resolve()
+
+
+def approval_queues(config: OrchestratorConfig) -> tuple[Path, ...]:
+    """Every queue an ask under ``config`` may wait in: the service's, then the one local runs use."""
+    return tuple(dict.fromkeys((service_store_path(config), queue_path(config))))
 
 
 def approval_provider(config: OrchestratorConfig) -> ApprovalProvider | None:

@@ -18,13 +18,32 @@ class Profiles:
     def resolve(self, request: Request, *, session: bool) -> ResolvedProfile:
         """The profile a run of ``request`` gets, narrowed by the request and caps, with the egress hosts it
         asked for (authorized: the gate asked about those its policy does not cover)."""
-        return self.registry.resolve(
+        return self.named(
             request.profile or self.default,
             request_timeout_s=request.timeout_ms / 1000 if request.timeout_ms else None,
-            caps=self.caps,
             writable_root=request.sandbox_permissions.writable_root,
             session=session,
             egress=request.sandbox_permissions.egress_hosts,
+        )
+
+    def named(
+        self,
+        name: str,
+        *,
+        request_timeout_s: float | None = None,
+        writable_root: bool = False,
+        session: bool = False,
+        egress: tuple[str, ...] = (),
+    ) -> ResolvedProfile:
+        """The profile ``name`` as a run gets it under these caps (``sandboxctl profiles show --resolved
+        --config`` shows this: one path, so what it shows is what runs get)."""
+        return self.registry.resolve(
+            name,
+            request_timeout_s=request_timeout_s,
+            caps=self.caps,
+            writable_root=writable_root,
+            session=session,
+            egress=egress,
         )
 
     def egress(self, request: Request) -> tuple[str, ...]:

@@ -30,8 +30,10 @@ from orchestrator.profiles.seccomp import (
     parse_seccomp,
     syscall_action,
 )
+from orchestrator.profiles.survey import BrokenFile, Survey, survey
 
 __all__ = [
+    "BrokenFile",
     "Limits",
     "Profile",
     "ProfileCaps",
@@ -40,6 +42,7 @@ __all__ = [
     "ResolvedTmpfs",
     "ResolvedWorkspace",
     "SeccompProfile",
+    "Survey",
     "Tmpfs",
     "Workspace",
     "blocked_syscalls",
@@ -50,5 +53,6 @@ __all__ = [
     "profile_json_schema",
     "profile_json_schema_text",
     "resolve",
+    "survey",
     "syscall_action",
 ]

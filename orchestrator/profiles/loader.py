@@ -2,8 +2,15 @@
 
 One profile per ``NAME.yaml`` file; ``name:`` may be omitted (it is the file name) and must equal it when
 given. ``extends: PARENT`` deep-merges the parent's settings under the file's own (mappings are merged
-key by key, lists and scalars replaced); ``name``, ``description`` and ``extends`` are never inherited.
-Chains may be of any depth; cycles and unknown parents are refused at the ``extends`` line.
+key by key, lists and scalars replaced); ``name``, ``description`` and ``extends`` are the file's own
+(an override, below, keeps the description). Chains may be of any depth; cycles and unknown parents are
+refused at the ``extends`` line.
+
+``extends: NAME`` means the definition of NAME that wins on the search path, except in a file named NAME
+itself: there it means the definition that file overrides, the next one down the search path (so
+``workspace-write.yaml`` with ``extends: workspace-write`` changes the built-in one, and every profile that
+extends ``workspace-write`` sees the change). Such an override keeps the description it overrides unless it
+gives its own: it is the same profile, changed.
 """
 
 from __future__ import annotations
@@ -44,10 +51,13 @@ def _value_at(data: Any, loc: Loc) -> Any:
 
 
 def _merge_provenance(
-    parent: dict[Loc, tuple[str, int]], child: dict[Loc, tuple[str, int]], child_data: Any
+    parent: dict[Loc, tuple[str, int]],
+    child: dict[Loc, tuple[str, int]],
+    child_data: Any,
+    not_inherited: tuple[str, ...] = _NOT_INHERITED,
 ) -> dict[Loc, tuple[str, int]]:
     """Where each merged value comes from: the child's lines, and the parent's where the child is silent."""
-    out = {loc: where for loc, where in parent.items() if not (loc and loc[0] in _NOT_INHERITED)}
+    out = {loc: where for loc, where in parent.items() if not (loc and loc[0] in not_inherited)}
     for loc in child:
         if loc and not isinstance(_value_at(child_data, loc), dict):  # replaces whatever the parent had
             for inherited in [p for p in out if len(p) > len(loc) and p[: len(loc)] == loc]:
@@ -224,7 +234,7 @@ class ProfileRegistry:
         return {**data, "name": name}
 
     def _merged(
-        self, name: str, path: Path, chain: tuple[str, ...]
+        self, name: str, path: Path, chain: tuple[tuple[str, Path], ...]
     ) -> tuple[dict[str, Any], dict[Loc, tuple[str, int]]]:
         raw, located = self._parse(path)
         data = self._named(name, path, raw, located)
@@ -243,12 +253,37 @@ class ProfileRegistry:
 
         if not isinstance(parent, str) or not NAME_RE.match(parent):
             raise refuse("must be the name of another profile")
-        if parent == name or parent in chain:
-            raise refuse(f"cycle: {' -> '.join([*chain, name, parent])}")
-        try:
-            parent_path = self.path_of(parent)
-        except ProfileNotFound:
-            raise refuse(f"unknown profile {parent!r} (known: {', '.join(self.names()) or 'none'})") from None
-        parent_data, parent_provenance = self._merged(parent, parent_path, (*chain, name))
-        inherited = {k: v for k, v in parent_data.items() if k not in _NOT_INHERITED}
-        return _deep_merge(inherited, data), _merge_provenance(parent_provenance, provenance, data)
+        if parent == name:  # an override: it builds on the definition it hides
+            parent_path = self._overridden(name, path)
+            if parent_path is None:
+                raise refuse(
+                    f"{name!r} is its own name: that means the {name}.yaml this file overrides, in a directory "
+                    f"before its own on the search path ({', '.join(str(d) for d in self._dirs)}), and there is "
+                    "none: extend another profile, or leave extends: out"
+                )
+        else:
+            try:
+                parent_path = self.path_of(parent)
+            except ProfileNotFound:
+                raise refuse(f"unknown profile {parent!r} (known: {', '.join(self.names()) or 'none'})") from None
+        # files, not names, make a cycle: an override and the definition it overrides share a name
+        if parent_path.resolve() in {p.resolve() for _, p in chain} | {path.resolve()}:
+            names = " -> ".join([*(n for n, _ in chain), name, parent])
+            raise refuse(
+                f"cycle: {names}; break it: extend a profile that does not lead back here (a file extends its "
+                "own name only to build on the definition it overrides, lower on the search path)"
+            )
+        parent_data, parent_provenance = self._merged(parent, parent_path, (*chain, (name, path)))
+        own = _NOT_INHERITED if parent != name else ("name", "extends")  # an override is the same profile
+        inherited = {k: v for k, v in parent_data.items() if k not in own}
+        return _deep_merge(inherited, data), _merge_provenance(parent_provenance, provenance, data, own)
+
+    def _overridden(self, name: str, path: Path) -> Path | None:
+        """The definition of ``name`` that ``path`` hides: the last one in the directories before its own."""
+        here = path.parent.resolve()
+        below = list(self._dirs)
+        for index, directory in enumerate(self._dirs):
+            if directory.resolve() == here:  # the first time: a directory listed twice is still one
+                below = list(self._dirs[:index])
+                break
+        return find_in(below, f"{name}.yaml")

@@ -340,10 +340,15 @@ class Profile(_Model):
     """An execution profile as written in ``profiles/NAME.yaml`` (the file form)."""
 
     name: ProfileName = Field(description="The profile name; must equal the file name without .yaml.")
-    description: str = Field(min_length=1, max_length=500, description="What the profile is for (not inherited).")
+    description: str = Field(
+        min_length=1,
+        max_length=500,
+        description="What the profile is for (not inherited, but kept by an override of the same name).",
+    )
     extends: ProfileName | None = Field(
         default=None,
-        description="Parent profile: its settings are deep-merged under these (maps merged, lists replaced).",
+        description="Parent profile: its settings are deep-merged under these (maps merged, lists replaced). "
+        "The file's own name: the definition it overrides, earlier on the search path.",
     )
     image: str = Field(
         default="sandbox-orchestrator/default:latest",

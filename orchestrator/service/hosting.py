@@ -24,7 +24,7 @@ from orchestrator.evidence import EvidenceWriter, default_evidence_path, format_
 from orchestrator.gate.policy import PolicySource
 from orchestrator.pipeline.backend_choice import backend_for
 from orchestrator.pipeline.config import OrchestratorConfig, ServiceLimits, load_config
-from orchestrator.pipeline.factory import assemble, state_dir
+from orchestrator.pipeline.factory import assemble, service_store_path, state_dir
 from orchestrator.pipeline.governing import Governing, approval_queue, policy_file
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.pipeline.reaper import collect_orphans
@@ -70,11 +70,11 @@ class Service:
         config = load_config(config_path)
         credentials = load_credentials(config.service.tokens)
         section = config.service
-        store_path = Path(section.store) if section.store else Path(state_dir()) / "service.db"
-        store = await asyncio.to_thread(StateStore, store_path.resolve())
+        store_path = service_store_path(config)  # where `sandboxctl approvals --config` finds its asks too
+        store = await asyncio.to_thread(StateStore, store_path)
         try:
             evidence_path = Path(config.evidence.path) if config.evidence.path else default_evidence_path()
-            governing: tuple[Governing, ...] = (approval_queue(store_path.resolve()),)
+            governing: tuple[Governing, ...] = (approval_queue(store_path),)
             if config_path is not None:
                 governing = (policy_file(config_path), *governing)
             if backend is None:

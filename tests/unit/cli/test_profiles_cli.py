@@ -71,6 +71,41 @@ def test_list_reports_a_broken_profile_and_still_lists_the_others(
     assert err.startswith(f"sandboxctl: CONFIG.INVALID: {tmp_path / 'broken.yaml'}:3: limits.memory: ")
 
 
+def test_list_with_a_builtin_overridden_lists_every_profile(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: `extends:` of its own name was a cycle, and every profile extending it failed with it."""
+    (tmp_path / "workspace-write.yaml").write_text("extends: workspace-write\nlimits:\n  memory: 1g\n")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    code, out, err = run(capsys, "list")
+    assert (code, err) == (0, "")
+    rows = {line.split()[0]: line.split()[3] for line in out.splitlines()[1:]}
+    assert rows == {"ci": "2GiB", "read-only": "1GiB", "untrusted": "256MiB", "workspace-write": "1GiB"}
+
+
+def test_list_names_a_broken_file_once_with_what_waits_for_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "workspace-write.yaml"
+    path.write_text("extends: workspace-write\nlimits:\n  memory: lots\n")
+    (tmp_path / "ci.yml").write_text("extends: ci\n")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    code, out, err = run(capsys, "list")
+    assert code == 2
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["ci", "untrusted"]
+    assert err.splitlines() == [
+        f"sandboxctl: CONFIG.INVALID: {tmp_path / 'ci.yml'}: not read: profiles are NAME.yaml files: rename it to"
+        " ci.yaml",
+        f"sandboxctl: CONFIG.INVALID: {path}:3: limits.memory: Value error, must be a number of bytes or a size"
+        " such as '64m', '1g' or '512KiB' (k, m, g, t: powers of 1024)",
+        f"sandboxctl: CONFIG.INVALID: {path}: not listed until this file is fixed: read-only, workspace-write"
+        f" (check it with: sandboxctl profiles validate {path})",
+    ]
+    code, out, json_err = run(capsys, "list", "--json")  # stdout: the good ones, as an array still
+    assert (code, json_err) == (2, err)
+    assert [r["name"] for r in json.loads(out)] == ["ci", "untrusted"]
+
+
 def test_show_file_form_as_yaml(capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
 
@@ -106,6 +141,70 @@ def test_show_resolved_json_is_complete(capsys: pytest.CaptureFixture[str]) -> N
     code, out, _ = run(capsys, "show", "workspace-write", "--resolved", "--json")
     assert code == 0
     assert ResolvedProfile.model_validate(json.loads(out)) == ProfileRegistry([]).resolve("workspace-write")
+
+
+def _config(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_show_resolved_with_config_is_what_a_run_under_it_gets(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from orchestrator.domain.requests import parse_request
+    from orchestrator.pipeline.factory import build_orchestrator
+
+    config = _config(tmp_path, "caps:\n  max_memory: 256m\n  max_wall_timeout_s: 60\n  max_pids: 200\n")
+    code, out, err = run(capsys, "show", "ci", "--resolved", "--config", config, "--json")
+    assert (code, err) == (0, "")
+    shown = ResolvedProfile.model_validate(json.loads(out))
+    assert (shown.memory_bytes, shown.wall_timeout_s, shown.pids_limit) == (256 * 1024 * 1024, 60.0, 200)
+    # the authorizer of an orchestrator built from that config resolves a run's profile the same way
+    profiles = build_orchestrator(Path(config), profiles=ProfileRegistry()).authorizer.profiles
+    assert profiles is not None
+    request = parse_request({"tool": "shell", "command": ["true"], "profile": "ci"})
+    assert profiles.resolve(request, session=False) == shown
+    code, out, _ = run(capsys, "show", "ci", "--resolved", "--config", config)
+    assert code == 0 and out.startswith(f"# resolved profile ci (from {ROOT / 'profiles' / 'ci.yaml'}; the caps of")
+
+
+@pytest.mark.parametrize(
+    ("argv", "config", "expected"),
+    [
+        (
+            ["ci", "--config"],
+            "caps: {max_memory: 1g}\n",
+            "INPUT.INVALID: --config: its caps narrow the resolved profile: add --resolved",
+        ),
+        (
+            ["untrusted", "--resolved", "--config"],
+            "caps: {allowed_runtimes: [runc]}\n",
+            "CONFIG.INVALID: runtime:"
+            " profile 'untrusted' needs runtime 'runsc', which the policy caps do not allow (allowed_runtimes: runc)",
+        ),
+        (
+            ["ci", "--resolved", "--config"],
+            "caps:\n  max_memory: lots\n",
+            "CONFIG.INVALID: {config}:2: caps.max_memory: ",
+        ),
+    ],
+    ids=["without-resolved", "caps-forbid-the-runtime", "invalid-config"],
+)
+def test_show_with_config_refusals(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], config: str, expected: str
+) -> None:
+    path = _config(tmp_path, config)
+    code, out, err = run(capsys, "show", *argv, path)
+    assert (code, out) == (2, "")
+    assert err.startswith("sandboxctl: " + expected.format(config=path)), err
+    code, out, _ = run(capsys, "show", *argv, path, "--json")
+    assert code == 2 and json.loads(out)["error"]["code"] == expected.split(":")[0]
+
+
+def test_show_resolved_with_a_missing_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "show", "ci", "--resolved", "--config", str(tmp_path / "absent.yaml"))
+    assert code == 2 and err == f"sandboxctl: CONFIG.INVALID: {tmp_path / 'absent.yaml'}: file not found\n"
 
 
 def test_show_unknown(capsys: pytest.CaptureFixture[str]) -> None:
@@ -170,7 +269,7 @@ def test_validate_single_file_errors_are_split_too(capsys: pytest.CaptureFixture
     [
         ("description: x\nextends: nobody\n", ":2: extends: unknown profile 'nobody'"),
         ("description: x\nseccomp: missing\n", "seccomp: no seccomp profile 'missing' (known: default)"),
-        ("description: x\nextends: x\n", ":2: extends: cycle: x -> x"),
+        ("description: x\nextends: x\n", ":2: extends: 'x' is its own name: that means the x.yaml"),
     ],
 )
 def test_validate_refusals(capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, needle: str) -> None:

@@ -233,7 +233,6 @@ def test_unknown_parent_is_refused_at_the_extends_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("files", "start", "cycle"),
     [
-        ({"selfish": "extends: selfish"}, "selfish", "selfish -> selfish"),
         ({"a": "extends: b", "b": "extends: a"}, "a", "a -> b -> a"),
         ({"a": "extends: b", "b": "extends: c", "c": "extends: a"}, "a", "a -> b -> c -> a"),
     ],

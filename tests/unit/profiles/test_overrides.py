@@ -1,0 +1,139 @@
+"""Overriding a profile by extending its own name, and a broken file refused alone (profiles.survey)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.domain.errors import ConfigInvalid
+from orchestrator.profiles import ProfileRegistry, survey
+from orchestrator.profiles.paths import ENV_VAR, builtin_dir
+
+MIB = 1024 * 1024
+BUILTINS = ["ci", "read-only", "untrusted", "workspace-write"]
+
+
+@pytest.fixture(autouse=True)
+def _no_env_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+OVERRIDE = "extends: workspace-write\nlimits:\n  memory: 1g\n"
+
+
+def test_a_file_extending_its_own_name_overrides_the_builtin(tmp_path: Path) -> None:
+    write(tmp_path, "workspace-write.yaml", OVERRIDE)
+    registry = ProfileRegistry([tmp_path])
+    builtin = ProfileRegistry([]).get("workspace-write")
+    changed = registry.get("workspace-write")
+    assert changed.limits.memory == 1024 * MIB
+    assert changed.extends == "workspace-write"
+    assert changed.model_dump(exclude={"limits", "extends"}) == builtin.model_dump(exclude={"limits", "extends"})
+    assert changed.limits.model_dump(exclude={"memory"}) == builtin.limits.model_dump(exclude={"memory"})
+    # the profiles extending it see the change where they do not set the value themselves
+    assert registry.get("read-only").limits.memory == 1024 * MIB
+    assert registry.get("ci").limits.memory == 2048 * MIB
+    assert [p.name for p in registry.profiles()] == BUILTINS
+
+
+def test_an_override_may_give_its_own_description(tmp_path: Path) -> None:
+    write(tmp_path, "untrusted.yaml", "description: ours\nextends: untrusted\nlimits: {wall_timeout_s: 30}\n")
+    profile = ProfileRegistry([tmp_path]).get("untrusted")
+    assert (profile.description, profile.runtime, profile.limits.wall_timeout_s) == ("ours", "runsc", 30)
+
+
+def test_overrides_stack_down_the_search_path(tmp_path: Path) -> None:
+    write(tmp_path / "team", "workspace-write.yaml", OVERRIDE)
+    write(tmp_path / "me", "workspace-write.yaml", "extends: workspace-write\nlimits: {pids: 64}\n")
+    profile = ProfileRegistry([tmp_path / "team", tmp_path / "me"]).get("workspace-write")
+    assert (profile.limits.memory, profile.limits.pids) == (1024 * MIB, 64)
+
+
+def test_a_directory_listed_twice_is_still_one(tmp_path: Path) -> None:
+    write(tmp_path, "workspace-write.yaml", OVERRIDE)
+    assert ProfileRegistry([tmp_path, tmp_path]).get("workspace-write").limits.memory == 1024 * MIB
+
+
+def test_an_override_error_points_at_the_override(tmp_path: Path) -> None:
+    path = write(tmp_path, "workspace-write.yaml", "extends: workspace-write\nlimits:\n  memory: lots\n")
+    with pytest.raises(ConfigInvalid) as info:
+        ProfileRegistry([tmp_path]).get("read-only")
+    assert info.value.message.startswith(f"{path}:3: limits.memory: ")
+
+
+def test_extending_its_own_name_with_nothing_beneath_is_refused_with_the_fix(tmp_path: Path) -> None:
+    path = write(tmp_path, "mine.yaml", "description: m\nextends: mine\n")
+    with pytest.raises(ConfigInvalid) as info:
+        ProfileRegistry([tmp_path]).get("mine")
+    assert info.value.message.startswith(f"{path}:2: extends: 'mine' is its own name: that means the mine.yaml")
+    assert info.value.message.endswith("and there is none: extend another profile, or leave extends: out")
+    assert info.value.details["fields"] == ["extends"]
+
+
+def test_a_cycle_through_an_override_is_still_a_cycle(tmp_path: Path) -> None:
+    write(tmp_path, "workspace-write.yaml", "extends: loop\n")
+    write(tmp_path, "loop.yaml", "description: l\nextends: workspace-write\n")
+    with pytest.raises(ConfigInvalid, match=r"cycle: loop -> workspace-write -> loop; break it: "):
+        ProfileRegistry([tmp_path]).get("loop")
+
+
+def test_load_file_of_an_override(tmp_path: Path) -> None:
+    path = write(tmp_path, "workspace-write.yaml", OVERRIDE)
+    assert ProfileRegistry([]).load_file(path).limits.memory == 1024 * MIB
+    assert ProfileRegistry([tmp_path]).load_file(path).limits.memory == 1024 * MIB
+
+
+# -- survey: every profile at once, a broken file refused alone -------------------------------------------
+
+
+def test_a_broken_override_takes_down_only_what_inherits_from_it(tmp_path: Path) -> None:
+    path = write(tmp_path, "workspace-write.yaml", "extends: workspace-write\nlimits:\n  memory: lots\n")
+    found = survey(ProfileRegistry([tmp_path]))
+    # ci and untrusted set their own memory: nothing of theirs is broken
+    assert [p.name for p in found.profiles] == ["ci", "untrusted"]
+    [broken] = found.broken
+    assert broken.file == str(path) and broken.unavailable == ("read-only", "workspace-write")
+    assert broken.error.message.startswith(f"{path}:3: limits.memory: ")
+
+
+def test_each_broken_file_is_named_once_and_the_rest_load(tmp_path: Path) -> None:
+    bad = write(tmp_path, "bad.yaml", "description: b\nlimits: {pids: 1}\n")
+    child = write(tmp_path, "child.yaml", "description: c\nextends: bad\n")
+    a = write(tmp_path, "a.yaml", "description: a\nextends: b\n")
+    b = write(tmp_path, "b.yaml", "description: b\nextends: a\n")
+    found = survey(ProfileRegistry([tmp_path]))
+    assert [p.name for p in found.profiles] == BUILTINS
+    by_file = {b.file: b for b in found.broken}
+    assert set(by_file) == {str(bad), str(a), str(b)} and str(child) not in by_file  # child is bad's casualty
+    assert by_file[str(bad)].unavailable == ("bad", "child")
+    assert by_file[str(bad)].error.message.startswith(f"{bad}:2: limits.pids: ")
+
+
+def test_files_never_read_are_named_with_the_fix(tmp_path: Path) -> None:
+    yml = write(tmp_path, "workspace-write.yml", OVERRIDE)
+    odd = write(tmp_path, "My Profile.yaml", "description: m\n")
+    write(tmp_path, ".hidden.yaml", "not: read\n")  # an editor's or a tool's: nobody's profile
+    write(tmp_path, "notes.txt", "not a profile\n")
+    found = survey(ProfileRegistry([tmp_path]))
+    assert [p.name for p in found.profiles] == BUILTINS
+    messages = {b.file: b.error.message for b in found.broken}
+    assert messages == {
+        str(odd): f"{odd}: not read: 'My Profile' is not a profile name (lowercase letters, digits, '.', '_', "
+        "'-'; at most 64 characters): rename the file",
+        str(yml): f"{yml}: not read: profiles are NAME.yaml files: rename it to workspace-write.yaml",
+    }
+    assert all(b.unavailable == () for b in found.broken)
+
+
+def test_the_builtins_survey_clean() -> None:
+    found = survey(ProfileRegistry([]))
+    assert [p.name for p in found.profiles] == BUILTINS and found.broken == ()
+    assert ProfileRegistry([]).search_path == (builtin_dir(),)
