@@ -26,6 +26,7 @@ from orchestrator.backends._support.labels import (
     MANAGED_BY,
     sandbox_labels,
 )
+from orchestrator.backends.checks import DoctorFixes, PreflightCheck
 from orchestrator.domain.errors import InputInvalid
 from orchestrator.egress import EgressProxy, EgressRoute
 from orchestrator.profiles import ResolvedProfile
@@ -41,6 +42,7 @@ __all__ = [
     "BackendInfo",
     "Capabilities",
     "CommandLaunch",
+    "DoctorFixes",
     "ExitState",
     "LaunchKind",
     "LaunchSpec",
@@ -232,19 +234,6 @@ class BackendInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class PreflightCheck:
-    """One thing ``sandboxctl doctor`` checked about where sandboxes run, and the fix if it failed."""
-
-    name: str
-    ok: bool
-    detail: str
-    fix: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
-
-
-@dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a backend, as configured, can do and asks of its callers: data the pipeline reads, never the
     backend's type or name. Fixed for the backend's life (its configuration and endpoint are)."""
@@ -265,6 +254,8 @@ class Capabilities:
     # a sandbox has a pids limit of its own (the doctor's probe compares it with the profile's); False: the
     # node's applies (shown, not compared)
     own_pids_limit: bool
+    # the fixes of what the doctor's generic checks find missing (the engine, a runtime, an image, the limits)
+    fixes: DoctorFixes
     # host paths (and everything below them) never given to a sandbox as its workspace, nor a directory that
     # contains one: the engine's state and socket (the pipeline protects the host's system directories itself)
     protected_paths: tuple[str, ...] = ()

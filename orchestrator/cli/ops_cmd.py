@@ -36,15 +36,21 @@ def handle_doctor(args: argparse.Namespace) -> int:
     import asyncio
     from pathlib import Path
 
-    from orchestrator.domain.text import printable
-    from orchestrator.pipeline.backend_choice import backend_for_file
+    from orchestrator.gate.gate import DEFAULT_PROFILE
+    from orchestrator.pipeline.backend_choice import backend_for
+    from orchestrator.pipeline.config import load_config
     from orchestrator.pipeline.doctor import run_doctor
+    from orchestrator.pipeline.profiles_of import Profiles
     from orchestrator.profiles import ProfileRegistry
 
+    config = load_config(Path(args.config) if args.config else None)
+    # the profiles as runs under this config resolve them (its caps): the probes check what runs get
+    profiles = Profiles(ProfileRegistry(), config.caps, DEFAULT_PROFILE)
+
     async def main() -> list[Any]:
-        backend = backend_for_file(Path(args.config) if args.config else None)
+        backend = backend_for(config)
         try:
-            return await run_doctor(backend, ProfileRegistry(), _evidence_path(args), probes=not args.no_probe)
+            return await run_doctor(backend, profiles, _evidence_path(args), probes=not args.no_probe)
         finally:
             await backend.close()
 
@@ -53,10 +59,19 @@ def handle_doctor(args: argparse.Namespace) -> int:
         emit_json({"ok": all(c.ok for c in checks), "checks": [c.to_json() for c in checks]})
     else:
         for check in checks:
-            print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {printable(check.detail)}")
-            if check.fix:
-                print(f"     fix: {printable(check.fix)}")
+            _print_check(check)
     return 0 if all(c.ok for c in checks) else 1
+
+
+def _print_check(check: Any) -> None:
+    """``ok``, ``FAIL`` or ``skip`` (not checked: an earlier check failed); a fix of several commands, one a line."""
+    from orchestrator.domain.text import printable
+
+    state = "ok  " if check.ok else "FAIL" if check.checked else "skip"
+    code = f" [{check.code}]" if check.code and check.checked else ""
+    print(f"{state} {check.name}: {printable(check.detail)}{code}")
+    for number, line in enumerate((check.fix or "").splitlines()):
+        print(f"     {'fix: ' if number == 0 else '     '}{printable(line)}")
 
 
 def handle_gc(args: argparse.Namespace) -> int:

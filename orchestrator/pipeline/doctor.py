@@ -1,39 +1,32 @@
 """sandboxctl doctor: is everything a profile needs really there, and are its limits in force?
 
-Each check says what it found and, when it fails, the command that fixes it. The probe runs a tiny
-container per runtime and reads, from inside, what the kernel enforces: seccomp mode, no-new-privs,
-capabilities and the cgroup limits. What only one kind of backend can check is its ``preflight()``; what
-the doctor may ask of the engine's answers (its images, a sandbox's own pids limit) its ``capabilities`` say.
+Each check says what it found and, when it fails, the fix for its true cause (the backend's own fixes:
+never Docker's for a cluster). What only one kind of backend can check is its ``preflight()``, made first:
+when one of those fails, what depends on it (the engine's runtimes and images, the probes) is reported as
+not checked rather than failed with a guessed cause. The probe runs a tiny sandbox per runtime and reads,
+from inside, what the kernel enforces: seccomp mode, no-new-privs, capabilities, the cgroup limits and the
+rlimits. Profiles are resolved as a run under the same config resolves them (its caps included): what the
+doctor compares with is what a run gets.
 """
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends.base import BackendInfo, PreflightCheck, SandboxBackend
+from orchestrator.backends.base import BackendInfo, Capabilities, SandboxBackend
+from orchestrator.backends.checks import PreflightCheck, failed, not_checked
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.ids import new_execution_id
-from orchestrator.domain.requests import parse_request
+from orchestrator.domain.requests import Request, parse_request
 from orchestrator.evidence import EventType, verify
 from orchestrator.pipeline.executor import run_in_sandbox
 from orchestrator.pipeline.launch import launch_spec
-from orchestrator.profiles import ProfileRegistry, ResolvedProfile
+from orchestrator.pipeline.probe import PROBE, parse_probe, probe_verdict
+from orchestrator.pipeline.profiles_of import Profiles
+from orchestrator.profiles import ResolvedProfile, format_size
 from orchestrator.results import Redactor, snapshot
-
-SETUP_FIX = "run `make setup` (it starts a project-managed engine when none answers)"
-RUNSC_FIX = "run `make setup` (registers runsc with --oci-seccomp) or use a runc profile"
-IMAGE_FIX = "run `make setup` (builds images/*/Dockerfile without a registry)"
-LIMITS_FIX = "check the engine's cgroup and seccomp support (see docs/setup-notes.md)"
-PROBE = (
-    "grep -E '^(Seccomp|NoNewPrivs|CapEff|CapBnd):' /proc/self/status; "
-    "for f in /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes "
-    '/sys/fs/cgroup/pids.max /sys/fs/cgroup/pids/pids.max; do [ -r $f ] && echo "$f=$(cat $f)"; done; '
-    "ulimit -n; ulimit -f; id -u; touch /probe-root 2>/dev/null && echo root-writable || echo root-read-only"
-)
-
 
 # one check: what the doctor reports is what a backend's preflight reports
 Check = PreflightCheck
@@ -43,62 +36,23 @@ async def _noop_record(event: EventType, **fields: Any) -> None:
     return None
 
 
-def _parse_probe(text: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        m = re.match(r"^(Seccomp|NoNewPrivs|CapEff|CapBnd):\s*(\S+)", line)
-        if m:
-            found[m.group(1)] = m.group(2)
-        elif "=" in line and line.startswith("/sys/fs/cgroup/"):
-            path, _, value = line.partition("=")
-            found["memory" if "memory" in path else "pids"] = value
-    tail = [line for line in text.splitlines() if line and ":" not in line and "=" not in line]
-    if len(tail) >= 4:
-        found["nofile"], found["fsize"], found["uid"], found["root"] = tail[-4:]
-    return found
+def probe_request(profile: str) -> Request:
+    """The probe as a run of ``profile`` (a shell command): resolved and launched as any run of it is."""
+    return parse_request({"tool": "shell_command", "command": PROBE, "profile": profile})
 
 
-def _probe_verdict(profile: ResolvedProfile, seen: dict[str, str], *, node_pids: bool = False) -> tuple[bool, str]:
-    """``node_pids``: the pids limit is the node's (a pod has no field of its own), shown, not compared."""
-    problems = []
-    gvisor = profile.runtime == "runsc"
-    if seen.get("Seccomp") != "2":  # gVisor reports it too when registered with --oci-seccomp
-        problems.append(f"seccomp mode {seen.get('Seccomp')!r} (want 2: filter)")
-    if seen.get("CapEff", "0").strip("0"):
-        problems.append(f"effective capabilities {seen.get('CapEff')} (want none)")
-    if not gvisor and seen.get("NoNewPrivs") != "1":
-        problems.append("no_new_privs is not set")
-    memory, pids = seen.get("memory"), seen.get("pids")
-    if gvisor:
-        # gVisor shows its own cgroup tree inside; the limits sit on the host cgroup around the sandbox
-        memory = pids = "host-enforced"
-    if memory is not None and memory.isdigit() and int(memory) != profile.memory_bytes:
-        problems.append(f"memory limit {memory} (want {profile.memory_bytes})")
-    if pids is not None and node_pids:
-        pids = f"{pids} (the node's pod limit)"
-    elif pids is not None and pids.isdigit() and int(pids) != profile.pids_limit:
-        problems.append(f"pids limit {pids} (want {profile.pids_limit})")
-    if seen.get("uid") == "0":
-        problems.append("runs as root")
-    if seen.get("root") != "root-read-only" and profile.read_only_root:
-        problems.append("root filesystem is writable")
-    detail = (
-        f"seccomp={seen.get('Seccomp', '?')} no_new_privs={seen.get('NoNewPrivs', 'n/a')} "
-        f"caps={seen.get('CapEff', '?')} memory={memory or '?'} pids={pids or '?'} "
-        f"nofile={seen.get('nofile', '?')} fsize={seen.get('fsize', '?')} uid={seen.get('uid', '?')} "
-        f"{seen.get('root', '?')}"
-    )
-    return (not problems, detail if not problems else "; ".join(problems) + f" — saw {detail}")
+def limits_name(profile: ResolvedProfile) -> str:
+    return f"limits in force ({profile.name}, {profile.runtime})"
 
 
 async def probe(backend: SandboxBackend, profile: ResolvedProfile, *, node_pids: bool = False) -> Check:
-    name = f"limits in force ({profile.name}, {profile.runtime})"
+    name = limits_name(profile)
+    fix = backend.capabilities.fixes.limits
     # where the backend reaches workspaces (a cluster: below its claim's root)
     with tempfile.TemporaryDirectory(prefix="sandbox-doctor-", dir=backend.workspace_root()) as tmp:
         workspace = Path(tmp)
         workspace.chmod(0o777)
-        request = parse_request({"tool": "shell_command", "command": PROBE})
-        spec = launch_spec(new_execution_id(), request, profile, workspace)
+        spec = launch_spec(new_execution_id(), probe_request(profile.name), profile, workspace)
         try:
             outcome = await run_in_sandbox(
                 backend,
@@ -109,92 +63,127 @@ async def probe(backend: SandboxBackend, profile: ResolvedProfile, *, node_pids:
                 before=snapshot(workspace),
             )
         except OrchestratorError as err:
-            return Check(name, False, f"{err.code}: {err.message}", SETUP_FIX)
-    seen = _parse_probe(outcome.stdout.decode("utf-8", "replace"))
-    ok, detail = _probe_verdict(profile, seen, node_pids=node_pids)
+            return failed(name, "DOCTOR.LIMITS", f"the probe did not run: {err.code}: {err.message}", fix)
+    seen = parse_probe(outcome.stdout.decode("utf-8", "replace"))
+    ok, detail = probe_verdict(profile, seen, node_pids=node_pids)
+    return Check(name, True, detail) if ok else failed(name, "DOCTOR.LIMITS", detail, fix)
+
+
+async def _engine(backend: SandboxBackend) -> tuple[BackendInfo | None, Check]:
+    try:
+        info = await backend.info()
+    except OrchestratorError as err:
+        return None, failed("engine", "DOCTOR.ENGINE", f"{err.code}: {err.message}", backend.capabilities.fixes.engine)
+    extra = ", ".join(f"{k} {v}" for k, v in sorted(info.details.items()))
+    return info, Check("engine", True, f"{info.name} {info.engine_version} at {info.endpoint}; {extra}")
+
+
+def _resolve(profiles: Profiles, name: str) -> ResolvedProfile | Check:
+    try:
+        profile = profiles.resolve(probe_request(name), session=False)  # the runner's own call
+    except OrchestratorError as err:
+        # the message names the file and field: the profile's, or the config's caps that conflict with it
+        fix = "change the file and field the message names (sandboxctl profiles validate checks the profiles)"
+        return failed(f"profile {name}", "DOCTOR.PROFILE", f"{err.code}: {err.message}", fix)
+    return profile
+
+
+def _profile_line(profile: ResolvedProfile) -> Check:
+    limits = f"memory {format_size(profile.memory_bytes)}, pids {profile.pids_limit}"
     return Check(
-        name, ok, detail, None if ok else "check the engine's cgroup and seccomp support (see docs/setup-notes.md)"
+        f"profile {profile.name}",
+        True,
+        f"{profile.runtime}, {profile.image}, {limits}, seccomp {profile.seccomp} "
+        f"({profile.seccomp_sha256[:12]}), profile_hash {profile.profile_hash[:12]}",
+    )
+
+
+def _evidence(evidence_path: Path) -> Check:
+    try:
+        report = verify(evidence_path)
+    except OrchestratorError:
+        return Check("evidence", True, f"{evidence_path}: not created yet")
+    if report.ok:
+        return Check("evidence", True, f"{evidence_path}: {report.records} records")
+    return failed(
+        "evidence",
+        "DOCTOR.EVIDENCE",
+        f"{evidence_path}: {report.records} records, first bad line {report.first_bad_line}: {report.problem}",
+        "keep the file for investigation; start a new evidence path",
     )
 
 
 async def run_doctor(
-    backend: SandboxBackend, profiles: ProfileRegistry, evidence_path: Path, *, probes: bool = True
+    backend: SandboxBackend, profiles: Profiles, evidence_path: Path, *, probes: bool = True
 ) -> list[Check]:
-    checks: list[Check] = []
-    try:
-        info: BackendInfo | None = await backend.info()
-    except OrchestratorError as err:
-        info = None
-        checks.append(Check("engine", False, f"{err.code}: {err.message}", SETUP_FIX))
-    if info is not None:
-        extra = ", ".join(f"{k} {v}" for k, v in sorted(info.details.items()))
-        checks.append(Check("engine", True, f"{info.name} {info.engine_version} at {info.endpoint}; {extra}"))
-    checks.extend(await backend.preflight())
-    capabilities = backend.capabilities
-    # where images are not the controller's to list (a cluster's nodes), the probe pods show them
-    images_listed = info is not None and capabilities.lists_images
+    """``profiles``: the run's own resolution (the config's caps): what is probed is what runs get."""
+    preflight = await backend.preflight()
+    info, engine = await _engine(backend)
+    checks = [engine, *preflight]
+    # the first failure everything below depends on: the engine's, else the backend's own
+    blocker = next((c for c in checks if not c.ok), None)
+    because = f"{blocker.name} failed (above)" if blocker is not None else ""
     resolved: list[ResolvedProfile] = []
-    for name in profiles.names():
-        try:
-            profile = profiles.resolve(name)
-        except OrchestratorError as err:
-            checks.append(Check(f"profile {name}", False, f"{err.code}: {err.message}", "sandboxctl profiles validate"))
+    for name in profiles.registry.names():
+        profile = _resolve(profiles, name)
+        if isinstance(profile, Check):
+            checks.append(profile)
             continue
         resolved.append(profile)
+        checks.append(_profile_line(profile))
+        checks.extend(_engine_has(profile, info, because, backend.capabilities))
+    checks.append(_evidence(evidence_path))
+    if probes:
+        first = [p for p in resolved if p.name == profiles.default]  # the probe most executions get
+        ordered = first + [p for p in resolved if p.name != profiles.default]
+        checks.extend(await _probes(backend, ordered, info, because))
+    return checks
+
+
+def _engine_has(
+    profile: ResolvedProfile, info: BackendInfo | None, because: str, capabilities: Capabilities
+) -> list[Check]:
+    """The profile's runtime, and its image where the engine lists them (a cluster's nodes: the probe pods
+    show them), or why that was not checked."""
+    runtime = f"runtime {profile.runtime} for {profile.name}"
+    image = f"image {profile.image}"
+    names = [runtime, image] if capabilities.lists_images else [runtime]
+    if because:
+        return [not_checked(name, because) for name in names]
+    assert info is not None  # nothing failed: the engine answered
+    fixes = capabilities.fixes
+    checks = [
+        Check(runtime, True, "registered")
+        if profile.runtime in info.runtimes
+        else failed(runtime, "DOCTOR.RUNTIME", f"engine runtimes: {', '.join(sorted(info.runtimes))}", fixes.runtime)
+    ]
+    if capabilities.lists_images:
         checks.append(
-            Check(
-                f"profile {name}",
-                True,
-                f"{profile.runtime}, {profile.image}, seccomp {profile.seccomp} "
-                f"({profile.seccomp_sha256[:12]}), profile_hash {profile.profile_hash[:12]}",
-            )
+            Check(image, True, "present")
+            if profile.image in info.images
+            else failed(image, "DOCTOR.IMAGE", "missing (no registry: never pulled)", fixes.image)
         )
-        if info is not None:
-            runtime_ok = profile.runtime in info.runtimes
-            checks.append(
-                Check(
-                    f"runtime {profile.runtime} for {name}",
-                    runtime_ok,
-                    "registered" if runtime_ok else f"engine runtimes: {', '.join(sorted(info.runtimes))}",
-                    None
-                    if runtime_ok
-                    else "run `make setup` (registers runsc with --oci-seccomp) or use a runc profile",
-                )
-            )
-            if not images_listed:
-                continue
-            image_ok = profile.image in info.images
-            checks.append(
-                Check(
-                    f"image {profile.image}",
-                    image_ok,
-                    "present" if image_ok else "missing (no registry: never pulled)",
-                    None if image_ok else "run `make setup` (builds images/*/Dockerfile without a registry)",
-                )
-            )
-    try:
-        report = verify(evidence_path)
-        checks.append(
-            Check(
-                "evidence",
-                report.ok,
-                f"{evidence_path}: {report.records} records"
-                + ("" if report.ok else f", first bad line {report.first_bad_line}: {report.problem}"),
-                None if report.ok else "keep the file for investigation; start a new evidence path",
-            )
-        )
-    except OrchestratorError:
-        checks.append(Check("evidence", True, f"{evidence_path}: not created yet"))
-    if probes and info is not None:
-        seen_runtimes: set[str] = set()
-        # the default profile first: its probe is the one most executions get
-        for profile in sorted(resolved, key=lambda p: p.name != "workspace-write"):
-            if (
-                profile.runtime in seen_runtimes
-                or profile.runtime not in info.runtimes
-                or (images_listed and profile.image not in info.images)
-            ):
-                continue
+    return checks
+
+
+async def _probes(
+    backend: SandboxBackend, resolved: list[ResolvedProfile], info: BackendInfo | None, because: str
+) -> list[Check]:
+    """One probe per runtime (the first profile of each, in ``resolved``'s order)."""
+    checks: list[Check] = []
+    seen_runtimes: set[str] = set()
+    for profile in resolved:
+        if profile.runtime in seen_runtimes:
+            continue
+        if because:
             seen_runtimes.add(profile.runtime)
-            checks.append(await probe(backend, profile, node_pids=not capabilities.own_pids_limit))
+            checks.append(not_checked(limits_name(profile), because))
+            continue
+        assert info is not None  # no blocker: the engine answered
+        if profile.runtime not in info.runtimes or (
+            backend.capabilities.lists_images and profile.image not in info.images
+        ):
+            continue  # reported above
+        seen_runtimes.add(profile.runtime)
+        checks.append(await probe(backend, profile, node_pids=not backend.capabilities.own_pids_limit))
     return checks

@@ -26,9 +26,11 @@ from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError
 from orchestrator.backends.kubernetes.preflight import _probe_pod, _weaken
 from orchestrator.evidence import iter_records, verify
+from orchestrator.gate.gate import DEFAULT_PROFILE
 from orchestrator.pipeline.doctor import run_doctor
 from orchestrator.pipeline.factory import build_orchestrator, open_orchestrator
 from orchestrator.pipeline.orchestrator import Orchestrator
+from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.profiles import ProfileRegistry
 from scripts.testcluster.settings import NODE_NAME
 from tests.support.kube import SandboxSpace
@@ -208,12 +210,13 @@ async def test_a_killed_controllers_pod_is_collected_at_the_next_start(
 async def test_doctor_checks_the_cluster(sandbox_space: SandboxSpace) -> None:
     backend = KubernetesBackend(sandbox_space.settings())
     try:
-        checks = await run_doctor(backend, ProfileRegistry(), sandbox_space.root / "no-evidence.jsonl", probes=True)
+        profiles = Profiles(ProfileRegistry(), None, DEFAULT_PROFILE)
+        checks = await run_doctor(backend, profiles, sandbox_space.root / "no-evidence.jsonl", probes=True)
     finally:
         await backend.close()
     by_name = {c.name: c for c in checks}
     for name in (
-        "cluster API",
+        "engine",
         f"namespace {sandbox_space.namespace}",
         "PodSecurity restricted",
         "default-deny NetworkPolicy",

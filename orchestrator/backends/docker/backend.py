@@ -56,6 +56,7 @@ from orchestrator.backends.base import (
     SandboxHandle,
     StreamCapture,
 )
+from orchestrator.backends.checks import DoctorFixes, failed
 from orchestrator.backends.docker import cgroups, run_cgroup
 from orchestrator.backends.docker.capture import FrameDemuxer
 from orchestrator.backends.docker.config import container_config
@@ -104,6 +105,13 @@ EXIT_READING_WAIT_S = 1.0
 #: cannot create one; the workload never sees EAGAIN (docs/setup-notes.md). runc: the fork fails
 #: with EAGAIN and the workload goes on.
 DIES_AT_PIDS_LIMIT = frozenset({"runsc"})
+#: what fixes what ``sandboxctl doctor`` finds missing on this host's engine (the project's own setup)
+DOCTOR_FIXES = DoctorFixes(
+    engine="run `make setup` (it starts a project-managed engine when none answers)",
+    runtime="run `make setup` (registers runsc with --oci-seccomp) or use a runc profile",
+    image="run `make setup` (builds images/*/Dockerfile without a registry)",
+    limits="check the engine's cgroup and seccomp support (see docs/setup-notes.md)",
+)
 
 
 @dataclass(eq=False)
@@ -177,6 +185,7 @@ class DockerBackend:
             sessions=True,
             lists_images=True,
             own_pids_limit=True,
+            fixes=DOCTOR_FIXES,
             # a bind mount hands the sandbox whatever the workspace holds: never the engine's state or socket
             protected_paths=(*ENGINE_STATE, *self._endpoint.socket_directories),
         )
@@ -839,9 +848,9 @@ class DockerBackend:
         except (SandboxUnavailable, EngineError):
             return []
         security = "; ".join(security_options(facts))
-        seccomp = "seccomp" in security
-        fix = None if seccomp else "use an engine built with seccomp support"
-        return [PreflightCheck("seccomp support", seccomp, security, fix)]
+        if "seccomp" not in security:
+            return [failed("seccomp support", "DOCTOR.SECCOMP", security, "use an engine built with seccomp support")]
+        return [PreflightCheck("seccomp support", True, security)]
 
     def workspace_root(self) -> str | None:
         return None  # bind mounts reach any directory of this host

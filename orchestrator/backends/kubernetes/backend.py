@@ -69,7 +69,14 @@ from orchestrator.backends.kubernetes.manifest import (
 from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive
 from orchestrator.backends.kubernetes.pod_session import PodSession
 from orchestrator.backends.kubernetes.pod_stdio import PodStdio
-from orchestrator.backends.kubernetes.preflight import cluster_checks, denies_all
+from orchestrator.backends.kubernetes.preflight import (
+    cluster_checks,
+    denies_all,
+    missing_namespace,
+    refusal,
+    runtime_class_use,
+)
+from orchestrator.backends.kubernetes.remedies import DOC, DOCTOR_FIXES
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.backends.kubernetes.watch import PodWatch
 from orchestrator.domain.errors import (
@@ -145,6 +152,7 @@ class KubernetesBackend:
             sessions=True,
             lists_images=False,  # the nodes' images are not the controller's to list: the probe pods show them
             own_pids_limit=False,  # no per-pod field: the node's podPidsLimit applies
+            fixes=DOCTOR_FIXES,
             protected_paths=ENGINE_STATE,
         )
         self._watch: PodWatch | None = None
@@ -219,8 +227,7 @@ class KubernetesBackend:
             raise self._error(exc, "the API server did not describe itself") from exc
         runtimes = {"runc"}
         for runtime, klass in self.settings.runtime_classes.items():
-            with contextlib.suppress(KubeError):  # cluster-scoped: the controller may not read it
-                await self._call(kube.get_runtime_class, klass)
+            if await self._call(self._runtime_class_present, kube, klass):
                 runtimes.add(runtime)
         return BackendInfo(
             name=self.name,
@@ -236,6 +243,15 @@ class KubernetesBackend:
             },
         )
 
+    def _runtime_class_present(self, kube: KubeClient, klass: str) -> bool:
+        """Read where allowed; cluster-scoped, so the controller's Role may not: then a pod naming it admitted
+        (dry run) shows it is there, as the doctor's own check does."""
+        try:
+            kube.get_runtime_class(klass)
+        except KubeError as exc:
+            return exc.kind == "forbidden" and refusal(kube, self._namespace, runtime_class_use(klass)) is None
+        return True
+
     async def _require_network_policy(self, kube: KubeClient) -> None:
         """Profiles ask for no network; on a cluster only a default-deny NetworkPolicy (every pod, both
         directions) says so. Without one, refuse rather than run pods that can reach the network."""
@@ -249,6 +265,14 @@ class KubernetesBackend:
         except KubeError as exc:
             raise self._error(exc, f"cannot read the NetworkPolicies of namespace {self._namespace}") from exc
         if not any(denies_all(policy) for policy in policies):
+            # a namespace that does not exist lists no policy either: its absence is the cause to name
+            if await self._call(missing_namespace, kube, self._namespace):
+                raise SandboxUnavailable(
+                    f"namespace {self._namespace} does not exist: create it as {DOC} shows (labelled for Pod"
+                    " Security restricted, with a default-deny NetworkPolicy and the controller's Role), or install"
+                    " the chart; `sandboxctl doctor --config FILE` checks it",
+                    details={"namespace": self._namespace},
+                )
             raise SandboxUnavailable(
                 f"namespace {self._namespace} has no default-deny NetworkPolicy (podSelector {{}}, ingress and"
                 " egress, no rules): sandbox pods would have network; the chart creates one",
@@ -865,12 +889,12 @@ class KubernetesBackend:
             watch.unsubscribe(execution_id, queue)
 
     async def preflight(self) -> list[PreflightCheck]:
-        """The cluster as the controller sees it: API, namespace, PodSecurity, NetworkPolicy, RuntimeClasses,
-        permissions (see ``preflight``)."""
+        """The cluster as the controller sees it: namespace, PodSecurity, NetworkPolicy, RuntimeClasses,
+        permissions (see ``preflight``). Nothing when the API server does not answer (the engine check says so)."""
         try:
             kube = await self._client()
-        except SandboxUnavailable as exc:
-            return [PreflightCheck("cluster API", False, exc.message, "check backend.kubernetes.kubeconfig")]
+        except SandboxUnavailable:
+            return []  # the doctor's engine check says so (info() connects the same way)
         return await self._call(cluster_checks, kube, self.settings)
 
     def workspace_root(self) -> str | None:

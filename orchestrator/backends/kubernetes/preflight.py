@@ -1,9 +1,13 @@
 """What ``sandboxctl doctor`` checks on a cluster, with the controller's own credentials. Blocking.
 
 The controller has no cluster-wide rights by design (a Role in the sandbox namespace only), so what it
-cannot read it tests by asking the API server to admit a pod without keeping it (``dryRun=All``):
+cannot read it tests by asking the API server to admit a pod without keeping it (``dryRun=All``): the
+namespace exists where a compliant pod is admitted (a missing one is the API server's NotFound);
 PodSecurity ``restricted`` enforced is a weakened pod refused; a RuntimeClass present is a pod naming it
 admitted. The permissions are asked with SelfSubjectAccessReviews, which every identity may send.
+
+Each failure names its own cause and fix (remedies.py); what depends on a check that failed is reported
+as not checked, never as a failure of its own with a guessed fix (a missing namespace refuses every pod).
 """
 
 from __future__ import annotations
@@ -12,8 +16,15 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.backends.base import PreflightCheck
+from orchestrator.backends.checks import PreflightCheck, failed, not_checked
 from orchestrator.backends.kubernetes.kube import JsonObject, KubeClient, KubeError
+from orchestrator.backends.kubernetes.remedies import (
+    namespace_fix,
+    network_policy_command,
+    permissions_fix,
+    pod_security_command,
+    runtime_class_fix,
+)
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 
 #: (verb, resource, subresource, group): what the backend does, and so what its Role must allow
@@ -36,7 +47,8 @@ NEEDED: tuple[tuple[str, str, str, str], ...] = (
     ("list", "leases", "", "coordination.k8s.io"),
     ("delete", "leases", "", "coordination.k8s.io"),
 )
-RBAC_FIX = "install the chart's Role/RoleBinding for the controller's ServiceAccount (charts/sandbox-orchestrator)"
+#: where the API server's own message is the best guide there is (an unexpected refusal or failure)
+READ_MESSAGE = "the API server's message says why; run the doctor again once that is fixed"
 
 _PROBE_POD: JsonObject = {
     "apiVersion": "v1",
@@ -71,9 +83,10 @@ def _probe_pod(change: Callable[[JsonObject], None] | None = None) -> JsonObject
 
 
 def _weaken(pod: JsonObject) -> None:
-    """What ``restricted`` refuses and the API server itself allows (it may forbid privileged pods outright)."""
+    """What only ``restricted`` refuses (``baseline`` and the API server itself allow it): a namespace that
+    enforces less admits this pod, so it is not mistaken for one that enforces ``restricted``."""
     container: dict[str, Any] = pod["spec"]["containers"][0]
-    container["securityContext"] = {"allowPrivilegeEscalation": True, "capabilities": {"add": ["SYS_ADMIN"]}}
+    container["securityContext"] = {"allowPrivilegeEscalation": True, "readOnlyRootFilesystem": True}
 
 
 def denies_all(policy: JsonObject) -> bool:
@@ -88,44 +101,101 @@ def denies_all(policy: JsonObject) -> bool:
     )
 
 
+def refusal(kube: KubeClient, namespace: str, change: Callable[[JsonObject], None] | None = None) -> KubeError | None:
+    """Why the API server would not admit the probe pod (``change``d) in ``namespace`` (dry run); None: admitted."""
+    try:
+        kube.create_pod(namespace, _probe_pod(change), dry_run=True)
+    except KubeError as exc:
+        return exc
+    return None
+
+
+def namespace_missing(exc: KubeError, namespace: str) -> bool:
+    """The API server's NotFound for the namespace itself (a create in a namespace that does not exist)."""
+    return exc.kind == "not_found" and f'namespaces "{namespace}" not found' in exc.message
+
+
+def _may_not_create_pods(exc: KubeError) -> bool:
+    return exc.kind == "forbidden" and 'cannot create resource "pods"' in exc.message
+
+
+def missing_namespace(kube: KubeClient, namespace: str) -> bool:
+    """Whether ``namespace`` does not exist, as far as a pod's dry run there shows (a refusal for another
+    reason, or one this identity may not ask, is not taken for a missing namespace)."""
+    exc = refusal(kube, namespace)
+    return exc is not None and namespace_missing(exc, namespace)
+
+
+def runtime_class_use(klass: str) -> Callable[[JsonObject], None]:
+    def use(pod: JsonObject) -> None:
+        pod["spec"]["runtimeClassName"] = klass
+
+    return use
+
+
 def cluster_checks(kube: KubeClient, settings: KubernetesSettings) -> list[PreflightCheck]:
+    """Nothing when the API server does not answer: the doctor's engine check reports that (the same call)."""
     namespace = settings.namespace
-    checks: list[PreflightCheck] = []
     try:
-        version = kube.version()
-    except KubeError as exc:
-        return [PreflightCheck("cluster API", False, f"{kube.server}: {exc.message}", "check the kubeconfig / API")]
-    checks.append(PreflightCheck("cluster API", True, f"{kube.server}: Kubernetes {version.get('gitVersion')}"))
-
-    try:
-        kube.list_pods(namespace, "org.sandbox-orchestrator.preflight=true")
-        checks.append(PreflightCheck(f"namespace {namespace}", True, "pods can be listed"))
-    except KubeError as exc:
-        checks.append(PreflightCheck(f"namespace {namespace}", False, exc.message, RBAC_FIX))
-
-    checks.append(_pod_security(kube, namespace))
+        kube.version()
+    except KubeError:
+        return []
+    runtime_names = [
+        f"RuntimeClass {klass} (runtime {runtime})" for runtime, klass in sorted(settings.runtime_classes.items())
+    ]
+    exc = refusal(kube, namespace)
+    if exc is not None and namespace_missing(exc, namespace):
+        # every pod is refused there and its Role cannot exist: the one cause, said once, with its fix
+        gone = f"namespace {namespace} does not exist"
+        dependent = ["PodSecurity restricted", "default-deny NetworkPolicy", *runtime_names, "permissions"]
+        return [
+            failed(
+                f"namespace {namespace}",
+                "DOCTOR.NAMESPACE",
+                f"does not exist (the API server: {exc.message})",
+                namespace_fix(namespace),
+            ),
+            *(not_checked(name, gone) for name in dependent),
+        ]
+    checks = [_namespace(namespace, exc)]
+    admitted = exc is None
+    because = f"no pod is admitted in namespace {namespace} (above)"
+    checks.append(_pod_security(kube, namespace) if admitted else not_checked("PodSecurity restricted", because))
     checks.append(_network_policy(kube, namespace, settings))
-    for runtime, klass in sorted(settings.runtime_classes.items()):
-        checks.append(_runtime_class(kube, namespace, runtime, klass))
-    checks.append(_permissions(kube, namespace, settings))
+    for (runtime, klass), name in zip(sorted(settings.runtime_classes.items()), runtime_names, strict=True):
+        checks.append(_runtime_class(kube, namespace, runtime, klass) if admitted else not_checked(name, because))
+    checks.append(_permissions(kube, namespace))
     return checks
+
+
+def _namespace(namespace: str, exc: KubeError | None) -> PreflightCheck:
+    name = f"namespace {namespace}"
+    if exc is None:
+        return PreflightCheck(name, True, "exists: a pod within Pod Security restricted is admitted there (dry run)")
+    if _may_not_create_pods(exc):
+        return failed(
+            name,
+            "DOCTOR.PERMISSIONS",
+            f"this identity may not create pods there (whether it exists is not known): {exc.message}",
+            permissions_fix(namespace, [("create", "pods", "", "")]),
+        )
+    return failed(name, "DOCTOR.NAMESPACE", f"a compliant pod is refused there (dry run): {exc.message}", READ_MESSAGE)
 
 
 def _pod_security(kube: KubeClient, namespace: str) -> PreflightCheck:
     name = "PodSecurity restricted"
-    try:
-        kube.create_pod(namespace, _probe_pod(_weaken), dry_run=True)
-    except KubeError as exc:
-        if exc.kind == "forbidden" and "podsecurity" in exc.message.lower().replace(" ", "").replace("-", ""):
-            return PreflightCheck(name, True, "a privileged pod is refused by the API server (dry run)")
-        return PreflightCheck(name, False, f"dry run failed: {exc.message}", RBAC_FIX)
-    return PreflightCheck(
-        name,
-        False,
-        f"a privileged pod was admitted in {namespace} (dry run): the namespace does not enforce PodSecurity"
-        " restricted",
-        f"kubectl label namespace {namespace} pod-security.kubernetes.io/enforce=restricted",
-    )
+    exc = refusal(kube, namespace, _weaken)
+    if exc is None:
+        return failed(
+            name,
+            "DOCTOR.POD_SECURITY",
+            f"a pod that lets its process gain privileges was admitted in {namespace} (dry run): the namespace"
+            " does not enforce Pod Security restricted",
+            pod_security_command(namespace),
+        )
+    if exc.kind == "forbidden" and "podsecurity" in exc.message.lower().replace(" ", "").replace("-", ""):
+        return PreflightCheck(name, True, "a pod outside restricted is refused by the API server (dry run)")
+    return failed(name, "DOCTOR.POD_SECURITY", f"the dry run failed: {exc.message}", READ_MESSAGE)
 
 
 def _network_policy(kube: KubeClient, namespace: str, settings: KubernetesSettings) -> PreflightCheck:
@@ -133,42 +203,49 @@ def _network_policy(kube: KubeClient, namespace: str, settings: KubernetesSettin
     try:
         policies = kube.list_network_policies(namespace)
     except KubeError as exc:
-        return PreflightCheck(name, False, exc.message, RBAC_FIX)
+        if exc.kind == "forbidden":
+            fix = permissions_fix(namespace, [("list", "networkpolicies", "", "networking.k8s.io")])
+            return failed(name, "DOCTOR.PERMISSIONS", exc.message, fix)
+        return failed(name, "DOCTOR.NETWORK_POLICY", f"cannot list them: {exc.message}", READ_MESSAGE)
     found = [p.get("metadata", {}).get("name") for p in policies if denies_all(p)]
     if found:
         return PreflightCheck(name, True, f"{', '.join(map(str, found))} (ingress and egress, every pod)")
-    required = "required: launches are refused" if settings.require_network_policy else "not required by config"
-    return PreflightCheck(
+    if not settings.require_network_policy:
+        return PreflightCheck(name, True, f"none in {namespace} (not required by backend.kubernetes)")
+    return failed(
         name,
-        not settings.require_network_policy,
-        f"none in {namespace} ({required})",
-        "install the chart (it creates one) or apply a NetworkPolicy with podSelector {} and both policyTypes",
+        "DOCTOR.NETWORK_POLICY",
+        f"none in {namespace}: every launch is refused (sandbox pods would have network)",
+        network_policy_command(namespace),
     )
 
 
 def _runtime_class(kube: KubeClient, namespace: str, runtime: str, klass: str) -> PreflightCheck:
     name = f"RuntimeClass {klass} (runtime {runtime})"
+    exc = refusal(kube, namespace, runtime_class_use(klass))
+    if exc is None:
+        return PreflightCheck(name, True, "a pod using it is admitted (dry run)")
+    if "runtimeclass" in exc.message.lower() and "not found" in exc.message:
+        return failed(
+            name,
+            "DOCTOR.RUNTIME",
+            f"does not exist (a pod using it is refused: {exc.message})",
+            runtime_class_fix(runtime, klass),
+        )
+    return failed(name, "DOCTOR.RUNTIME", f"a pod using it is refused: {exc.message}", READ_MESSAGE)
 
-    def use(pod: JsonObject) -> None:
-        pod["spec"]["runtimeClassName"] = klass
 
-    try:
-        kube.create_pod(namespace, _probe_pod(use), dry_run=True)
-    except KubeError as exc:
-        fix = f"create RuntimeClass {klass} (the chart's gvisor.runtimeClass.create) on nodes with its handler"
-        return PreflightCheck(name, False, f"a pod using it is refused: {exc.message}", fix)
-    return PreflightCheck(name, True, "a pod using it is admitted (dry run)")
-
-
-def _permissions(kube: KubeClient, namespace: str, settings: KubernetesSettings) -> PreflightCheck:
-    needed = NEEDED
+def _permissions(kube: KubeClient, namespace: str) -> PreflightCheck:
     missing = []
     try:
-        for verb, resource, sub, group in needed:
+        for verb, resource, sub, group in NEEDED:
             if not kube.can_i(namespace, verb, resource, sub, group):
-                missing.append(f"{verb} {resource}{'/' + sub if sub else ''}")
+                missing.append((verb, resource, sub, group))
     except KubeError as exc:
-        return PreflightCheck("permissions", False, f"access reviews failed: {exc.message}", RBAC_FIX)
+        return failed("permissions", "DOCTOR.PERMISSIONS", f"access reviews failed: {exc.message}", READ_MESSAGE)
     if missing:
-        return PreflightCheck("permissions", False, f"missing in {namespace}: {', '.join(missing)}", RBAC_FIX)
-    return PreflightCheck("permissions", True, f"all {len(needed)} the backend needs in {namespace}")
+        names = ", ".join(f"{verb} {resource}{'/' + sub if sub else ''}" for verb, resource, sub, _ in missing)
+        return failed(
+            "permissions", "DOCTOR.PERMISSIONS", f"missing in {namespace}: {names}", permissions_fix(namespace, missing)
+        )
+    return PreflightCheck("permissions", True, f"all {len(NEEDED)} the backend needs in {namespace}")

@@ -16,6 +16,17 @@ def test_every_error_code_is_in_the_error_table() -> None:
     assert codes <= table, codes - table
 
 
+def test_every_doctor_code_is_in_the_error_table() -> None:
+    """The doctor's check codes are in the same one table, as codes the CLI exits 1 with and no service serves."""
+    from typing import get_args
+
+    from orchestrator.backends.checks import CheckCode
+
+    rows = dict(re.findall(r"^\| `(DOCTOR\.[A-Z_]+)` \|.*\| (\S+) \| (?:—) \|$", ERRORS, flags=re.M))
+    assert set(rows) == set(get_args(CheckCode))
+    assert set(rows.values()) == {"1"}
+
+
 def test_codes_are_unique_per_class() -> None:
     by_code: dict[str, list[str]] = {}
     for cls in all_error_types():

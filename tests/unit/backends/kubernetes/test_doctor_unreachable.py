@@ -1,0 +1,77 @@
+"""``sandboxctl doctor --config`` with a cluster whose API server does not answer: one failure, the engine's,
+with the cluster's fix (never Docker's `make setup`), and what needs the cluster said to be not checked.
+Needs no cluster: the kubeconfig names a port nothing listens on (the real client, refused for real)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from orchestrator.backends.kubernetes.remedies import DOCTOR_FIXES
+
+SANDBOXCTL = [sys.executable, "-m", "orchestrator.cli.main"]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again when the socket is: nothing listens there
+
+
+def cluster_config(tmp_path: Path) -> Path:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{closed_port()}"}}],
+                "users": [{"name": "u", "user": {"token": "nothing"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    config = tmp_path / "k8s.yaml"
+    config.write_text(
+        yaml.safe_dump({"backend": {"kind": "kubernetes", "kubernetes": {"kubeconfig": str(kubeconfig)}}})
+    )
+    return config
+
+
+def doctor(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    args = ["doctor", "--config", str(cluster_config(tmp_path)), "--evidence", str(tmp_path / "e.jsonl"), *extra]
+    return subprocess.run([*SANDBOXCTL, *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+def test_an_unreachable_api_server_is_one_failure_with_the_clusters_fix(tmp_path: Path) -> None:
+    proc = doctor(tmp_path, "--json")
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is False
+    failures = [c for c in report["checks"] if not c["ok"] and c["checked"]]
+    assert [(c["name"], c["code"]) for c in failures] == [("engine", "DOCTOR.ENGINE")], failures
+    (engine,) = failures
+    assert "the Kubernetes API server does not answer" in engine["detail"]
+    assert engine["fix"] == DOCTOR_FIXES.engine
+    skipped = [c for c in report["checks"] if not c["checked"]]
+    assert skipped and all(c["code"] == "DOCTOR.NOT_CHECKED" and not c["ok"] for c in skipped)
+    assert {c["detail"] for c in skipped} == {"not checked: engine failed (above)"}
+    assert any(c["name"].startswith("limits in force (") for c in skipped)
+    assert "make setup" not in proc.stdout
+
+
+def test_the_text_report_says_fail_and_skip(tmp_path: Path) -> None:
+    proc = doctor(tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("FAIL engine: SANDBOX.UNAVAILABLE: the Kubernetes API server does not answer")
+    assert lines[0].endswith("[DOCTOR.ENGINE]")
+    assert lines[1] == f"     fix: {DOCTOR_FIXES.engine}"
+    assert "skip runtime runsc for untrusted: not checked: engine failed (above)" in lines
+    assert "Traceback" not in proc.stdout + proc.stderr
