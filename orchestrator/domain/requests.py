@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.domain.ci import CiContext
 from orchestrator.domain.errors import InputInvalid
 from orchestrator.domain.hosts import parse_pattern
 from orchestrator.domain.text import has_surrogates
@@ -169,6 +170,12 @@ class _RequestBase(_Frozen):
     )
     tenant: Name = Field(default="default", description="Owning tenant.")
     subject: Name = Field(default="anonymous", description="Who asks.")
+    ci: CiContext | None = Field(
+        default=None,
+        description="The CI job this request is a step of (provider, repository, workflow, job, step, run, ref, "
+        "event, actor), from the runner's own variables: rules may match it (ci:), approvers see it, the "
+        "evidence links the step to its job.",
+    )
     call_id: OptionalName | None = Field(default=None, description="The agent's tool-call id.")
     session_id: OptionalName | None = Field(default=None, description="Agent or exec session id.")
     retry_of: OptionalName | None = Field(

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.domain.ci import CiRecord
+
 RiskLevelName = Literal["low", "medium", "high", "critical"]
 
 
@@ -77,6 +79,9 @@ class RequestContext(_Frozen):
     call_id: str | None = None
     session_id: str | None = None
     retry_of: str | None = Field(default=None, description="The restricted execution this request retries.")
+    ci: CiRecord | None = Field(
+        default=None, description="The CI job the request is a step of, with the key of its job run (job_key)."
+    )
 
 
 class SanitizedRequest(_Frozen):

@@ -154,6 +154,7 @@ def sanitize(
             call_id=request.call_id,
             session_id=request.session_id if not isinstance(request, WriteStdinRequest) else None,
             retry_of=request.retry_of,
+            ci=request.ci.recorded() if request.ci is not None else None,
         ),
         **fields,
     )
