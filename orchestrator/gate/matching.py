@@ -7,10 +7,20 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
+from orchestrator.domain.ci import CI_FIELDS, CiProvider, CiRecord
 from orchestrator.domain.globs import check_glob, compile_glob
 from orchestrator.domain.requests import ALL_TOOLS, EXEC_TOOLS
 from orchestrator.domain.sanitized import RiskLevel, RiskLevelName, SanitizedRequest
@@ -56,6 +66,83 @@ def check_pattern(text: str) -> str:
 GlobText = Annotated[str, AfterValidator(check_glob)]
 
 
+def _one_or_more(value: object) -> object:
+    """``event: push`` reads as ``event: [push]``."""
+    return [value] if isinstance(value, str) else value
+
+
+def _one_or_more_schema(item: dict[str, Any]) -> WithJsonSchema:
+    return WithJsonSchema({"anyOf": [item, {"type": "array", "items": item, "minItems": 1}]})
+
+
+#: a CI condition's globs: one, or a list of them (any may match)
+CiGlobs = Annotated[
+    list[GlobText], BeforeValidator(_one_or_more), Field(min_length=1), _one_or_more_schema({"type": "string"})
+]
+CiProviders = Annotated[
+    list[CiProvider],
+    BeforeValidator(_one_or_more),
+    Field(min_length=1),
+    _one_or_more_schema({"enum": list(get_args(CiProvider))}),
+]
+#: CI values the forges compare without case (GitHub and GitLab names of repositories, users): so are the globs
+CASELESS_CI_FIELDS = frozenset({"repository", "action", "actor"})
+
+
+class CiConditions(BaseModel):
+    """A rule's ``ci:`` condition: what a request's CI context (``domain.ci.CiContext``) must hold. Every field
+    given must hold, and one of its globs (fnmatch, as ``subject``) match the request's value; a request without
+    CI context, or without the value a field asks about, never matches. ``repository``, ``action`` and ``actor``
+    are matched without regard to case (the forges name them so); the others exactly."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    provider: CiProviders | None = Field(default=None, description="github | gitlab (one, or a list).")
+    repository: CiGlobs | None = Field(default=None, description="owner/name or group/…/project globs: 'org/*'.")
+    workflow: CiGlobs | None = Field(default=None, description="Workflow (GitHub) or pipeline name (GitLab) globs.")
+    job: CiGlobs | None = Field(default=None, description="Job name globs.")
+    stage: CiGlobs | None = Field(default=None, description="GitLab: the job's pipeline stage globs.")
+    step: CiGlobs | None = Field(
+        default=None, description="Step globs: GitHub's step id (GITHUB_ACTION), GitLab's run_exec stage."
+    )
+    action: CiGlobs | None = Field(default=None, description="GitHub: the uses: action, owner/name@ref globs.")
+    ref: CiGlobs | None = Field(default=None, description="Ref globs: 'refs/heads/main', 'refs/tags/v*'.")
+    event: CiGlobs | None = Field(
+        default=None, description="Event globs: GitHub's event name, GitLab's pipeline source."
+    )
+    actor: CiGlobs | None = Field(default=None, description="Who started the run: user name globs.")
+
+
+@dataclass(frozen=True, slots=True)
+class CiMatcher:
+    """A compiled ``ci:`` condition: (field, globs) for every field it names."""
+
+    fields: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...]
+
+    @classmethod
+    def compile(cls, cond: CiConditions) -> CiMatcher:
+        fields = []
+        for name in CI_FIELDS:
+            globs = getattr(cond, name)
+            if globs is None:
+                continue
+            caseless = name in CASELESS_CI_FIELDS
+            fields.append((name, tuple(compile_glob(g.casefold() if caseless else g) for g in globs)))
+        return cls(tuple(fields))
+
+    def matches(self, ci: CiRecord | None) -> bool:
+        if ci is None:
+            return False
+        for name, globs in self.fields:
+            value = getattr(ci, name)
+            if value is None:
+                return False
+            text = value.casefold() if name in CASELESS_CI_FIELDS else value
+            if not any(g.match(text) for g in globs):
+                return False
+        return True
+
+
 class MatchConditions(BaseModel):
     """Every condition given must hold; a condition left out means 'any'."""
 
@@ -82,6 +169,11 @@ class MatchConditions(BaseModel):
     complex: bool | None = Field(default=None, description="Only complex (true) or only simple (false).")
     tenant: list[str] | None = Field(default=None, description="Tenants this applies to.")
     subject: list[GlobText] | None = Field(default=None, description="Subjects (fnmatch globs) this applies to.")
+    ci: CiConditions | None = Field(
+        default=None,
+        description="The request's CI context (provider, repository, workflow, job, stage, step, action, ref, event,"
+        " actor: globs); a request without CI context never matches.",
+    )
 
     @field_validator("tool")
     @classmethod
@@ -179,6 +271,7 @@ class Matcher:
     risk_levels: frozenset[str] | None
     risk_min: RiskLevel | None
     risk_max: RiskLevel | None
+    ci: CiMatcher | None
     index_key: tuple[str, str | None] | None  # (program, first positional or None); None: any command
 
     @classmethod
@@ -201,6 +294,7 @@ class Matcher:
             risk_levels=frozenset(cond.risk) if cond.risk is not None else None,
             risk_min=RiskLevel.parse(cond.risk_at_least) if cond.risk_at_least is not None else None,
             risk_max=RiskLevel.parse(cond.risk_at_most) if cond.risk_at_most is not None else None,
+            ci=CiMatcher.compile(cond.ci) if cond.ci is not None else None,
             index_key=key,
         )
 
@@ -225,6 +319,8 @@ class Matcher:
         if cond.tenant is not None and context.tenant not in cond.tenant:
             return False
         if self.subject_globs is not None and not any(g.match(context.subject) for g in self.subject_globs):
+            return False
+        if self.ci is not None and not self.ci.matches(context.ci):
             return False
         if self.risk_levels is not None and facts.risk.label not in self.risk_levels:
             return False
