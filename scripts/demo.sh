@@ -5,13 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/.venv/bin
 eval "$(bash scripts/engine-env.sh)"
-# the config and the evidence in the user's state directory, replaced by each run (one demo's worth kept, to
-# verify afterwards); the workspace in /tmp, removed at the end (it cannot lie in the state directory: what
-# governs later runs stays out of every sandbox's reach)
+# One demo's worth is kept, replaced by each run, so that what it shows can be run again afterwards: the config
+# and the evidence in the user's state directory, the workspace in ~/sandbox-demo (outside the state
+# directory and this checkout: what governs later runs stays out of every sandbox's reach).
 work="$("$BIN/python" -c 'from orchestrator.domain.statedir import state_dir; print(state_dir())')/demo"
-rm -rf "$work" && mkdir -p "$work"
-workspace=$(mktemp -d /tmp/sandbox-demo.XXXXXX)
-trap 'rm -rf "$workspace"' EXIT
+workspace="$HOME/sandbox-demo"
+rm -rf "$work" "$workspace" && mkdir -p "$work" "$workspace"
 evidence="$work/evidence.jsonl"
 mkdir -p "$workspace/src"
 echo 'print("hello from the workspace")' > "$workspace/src/app.py"
@@ -47,24 +46,35 @@ shell_word() {
   elif ! [[ $1 =~ $dq ]]; then printf '"%s"' "$1"
   else printf '%s' "${1@Q}"; fi
 }
+# run STATUS UNWANTED ARGS...: shows `sandboxctl run ARGS` as typed in the workspace, runs it there, and counts
+# an unmet expectation when it exits otherwise than STATUS or prints UNWANTED (a grep pattern; "" for none);
+# the demo then exits 1: a containment that failed is never shown as a pass
+unmet=0
 run() {
+  local want=$1 unwanted=$2 out rc word
+  shift 2
   printf '$ sandboxctl run --config %s' "$(shell_word "$work/config.yaml")"
-  local word; for word in "$@"; do printf ' %s' "$(shell_word "$word")"; done; printf '\n'
+  for word in "$@"; do printf ' %s' "$(shell_word "$word")"; done; printf '\n'
   set +e
-  (cd "$workspace" && "$BIN/sandboxctl" run --config "$work/config.yaml" "$@") 2>&1 | sed 's/^/    /'
-  local rc=${PIPESTATUS[0]}
+  out=$(cd "$workspace" && "$BIN/sandboxctl" run --config "$work/config.yaml" "$@" 2>&1)
+  rc=$?
   set -e
+  [ -n "$out" ] && printf '%s\n' "$out" | sed 's/^/    /'
   echo "    (exit $rc)"
+  if [ "$rc" != "$want" ] || { [ -n "$unwanted" ] && grep -q -- "$unwanted" <<<"$out"; }; then
+    printf '    !!! expected exit %s' "$want"; [ -n "$unwanted" ] && printf " and no '%s'" "$unwanted"; printf '\n'
+    unmet=$((unmet + 1))
+  fi
 }
 
-step "allow: an allowlisted command runs in a fresh hardened container"
-run -- ls -la src
+step "allow: an allowlisted command runs in a fresh hardened container (in $(shell_word "$workspace"), its workspace)"
+run 0 "" -- ls -la src
 
 step "ask → approved by a rule: a compound command (risk medium) writes in the workspace"
-run --shell 'date -u > stamp.txt && wc -c stamp.txt'
+run 0 "" --shell 'date -u > stamp.txt && wc -c stamp.txt'
 
 step "deny: the denylist sees through wrappers; nothing is started"
-run --shell 'env X=1 sudo rm -rf /'
+run 125 "" --shell 'env X=1 sudo rm -rf /'
 
 step "containment: no network — a server on the host's loopback is unreachable from the sandbox"
 port_file="$work/port"
@@ -80,7 +90,7 @@ for _ in $(seq 50); do [ -s "$port_file" ] && break; sleep 0.1; done
 port=$(cat "$port_file")
 printf '$ (on the host) python3 -c "urlopen(http://127.0.0.1:%s)"  → ' "$port"
 python3 -c "import urllib.request,sys; print(urllib.request.urlopen(f'http://127.0.0.1:$port', timeout=5).status)"
-run -- python3 -c "
+run 0 CONNECTED -- python3 -c "
 import socket
 print('interfaces:', [name for _, name in socket.if_nameindex()])
 try:
@@ -91,7 +101,7 @@ except OSError as e:
 kill "$server" 2>/dev/null || true
 
 step "containment: writes outside the workspace fail (read-only root, non-root user)"
-run -- python3 -c "
+run 0 WROTE -- python3 -c "
 for path in ['/etc/passwd', '/usr/bin/evil', '/workspace/../escape', '/proc/sys/kernel/hostname']:
     try:
         open(path, 'a').write('x'); print('WROTE', path)
@@ -114,3 +124,7 @@ step "the service: HTTP API, approvals through the API, the Python client, the a
 echo
 echo "Evidence: $evidence"
 echo "Verify it yourself: .venv/bin/sandboxctl evidence verify --path $(shell_word "$evidence")"
+if [ "$unmet" != 0 ]; then
+  echo "demo: $unmet expectation(s) not met (marked !!! above)" >&2
+  exit 1
+fi

@@ -8,6 +8,7 @@ import contextlib
 import gc
 import logging
 import os
+import select
 import signal
 import sys
 from collections.abc import Sequence
@@ -85,7 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except KeyboardInterrupt:  # Ctrl-C, and SIGTERM during `run` (see run_cmd.handle)
         return fail("EXECUTION.CANCELLED", "interrupted", 130)
-    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as other tools do
+    except BrokenPipeError as err:
+        if not _reader_gone(sys.stdout):  # another pipe broke: not ours to hide
+            return fail("INTERNAL", f"unexpected {err.__class__.__name__}: {err}", 125)
+        # the reader of our output went away (`| head`): stop quietly, as other tools do
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush there
         return 128 + signal.SIGPIPE
@@ -95,6 +99,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(err, OrchestratorError):
             return fail(err.code, err.message, err.exit_code, json_out=getattr(args, "json", False))
         return fail("INTERNAL", f"unexpected {err.__class__.__name__}: {err}", 125)
+
+
+def _reader_gone(stream: Any) -> bool:
+    """Whether ``stream`` is a pipe whose reading end is closed (poll reports an error on its writing end)."""
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 class _NoTraceback(logging.Formatter):

@@ -6,6 +6,7 @@ everything downstream (evidence, logs, prompts, errors) sees only the sanitized 
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Annotated, Any, Literal
 
@@ -42,6 +43,13 @@ MAX_PATH_BYTES = 4095
 #: standard input written to a session, and file or patch content
 MAX_STDIN_CHARS = 1024 * 1024
 MAX_CONTENT_CHARS = 64 * 1024 * 1024
+#: a script file's content (ShellExecRequest.script): 1 MiB less one byte, a multiple of 3, so that the length
+#: of its base64 (MAX_SCRIPT_BASE64, in the OpenAPI document) says exactly the same
+MAX_SCRIPT_BYTES = 1024 * 1024 - 1
+MAX_SCRIPT_BASE64 = MAX_SCRIPT_BYTES // 3 * 4
+#: standard base64, padded, nothing else (no line breaks): the pattern the OpenAPI document states too
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+_BASE64 = re.compile(BASE64_PATTERN)
 
 ExecTool = Literal["shell_exec", "shell", "shell_command", "exec_command", "skill_exec"]
 EXEC_TOOLS: frozenset[str] = frozenset({"shell_exec", "shell", "shell_command", "exec_command", "skill_exec"})
@@ -236,9 +244,53 @@ def _shell_string(value: str, what: str) -> str:
     return _kernel_string(value, what)
 
 
+class ScriptFile(_Frozen):
+    """A script file the command runs, with its content: a CI runner's step (``bash -e …/_temp/<id>.sh``, a
+    GitLab stage script). The gate decides on the content as on a ``bash -c`` string (code for another
+    interpreter, or content it cannot read, is never allowed without an approval or a rule); the run gets
+    exactly these bytes at ``path``, written into the workspace before the sandbox starts. The content may hold
+    what the runner put in it (a workflow's interpolated secrets): only its size and sha256 are recorded."""
+
+    path: PathText = Field(
+        description="The script's path exactly as the argv names it (the word a shell reads its script from): "
+        "absolute inside the workspace, or relative to the working directory."
+    )
+    content_base64: str = Field(
+        max_length=MAX_SCRIPT_BASE64,
+        json_schema_extra={"pattern": BASE64_PATTERN},
+        description=f"The script's bytes in standard base64 (padded, no line breaks), at most {MAX_SCRIPT_BYTES}"
+        " bytes (secret: recorded as size and sha256 only).",
+    )
+    _p = field_validator("path")(lambda v: _kernel_string(v, "script.path", MAX_PATH_BYTES))
+
+    @field_validator("content_base64")
+    @classmethod
+    def _base64(cls, text: str) -> str:
+        if _BASE64.fullmatch(text) is None:
+            # the message names the rule, never the text
+            raise ValueError("must be standard base64 (A-Z a-z 0-9 + /, padded with =, no line breaks)")
+        return text
+
+    @property
+    def content(self) -> bytes:
+        """The script's bytes."""
+        return base64.b64decode(self.content_base64, validate=True)
+
+    @classmethod
+    def of(cls, path: str, content: bytes | str) -> ScriptFile:
+        """The script at ``path`` holding ``content`` (text is taken as UTF-8)."""
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        return cls(path=path, content_base64=base64.b64encode(data).decode("ascii"))
+
+
 class ShellExecRequest(_RequestBase):
     tool: Literal["shell_exec"] = Field(description="Run an argv.")
     argv: list[Text] = Field(min_length=1, description="Program and arguments, run as is.")
+    script: ScriptFile | None = Field(
+        default=None,
+        description="The script file the argv runs (a CI step), with its content: decided on by the gate, written "
+        "at its path in the workspace before the run.",
+    )
     _v = field_validator("argv")(_argv_ok)
 
     @model_validator(mode="after")

@@ -57,6 +57,15 @@ class ContentDigest(_Frozen):
     sha256: str = Field(description="sha256 of the UTF-8 content, hex.")
 
 
+class ScriptDigest(_Frozen):
+    """A script file a command runs (ShellExecRequest.script): where, and its size and sha256, never its
+    content."""
+
+    path: str = Field(description="The script's path as the argv names it.")
+    bytes: int = Field(ge=0, description="Size of the script in bytes.")
+    sha256: str = Field(description="sha256 of the script's bytes, hex.")
+
+
 class KeyedDigest(_Frozen):
     """What was typed into a session: a plain sha256 of a keystroke or a short password would be as good as
     its content to the evidence's readers, so it is keyed (evidence.input_key)."""
@@ -102,6 +111,7 @@ class SanitizedRequest(_Frozen):
     stdin: ContentDigest | KeyedDigest | None = None
     path: str | None = Field(default=None, description="file_write: the target path as given.")
     content: ContentDigest | None = None
+    script: ScriptDigest | None = Field(default=None, description="shell_exec: the script file the argv runs.")
     patch: ContentDigest | None = None
     patch_paths: list[str] | None = Field(default=None, description="apply_patch: best-effort file paths.")
     egress: list[str] | None = Field(

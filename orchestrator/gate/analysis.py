@@ -10,6 +10,19 @@ SIMPLE = "simple command"
 
 
 @dataclass(frozen=True, slots=True)
+class ScriptSource:
+    """A script file the analyzed argv runs, as the gate may read it (``ShellExecRequest.script``)."""
+
+    path: str
+    """The word of the argv that names it."""
+    text: str | None
+    """Its content as text; None when the gate cannot read it (``problem`` says why)."""
+    problem: str | None = None
+    """Why the content cannot be read: binary, not UTF-8, longer than the gate reads, not in the sanitized
+    form."""
+
+
+@dataclass(frozen=True, slots=True)
 class ShellAnalysis:
     """What a command would run. Immutable; equal analyses mean equal meaning."""
 
@@ -46,6 +59,13 @@ class ShellAnalysis:
     opaque: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """(program, words) of programs the gate cannot read through: a program in no table and its
     operands, a wrapper and its option values. A denylisted program among the words means asking."""
+    script_readers: tuple[int, ...] = ()
+    """Indices of the shells that run the request's script file, when the gate read its content (a
+    ``ScriptSource``): empty when there is none, or when its content could not be read (then ``unseen``
+    says why)."""
+    script_commands: tuple[int, ...] = ()
+    """Indices of the commands read from the script's content: its words are the script's (which may hold
+    what the runner put in it), so reasons name these commands' programs, never quote them."""
 
     @property
     def reasons(self) -> tuple[str, ...]:

@@ -67,7 +67,7 @@ from typing import NamedTuple
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from orchestrator.gate.analysis import ShellAnalysis
+from orchestrator.gate.analysis import ScriptSource, ShellAnalysis
 from orchestrator.gate.expansions import (
     ARITH_TEST_OPERATORS,
     EVAL_REASON,
@@ -83,7 +83,7 @@ from orchestrator.gate.expansions import (
 )
 from orchestrator.gate.fallback import inside, segments
 from orchestrator.gate.programs import SHELL, lookup, program_name
-from orchestrator.gate.scripts import reads_code_from_input, stdin_script
+from orchestrator.gate.scripts import reads_code_from_input, script_operand, stdin_script
 from orchestrator.gate.shellwords import (
     GLOB_IN_WORD,
     SUPPLEMENTARY,
@@ -113,6 +113,7 @@ __all__ = [
     "CONTROL_REASON",
     "EVAL_REASON",
     "MAX_WRAPPER_DEPTH",
+    "ScriptSource",
     "ShellAnalysis",
     "analyze_argv",
     "analyze_shell",
@@ -866,19 +867,57 @@ def analyze_shell(command: str) -> ShellAnalysis:
     return _analyze_shell(command)
 
 
-def analyze_argv(argv: Sequence[str]) -> ShellAnalysis:
-    """An argv executed as is (no shell): simple unless argv[0] is a wrapper."""
+def analyze_argv(argv: Sequence[str], script: ScriptSource | None = None) -> ShellAnalysis:
+    """An argv executed as is (no shell): simple unless argv[0] is a wrapper. ``script``: a script file it
+    runs (a CI step), whose content is read as what the shell that runs it runs (``_script``)."""
     st = WalkState()
     if argv:
         words = tuple(argv)
         if any(_CONTROL.search(word) for word in words):
             st.blind(CONTROL_REASON)  # as for the same words in a shell string (parity)
-        st.reserved = "\x00".join(words)
+        st.reserved = (
+            "\x00".join(words) if script is None or script.text is None else "\x00".join((*words, script.text))
+        )
         index = st.add(words)
         builtin_evaluates(words, st, 0, _parse_into)
         _unwrap(index, words, (False,) * len(words), st, 0)
+        if script is not None:
+            _script(script, st)
     finish(st)
     return st.result()
+
+
+def _script(script: ScriptSource, st: WalkState) -> None:
+    """The request's script file: its content parsed as what the shell that runs it runs, exactly as a ``-c``
+    string would be (control characters, parse errors, nesting: unseen alike). Unseen, never allowed without
+    an approval or a rule: content the gate cannot read, code for another interpreter, or a script no command
+    of the argv runs (what reads it cannot be told)."""
+    readers = [
+        j for j, words in enumerate(st.commands) if (k := script_operand(words)) is not None and words[k] == script.path
+    ]
+    if not readers:
+        st.blind(f"the script {script.path} is not what a shell of the command runs: what reads it cannot be told")
+        return
+    for j in readers:
+        name = program_name(st.commands[j][0])
+        if lookup(name) is not SHELL:
+            st.blind(f"the script {script.path} is code for '{name}', which the gate does not read")
+            continue
+        if script.text is None:
+            st.blind(f"the script {script.path} cannot be analyzed: {script.problem or 'its content is not given'}")
+            continue
+        st.reasons[f"'{name}' runs the script {script.path}"] = None
+        if _CONTROL.search(script.text):
+            st.blind(CONTROL_REASON)
+        first = len(st.commands)
+        st.wrap_level += 1
+        try:
+            ran = _parse_into(script.text, st, 1, f"{name} {script.path}")
+        finally:
+            st.wrap_level -= 1
+        st.wraps.extend((j, k) for k in ran)
+        st.script_readers.append(j)
+        st.script_commands.extend(range(first, len(st.commands)))
 
 
 # --------------------------------------------------------------------------------------------

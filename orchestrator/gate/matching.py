@@ -226,6 +226,7 @@ class RequestFacts:
         "profile",
         "risk",
         "sanitized",
+        "script_unread",
         "tool",
     )
 
@@ -241,6 +242,9 @@ class RequestFacts:
         # '..' resolved, so 'src/../../etc/passwd' is matched as '../etc/passwd', never as 'src/*'
         self.paths = [posixpath.normpath(p) for p in request_paths(sanitized)]
         self._joined: tuple[str, ...] | None = None
+        # a script whose commands this analysis does not hold (binary, too long, or only its digest at hand: an
+        # approval rule's sanitized form): no rule can say every command matches
+        self.script_unread = sanitized.script is not None and not (analysis is not None and analysis.script_readers)
 
     def joined(self) -> tuple[str, ...]:
         """Each command as the shell would quote it, argv[0] as its basename (for argv_glob)."""
@@ -333,7 +337,7 @@ class Matcher:
         if self.path_globs is not None and not any(g.match(p) for p in facts.paths for g in self.path_globs):
             return False
         if self.pattern is not None or self.glob is not None:
-            if not facts.commands:
+            if not facts.commands or (every_command and facts.script_unread):
                 return False
             hits = (self._command_matches(facts, i) for i in range(len(facts.commands)))
             return all(hits) if every_command else any(hits)
@@ -341,6 +345,7 @@ class Matcher:
 
 
 def request_paths(sanitized: SanitizedRequest) -> list[str]:
-    paths = [p for p in (sanitized.path, sanitized.cwd) if p is not None]
+    script = sanitized.script.path if sanitized.script is not None else None
+    paths = [p for p in (sanitized.path, script, sanitized.cwd) if p is not None]
     paths.extend(sanitized.patch_paths or ())
     return paths

@@ -245,12 +245,19 @@ class Policy:
     ) -> PolicyDecision:
         facts = RequestFacts(sanitized, analysis, profile)
 
-        for words, parsed in zip(facts.commands, facts.parsed, strict=True):
+        # a script's words are its content (which may hold what the runner put in it): never quoted
+        from_script = frozenset(analysis.script_commands) if analysis is not None else frozenset()
+        for index, (words, parsed) in enumerate(zip(facts.commands, facts.parsed, strict=True)):
             denied = self._deny.first_match(parsed)
             if denied is not None:
+                what = (
+                    f"a command of the script {sanitized.script.path}"
+                    if index in from_script and sanitized.script
+                    else repr(shlex.join(words))
+                )
                 return self._decision(
                     Decision.DENY,
-                    f"denylisted: {denied.text!r} matches {shlex.join(words)!r}",
+                    f"denylisted: {denied.text!r} matches {what}",
                     f"denylist:{denied.text}",
                     sanitized,
                 )
@@ -258,10 +265,10 @@ class Policy:
         hidden = self._denied_unanalyzed(analysis)
         if hidden is not None:
             pattern, words = hidden
+            quoted = "" if sanitized.script is not None else f"{shlex.join(words)[:200]!r} in "
             return self._decision(
                 Decision.DENY,
-                f"denylisted: {pattern.text!r} matches {shlex.join(words)[:200]!r} in words the gate could not"
-                " analyze as a command",
+                f"denylisted: {pattern.text!r} matches {quoted}words the gate could not analyze as a command",
                 f"denylist:{pattern.text}",
                 sanitized,
             )

@@ -287,11 +287,13 @@ def _command_findings(
     globs: dict[str, str],
     *,
     stdin_known: bool = False,
+    script_read: bool = False,
 ) -> None:
-    """Findings of one command: its program's check, credentials/globs/SQL in its arguments."""
+    """Findings of one command: its program's check, credentials/globs/SQL in its arguments. ``script_read``:
+    a shell whose script file the gate read (its commands have their own findings)."""
     prog = program_name(words)
     if is_shell(words):
-        if not stdin_known:
+        if not stdin_known and not script_read:
             shell_script(prog, words, out)
     else:
         _program_findings(prog, words, out)
@@ -336,9 +338,12 @@ def _assess(analysis: ShellAnalysis, depth: int, env: Mapping[str, str] | None =
     sql: dict[str, str] = {}
     globs: dict[str, str] = {}
     stdin_known = bool(analysis.flows) or any(op.startswith("<<") for op, _ in analysis.redirects)
-    for words in analysis.commands:
+    readers = frozenset(analysis.script_readers)
+    for index, words in enumerate(analysis.commands):
         if words:
-            _command_findings(words, out, credentials, sql, globs, stdin_known=stdin_known)
+            _command_findings(
+                words, out, credentials, sql, globs, stdin_known=stdin_known, script_read=index in readers
+            )
     if analysis.assignments:
         out.extend(assess_env(analysis.assignments))
     if analysis.variables:

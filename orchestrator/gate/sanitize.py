@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from orchestrator.domain.requests import (
+    MAX_ARG_BYTES,
     ApplyPatchRequest,
     ExecCommandRequest,
     FileWriteRequest,
@@ -27,10 +28,11 @@ from orchestrator.domain.sanitized import (
     RiskLevel,
     SanitizedPermissions,
     SanitizedRequest,
+    ScriptDigest,
 )
-from orchestrator.gate.intent import ShellAnalysis, analyze_argv, analyze_shell
+from orchestrator.gate.intent import ScriptSource, ShellAnalysis, analyze_argv, analyze_shell
 from orchestrator.gate.patch_paths import patch_paths
-from orchestrator.gate.paths import assess_paths, escapes_workspace
+from orchestrator.gate.paths import assess_paths, credential_reason, escapes_workspace
 from orchestrator.gate.risk import Finding, assess_command, assess_env, combine
 
 
@@ -46,8 +48,31 @@ def keyed_digest(text: str, key: bytes) -> KeyedDigest:
     return KeyedDigest(bytes=len(data), hmac_sha256=hmac.new(key, data, hashlib.sha256).hexdigest())
 
 
+#: the longest script the gate reads: as much as a shell string (``bash -c``) may hold; a longer one is
+#: content it cannot analyze (never allowed without an approval or a rule)
+MAX_ANALYZED_SCRIPT_BYTES = MAX_ARG_BYTES
+NOT_SANITIZED = "its content is not in the sanitized request"
+
+
+def script_source(path: str, data: bytes) -> ScriptSource:
+    """A script's content as the gate reads it: UTF-8 text without NUL bytes, at most
+    MAX_ANALYZED_SCRIPT_BYTES; else None, and why."""
+    if len(data) > MAX_ANALYZED_SCRIPT_BYTES:
+        return ScriptSource(
+            path, None, f"it is {len(data)} bytes, more than the gate reads ({MAX_ANALYZED_SCRIPT_BYTES})"
+        )
+    if b"\x00" in data:
+        return ScriptSource(path, None, "it holds NUL bytes (binary)")
+    try:
+        return ScriptSource(path, data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return ScriptSource(path, None, "it is not UTF-8 text")
+
+
 def analysis_of(request: Request) -> ShellAnalysis | None:
     """The shell analysis of an exec request; None for tools that run no command."""
+    if isinstance(request, ShellExecRequest) and request.script is not None:
+        return analyze_argv(request.argv, script_source(request.script.path, request.script.content))
     if isinstance(request, (ShellExecRequest, SkillExecRequest)):
         return analyze_argv(request.argv)
     if isinstance(request, ShellRequest):
@@ -61,6 +86,8 @@ def analysis_of(request: Request) -> ShellAnalysis | None:
 
 def _command_key(request: Request) -> tuple[str, str | tuple[str, ...]] | None:
     """What a command's analysis (and so its findings, without an environment) is a function of."""
+    if isinstance(request, ShellExecRequest) and request.script is not None:
+        return None  # and of a script's content: not kept
     if isinstance(request, (ShellExecRequest, SkillExecRequest)):
         return ("argv", tuple(request.argv))
     if isinstance(request, ShellRequest):
@@ -106,6 +133,16 @@ def sanitize(
         fields["argv"] = list(request.argv)
         if isinstance(request, SkillExecRequest):
             fields["skill"] = request.skill
+        elif request.script is not None:
+            data = request.script.content
+            fields["script"] = ScriptDigest(
+                path=request.script.path, bytes=len(data), sha256=hashlib.sha256(data).hexdigest()
+            )
+            # it is written where the sandbox reads it: in the workspace (the run refuses any other place, so
+            # an absolute path inside the sandbox's mount is no escape), where a credential path is one still
+            credential = credential_reason(request.script.path)
+            if credential is not None:
+                findings.append(Finding(RiskLevel.HIGH, f"{credential}: {request.script.path}"))
     elif isinstance(request, ShellRequest):
         fields["argv"] = list(request.command)
     elif isinstance(request, ShellCommandRequest):
@@ -162,7 +199,10 @@ def sanitize(
 
 
 def analysis_of_sanitized(sanitized: SanitizedRequest) -> ShellAnalysis | None:
-    """Recompute the analysis from the sanitized form alone (it keeps argv/command verbatim)."""
+    """Recompute the analysis from the sanitized form alone (it keeps argv/command verbatim; a script's content
+    it does not keep: that script is unseen here, and its commands are not among the analysis')."""
+    if sanitized.argv is not None and sanitized.script is not None:
+        return analyze_argv(sanitized.argv, ScriptSource(sanitized.script.path, None, NOT_SANITIZED))
     if sanitized.argv is not None:
         return analyze_argv(sanitized.argv)
     if sanitized.command is not None:

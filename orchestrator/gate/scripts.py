@@ -15,7 +15,14 @@ from collections.abc import Sequence
 
 from orchestrator.gate.programs import SHELL, Runs, lookup, program_name, scan
 
-__all__ = ["SedScript", "awk_program", "code_runs_commands", "reads_code_from_input", "sed_script"]
+__all__ = [
+    "SedScript",
+    "awk_program",
+    "code_runs_commands",
+    "reads_code_from_input",
+    "script_operand",
+    "sed_script",
+]
 
 # --------------------------------------------------------------------------------------------
 # awk
@@ -362,3 +369,23 @@ def reads_code_from_input(words: Sequence[str]) -> str | None:
     if found.end < len(words):
         return name if stdin_script(words[found.end]) else None
     return None if found.info else name
+
+
+def script_operand(words: Sequence[str]) -> int | None:
+    """The index of the word ``words`` runs as a script file: the script operand of a shell without ``-c``
+    or ``-s`` (``bash --noprofile --norc -e -o pipefail /__w/_temp/x.sh``), or of an interpreter that runs
+    no code given otherwise (``python3 /__w/_temp/x.py``); None when it runs none (a ``-c`` string, code or a
+    module from an option, an information option, its input)."""
+    if not words:
+        return None
+    program = lookup(program_name(words[0]))
+    if program is None or not program.script_operand:
+        return None
+    found = scan(program, words)
+    if program is SHELL and (found.has("-c") or found.has("--command") or found.has("-s")):
+        return None
+    if found.info or any(h.opt is not None and h.opt.runs is not None for h in found.hits):
+        return None
+    if found.end >= len(words) or stdin_script(words[found.end]):
+        return None
+    return found.end

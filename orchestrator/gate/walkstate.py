@@ -23,6 +23,8 @@ class WalkState:
         "reasons",
         "redirects",
         "reserved",
+        "script_commands",
+        "script_readers",
         "self_spawning",
         "spliced",
         "src",
@@ -55,6 +57,8 @@ class WalkState:
         self.unanalyzed: list[tuple[str, ...]] = []
         self.opaque: list[tuple[str, tuple[str, ...]]] = []
         self.from_input: set[int] = set()
+        self.script_readers: list[int] = []
+        self.script_commands: list[int] = []
         self.spliced = False
         """Line continuations are not checked again (a nested analysis made to compare readings)."""
         """Commands parsed out of a here-document a shell reads: they do not inherit it as input."""
@@ -93,6 +97,8 @@ class WalkState:
             unseen=tuple(self.unseen) if self.unseen else (),
             unanalyzed=tuple(self.unanalyzed) if self.unanalyzed else (),
             opaque=tuple(self.opaque) if self.opaque else (),
+            script_readers=tuple(self.script_readers),
+            script_commands=tuple(self.script_commands),
         )
 
     def _restore(self) -> None:

@@ -39,7 +39,8 @@ from orchestrator.domain.errors import (
     SandboxUnavailable,
 )
 from orchestrator.domain.ids import new_execution_id
-from orchestrator.domain.requests import parse_request
+from orchestrator.domain.requests import ShellExecRequest, parse_request
+from orchestrator.domain.sanitized import SanitizedRequest
 from orchestrator.domain.wire import ErrorBody, RunResult
 from orchestrator.egress.runs import Egress, EgressSettings, NameRedactor
 from orchestrator.evidence import EventType
@@ -56,6 +57,7 @@ from orchestrator.pipeline.recorder import Evidence, ExecutionRecorder
 from orchestrator.pipeline.reservations import Reservations
 from orchestrator.pipeline.restrictions import restriction
 from orchestrator.pipeline.retries import RestrictedRuns
+from orchestrator.pipeline.script_file import place_script
 from orchestrator.pipeline.tasks import cancel_reason, despite_cancellation
 from orchestrator.pipeline.this_process import THIS_PROCESS
 from orchestrator.profiles import ResolvedProfile
@@ -154,6 +156,17 @@ class Runner:
 
         redactor = Redactor(literals=request.env.values())
         try:
+            if isinstance(request, ShellExecRequest) and request.script is not None:
+                # exactly the content the gate decided on, where the argv names it (before the snapshot: the
+                # run's setup, not one of its side effects)
+                await asyncio.to_thread(
+                    place_script,
+                    workspace,
+                    request.script,
+                    root=profile.workspace.container_path,
+                    workdir=spec.workdir,
+                    writable=profile.workspace.mode == "rw",
+                )
             before = await asyncio.to_thread(snapshot, workspace)  # the workspace before the sandbox exists
         except OrchestratorError as exc:
             raise await refused_before_start(exc) from None
@@ -189,6 +202,7 @@ class Runner:
                     "env_keys": sorted(spec.env),
                     **({} if pooled is None else {"pooled": _pooled_fields(pooled)}),
                     **({"egress": list(profile.egress_allow)} if profile.network == "allowlist" else {}),
+                    **step_fields(gate.sanitized),
                 },
             )
             if pooled is not None and self.pool is not None:
@@ -361,6 +375,17 @@ async def _failed_while_running(
         profile_hash=profile.profile_hash,
         data={"side_effects": effects},
     )
+
+
+def step_fields(sanitized: SanitizedRequest) -> dict[str, object]:
+    """A CI step's begin record: its job (the CI context and its job_key, the same for every step of the job
+    run) and the script it runs (path, size, sha256; never the content)."""
+    fields: dict[str, object] = {}
+    if sanitized.context.ci is not None:
+        fields["ci"] = sanitized.context.ci.model_dump(mode="json", exclude_none=True)
+    if sanitized.script is not None:
+        fields["script"] = sanitized.script.model_dump(mode="json")
+    return fields
 
 
 def _pooled_fields(pooled: PooledSandbox) -> dict[str, object]:

@@ -57,8 +57,18 @@ def test_every_command_of_the_guide_runs_as_written(guide: str, shell: Shell) ->
     for block in found:
         if block.name is not None:
             shell.write(block)
-        else:
+        elif block.lang == "console":
+            assert block.steps and not block.stray, f"{block.where}: a transcript's commands start with '$ '"
             check(block, shell.run(block))
+
+
+@pytest.mark.parametrize("guide", GUIDES)
+def test_every_program_and_config_of_the_guide_is_a_named_file(guide: str) -> None:
+    """A program or a config the guide shows is written where its name says and used by a transcript: none is
+    shown without being run."""
+    for block in blocks(ROOT / guide, ROOT):
+        if block.lang in ("python", "yaml", "yml", "json"):
+            assert block.name is not None, f"{block.where}: name the file (```{block.lang} NAME)"
 
 
 @pytest.mark.parametrize("guide", GUIDES)

@@ -50,6 +50,8 @@ class Block:
     lang: str
     terminal: bool = False
     steps: tuple[Step, ...] = ()
+    #: a transcript's lines before its first ``$ `` (a prompt the reader would copy, e.g. ``#``: never run)
+    stray: tuple[str, ...] = ()
     name: str | None = None
     text: str = ""
 
@@ -59,7 +61,8 @@ class Block:
 
 
 def blocks(path: Path, root: Path) -> list[Block]:
-    """The console blocks and the named files of a markdown document, in order."""
+    """Every fenced block of a markdown document with a language, in order: transcripts (``console``), named
+    files, and the rest (``name`` None: shown, not run)."""
     found: list[Block] = []
     lines = path.read_text(encoding="utf-8").split("\n")
     doc = path.relative_to(root).as_posix()
@@ -77,10 +80,17 @@ def blocks(path: Path, root: Path) -> list[Block]:
         i += 1
         lang, info = match["lang"], (match["info"] or "").strip()
         if lang == "console":
-            found.append(Block(doc, start, lang, terminal=info == "terminal", steps=_steps(body)))
+            stray = tuple(line for line in body[: _first_command(body)] if line.strip())
+            found.append(Block(doc, start, lang, terminal=info == "terminal", steps=_steps(body), stray=stray))
         elif info and re.fullmatch(r"(~/)?[\w.-]+\.(py|yaml|yml|json|txt)", info):
             found.append(Block(doc, start, lang, name=info, text="\n".join(body) + "\n"))
+        else:
+            found.append(Block(doc, start, lang, text="\n".join(body) + "\n"))
     return found
+
+
+def _first_command(body: list[str]) -> int:
+    return next((i for i, line in enumerate(body) if line.startswith("$ ")), len(body))
 
 
 def _steps(body: list[str]) -> tuple[Step, ...]:

@@ -48,7 +48,9 @@ def test_a_document_reads_as_transcripts_and_named_files(tmp_path: Path) -> None
         ("python", "client.py", False),
         ("yaml", "~/first-hour.yaml", False),
         ("console", None, True),
+        ("sh", None, False),  # shown, not run
     ]
+    assert [b.stray for b in found if b.lang == "console"] == [(), ()]
     assert found[0].steps == (
         Step("echo one \\\n    two", ("one two",)),
         Step("false", ()),
@@ -73,3 +75,11 @@ def test_output_matches_literally_with_ellipses_for_lines_and_text() -> None:
     assert not matches(("OK: ... record(s)",), "FAIL: 5 record(s)\n")
     assert not matches(("a.c",), "abc\n")  # only ... is special
     assert not matches(("x ... y",), "x 1\n2 y\n")  # ... in a line stays in that line
+
+
+def test_a_transcript_line_before_its_first_command_is_stray(tmp_path: Path) -> None:
+    doc = tmp_path / "guide.md"
+    doc.write_text("```console\n# make demo\n$ true\n```\n```console\n$make demo\n```\n")
+    first, second = blocks(doc, tmp_path)
+    assert first.stray == ("# make demo",) and [s.command for s in first.steps] == ["true"]
+    assert second.steps == () and second.stray == ("$make demo",)

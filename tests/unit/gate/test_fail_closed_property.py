@@ -1,6 +1,7 @@
 """The gate's invariant, in every mode: a request is allowed without approval only if the gate
 established its complete intent. Tested in mode allow (only the denylist stands between a request
-and a run) over generated chains of wrappers from the program table, nested past the depth limit."""
+and a run) over generated chains of wrappers from the program table, nested past the depth limit,
+given as a shell string, an argv, or the content of a script file a CI step runs."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.domain.requests import parse_request
+from orchestrator.domain.requests import ScriptFile, parse_request
 from orchestrator.gate.config import SafetyConfig, default_safety_config
 from orchestrator.gate.intent import MAX_WRAPPER_DEPTH
 from orchestrator.gate.policy import Policy
-from orchestrator.gate.sanitize import sanitize
+from orchestrator.gate.sanitize import MAX_ANALYZED_SCRIPT_BYTES, sanitize
 
 _CONFIG = default_safety_config().model_dump()
 _CONFIG["mode"] = "allow"
@@ -139,3 +140,88 @@ def test_argv_requests_hold_the_same_invariant() -> None:
         assert MODE_ALLOW.decide(sanitized, analysis, profile="p").decision.value == "deny", argv
     sanitized, analysis = sanitize(parse_request({"tool": "shell_exec", "argv": ["python3", "-c", "x"]}))
     assert MODE_ALLOW.decide(sanitized, analysis, profile="p").decision.value == "ask"
+
+
+# A CI step is a script file the runner wrote (``bash --noprofile --norc -e -o pipefail …/_temp/<id>.sh``, the
+# format of actions/runner's ScriptHandlerHelpers.cs): its content is decided on as a ``bash -c`` string is, so
+# the same invariant holds for whatever the script holds, and for content the gate cannot read.
+SCRIPT = "/__w/_temp/0b5e1f52-step.sh"
+STEP = ["bash", "--noprofile", "--norc", "-e", "-o", "pipefail", SCRIPT]
+
+
+def _decide_script(content: bytes | str, argv: list[str] = STEP) -> tuple[str, str, tuple[str, ...]]:
+    raw = {"tool": "shell_exec", "argv": argv, "script": ScriptFile.of(SCRIPT, content).model_dump()}
+    sanitized, analysis = sanitize(parse_request(raw))
+    decision = MODE_ALLOW.decide(sanitized, analysis, profile="ci")
+    assert analysis is not None
+    return decision.decision.value, decision.reason, analysis.unseen
+
+
+def _lines(inners: list[str]) -> st.SearchStrategy[str]:
+    """A script of a few such chains, one a line, one of them drawn from ``inners``."""
+    return st.builds(
+        lambda before, chain, after: "\n".join([*before, chain, *after]) + "\n",
+        st.lists(chains(BENIGN), max_size=2),
+        chains(inners),
+        st.lists(chains(BENIGN), max_size=2),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(script=_lines(DENIED))
+def test_a_denylisted_command_anywhere_in_a_step_s_script_is_denied(script: str) -> None:
+    decision, reason, _ = _decide_script(script)
+    assert decision == "deny", (script, reason)
+
+
+@settings(max_examples=400, deadline=None)
+@given(script=_lines(BLIND))
+def test_what_the_gate_cannot_see_in_a_script_is_never_allowed(script: str) -> None:
+    decision, reason, unseen = _decide_script(script)
+    assert decision != "allow", (script, reason)
+    assert decision == "deny" or unseen, (script, reason)
+
+
+@settings(max_examples=300, deadline=None)
+@given(script=_lines(BENIGN))
+def test_a_script_is_allowed_only_with_its_complete_intent(script: str) -> None:
+    decision, reason, unseen = _decide_script(script)
+    if decision == "allow":
+        assert not unseen, (script, reason)
+    else:
+        assert decision == "deny" or unseen or "opaque" in reason, (script, reason)
+
+
+@settings(max_examples=300, deadline=None)
+@given(content=st.binary(max_size=200))
+def test_content_the_gate_cannot_read_is_never_allowed(content: bytes) -> None:
+    """Any bytes: what is not text without NUL is unseen (binary, not UTF-8), never allowed; text is decided on."""
+    decision, reason, unseen = _decide_script(content)
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        assert decision == "ask" and any("cannot be analyzed" in u for u in unseen), (content, reason)
+    if decision == "allow":
+        assert not unseen, (content, reason)
+
+
+@settings(max_examples=100, deadline=None)
+@given(script=_lines(BENIGN), interpreter=st.sampled_from(["python3", "perl", "node", "ruby"]))
+def test_a_script_for_another_interpreter_is_never_allowed(script: str, interpreter: str) -> None:
+    decision, reason, unseen = _decide_script(script, [interpreter, SCRIPT])
+    assert decision == "ask", (script, reason)
+    assert f"the script {SCRIPT} is code for '{interpreter}', which the gate does not read" in unseen
+
+
+def test_a_script_longer_than_the_gate_reads_is_asked_and_one_nobody_runs_too() -> None:
+    decision, _, unseen = _decide_script("true\n" * (MAX_ANALYZED_SCRIPT_BYTES // 5 + 1))
+    assert decision == "ask"
+    assert unseen == (
+        f"the script {SCRIPT} cannot be analyzed: it is {(MAX_ANALYZED_SCRIPT_BYTES // 5 + 1) * 5} bytes, more than"
+        f" the gate reads ({MAX_ANALYZED_SCRIPT_BYTES})",
+    )
+    decision, _, unseen = _decide_script("true\n", ["make", "-f", SCRIPT])
+    assert decision == "ask"
+    assert unseen == (f"the script {SCRIPT} is not what a shell of the command runs: what reads it cannot be told",)
