@@ -163,6 +163,11 @@ def _request_schemas() -> dict[str, Any]:
         )
     for name in ("source", "target"):
         _constrain(defs["ExtraMount"]["properties"][name], {"pattern": NO_NUL}, "No NUL.")
+    _constrain(
+        defs["ScriptFile"]["properties"]["path"],
+        _kernel_text(MAX_PATH_BYTES),
+        f"No NUL; at most {MAX_PATH_BYTES} bytes.",
+    )
     network = defs["SandboxPermissions"]["properties"]["network"]
     for branch in network["anyOf"]:
         if branch.get("type") == "array":

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator.approvals.rules import RuleApprover
+from orchestrator.domain.ci import CiRecord
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
 from orchestrator.domain.errors import InputInvalid
 from orchestrator.domain.wire import PendingApprovalView
@@ -89,6 +90,8 @@ class PendingApproval:
         service's execution view adds when there is one (the rule that asked, the profile)."""
         execution = execution or {}
         risk = self.sanitized.get("risk")
+        context = self.sanitized.get("context")
+        ci = context.get("ci") if isinstance(context, dict) else None
         now = time.time() if now is None else now
         return PendingApprovalView(
             approval_id=self.id,
@@ -101,6 +104,7 @@ class PendingApproval:
             risk_reasons=risk.get("reason") if isinstance(risk, dict) else None,
             matched_rule=execution.get("matched_rule"),
             profile=execution.get("profile"),
+            ci=CiRecord.model_validate(ci) if isinstance(ci, dict) else None,
             created_at=datetime.fromtimestamp(self.created_at, UTC),
             deadline=datetime.fromtimestamp(self.deadline, UTC),
             seconds_left=max(0.0, round(self.deadline - now, 3)),

@@ -7,6 +7,7 @@ import getpass
 import os
 import shlex
 
+from orchestrator.domain.ci import CiRecord
 from orchestrator.domain.decisions import ApprovalOutcome, ApprovalRequest, ApprovalResult
 from orchestrator.domain.errors import NoApprovalProvider
 from orchestrator.domain.text import printable
@@ -31,6 +32,8 @@ def render_prompt(request: ApprovalRequest) -> str:
     lines = [f"Approval needed ({p(request.policy_reason)})", f"  tool:    {s.tool}"]
     if what is not None:
         lines.append(f"  command: {p(what)}")
+    if s.script is not None:
+        lines.append(f"  script:  {p(s.script.path)} ({s.script.bytes} bytes, sha256 {s.script.sha256[:16]}…)")
     if s.path is not None:
         lines.append(f"  path:    {p(s.path)} ({s.content.bytes if s.content else 0} bytes)")
     if s.patch_paths:
@@ -41,9 +44,35 @@ def render_prompt(request: ApprovalRequest) -> str:
         lines.append(f"  env:     {', '.join(s.env_keys)} (values hidden)")
     lines.append(f"  risk:    {s.risk.risk_level} ({p(s.risk.reason)})")
     lines.append(f"  who:     {p(s.context.subject)}@{p(s.context.tenant)}")
+    if s.context.ci is not None:
+        lines.extend(f"  {label + ':':<8} {text}" for label, text in ci_lines(s.context.ci))
     lines.append(f"  key:     {request.approval_key[:16]}  timeout: {request.timeout_s:g}s")
     lines.append("Approve? [y]es / [s]ession / [n]o / [a]bort: ")
     return "\n".join(lines)
+
+
+def ci_lines(ci: CiRecord) -> list[tuple[str, str]]:
+    """The CI context of an ask as an approver reads it (every value escaped): which run, which job and step,
+    which ref, from what event, started by whom."""
+    p = printable
+    run = f"{ci.provider} {p(ci.repository)} run {p(ci.run_id)}"
+    if ci.attempt is not None:
+        run += f" attempt {ci.attempt}"
+    job = p(ci.job) if ci.workflow is None else f"{p(ci.workflow)} / {p(ci.job)}"
+    if ci.job_id is not None:
+        job += f" ({p(ci.job_id)})"
+    lines = [("ci", run), ("job", f"{job}  key {ci.job_key[:16]}")]
+    step = [f"stage {p(ci.stage)}"] if ci.stage is not None else []
+    step += [p(ci.step)] if ci.step is not None else []
+    step += [f"uses {p(ci.action)}"] if ci.action is not None else []
+    if step:
+        lines.append(("step", ", ".join(step)))
+    origin = [p(ci.ref)] if ci.ref is not None else []
+    origin += [f"on {p(ci.event)}"] if ci.event is not None else []
+    origin += [f"by {p(ci.actor)}"] if ci.actor is not None else []
+    if origin:
+        lines.append(("ref", " ".join(origin)))
+    return lines
 
 
 class TerminalApprover:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.domain.ci import CiRecord
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.requests import (
     DEFAULT_SESSION_OUTPUT_BYTES,
@@ -157,6 +158,11 @@ class PendingApprovalView(_Wire):
     risk_reasons: str | None = None
     matched_rule: str | None = None
     profile: str | None = None
+    ci: CiRecord | None = Field(
+        default=None,
+        description="The CI job the ask is a step of (the request's context.ci, with the job_key every step of "
+        "that job run shares): which repository, workflow, job and step, ref, event and actor.",
+    )
     created_at: datetime
     deadline: datetime
     seconds_left: float

@@ -178,6 +178,28 @@
     return el("code", null, String(text));
   }
 
+  // The CI job an ask is a step of (item.ci: the request's context.ci with its job key), as fact rows.
+  function ciFacts(ci) {
+    if (!ci || typeof ci !== "object") return [];
+    const run = `${ci.provider} ${ci.repository} run ${ci.run_id}` + (ci.attempt ? ` attempt ${ci.attempt}` : "");
+    const job = (ci.workflow ? `${ci.workflow} / ${ci.job}` : ci.job) + (ci.job_id ? ` (${ci.job_id})` : "");
+    const step = [ci.stage && `stage ${ci.stage}`, ci.step, ci.action && `uses ${ci.action}`].filter(Boolean);
+    const origin = [ci.ref, ci.event && `on ${ci.event}`, ci.actor && `by ${ci.actor}`].filter(Boolean);
+    return [
+      ["CI run", run],
+      ["CI job", el("span", null, job, el("span", { class: "label" }, " key "), code(String(ci.job_key).slice(0, 16)))],
+      ["CI step", step.length ? step.join(", ") : null],
+      ["Ref", origin.length ? origin.join(" ") : null],
+    ];
+  }
+
+  function scriptFact(request) {
+    const s = request && request.script;
+    if (!s || typeof s !== "object") return [];
+    const digest = code(String(s.sha256).slice(0, 16));
+    return [["Script", el("span", null, code(s.path), ` (${s.bytes} bytes, sha256 `, digest, "…)")]];
+  }
+
   // ---- pending approvals -------------------------------------------------------------------------
   function approvalCard(item) {
     const request = item.request || {};
@@ -200,8 +222,10 @@
         ["Profile", item.profile || request.profile || "(none asked: the default profile)"],
         ["Tenant", item.tenant],
         ["Subject", item.subject],
+        ...ciFacts(item.ci),
         ["Session", (request.context && request.context.session_id) || "none"],
         ["Tool", request.tool],
+        ...scriptFact(request),
         ["Working directory", request.cwd || "(the workspace root)"],
         ["Environment keys", (request.env_keys || []).length ? request.env_keys.join(", ") : "none"],
         ["Permissions asked", permissionsOf(request)],
