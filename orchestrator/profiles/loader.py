@@ -4,7 +4,9 @@ One profile per ``NAME.yaml`` file; ``name:`` may be omitted (it is the file nam
 given. ``extends: PARENT`` deep-merges the parent's settings under the file's own (mappings are merged
 key by key, lists and scalars replaced); ``name``, ``description`` and ``extends`` are the file's own
 (an override, below, keeps the description). Chains may be of any depth; cycles and unknown parents are
-refused at the ``extends`` line.
+refused at the ``extends`` line. A profile loads only when every file of its chain is valid on its own (the
+profile each file defines validates, not only the end of the chain): a broken file governs nothing, not even
+a profile that extends it and sets the broken value itself; the refusal names the broken file.
 
 ``extends: NAME`` means the definition of NAME that wins on the search path, except in a file named NAME
 itself: there it means the definition that file overrides, the next one down the search path (so
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,24 +77,44 @@ def _locate(provenance: dict[Loc, tuple[str, int]], loc: Loc) -> tuple[str, int]
     return provenance[()]
 
 
-def _validate_merged(data: dict[str, Any], provenance: dict[Loc, tuple[str, int]]) -> Profile:
+def _validate_merged(data: dict[str, Any], provenance: dict[Loc, tuple[str, int]], file: str, line: int) -> Profile:
+    """The profile ``file`` defines (``data``: its settings merged over what it extends). A refusal is filed
+    under ``file`` (``details["file"]``; ``line``, its ``extends:``, unless a problem is on a line of its own),
+    each problem naming the file and line that set the value."""
     try:
         return Profile.model_validate(data)
     except ValidationError as err:
         problems: list[str] = []
         fields: list[str] = []
-        first: tuple[str, int] | None = None
+        own: int | None = None
         for item in err.errors(include_input=False, include_url=False):
             loc = tuple(item["loc"])
             field = ".".join(str(p) for p in loc) or "(root)"
-            source, line = _locate(provenance, loc)
-            first = first or (source, line)
+            source, where = _locate(provenance, loc)
+            if own is None and source == file:
+                own = where
             fields.append(field)
-            problems.append(f"{source}:{line}: {field}: {item['msg']}")
-        file, line = first or _locate(provenance, ())
+            problems.append(f"{source}:{where}: {field}: {item['msg']}")
         raise ConfigInvalid(
-            "; ".join(problems), details={"file": file, "line": line, "fields": fields, "problems": problems}
+            "; ".join(problems),
+            details={"file": file, "line": own or line, "fields": fields, "problems": problems},
         ) from None
+
+
+def _provenance(source: str, located: Any) -> dict[Loc, tuple[str, int]]:
+    """Where each of one file's values is: its lines (the file's first line for the file as a whole)."""
+    provenance: dict[Loc, tuple[str, int]] = {loc: (source, line) for loc, line in located.lines.items()}
+    provenance.setdefault((), (source, 1))
+    return provenance
+
+
+@dataclass(frozen=True, slots=True)
+class _Defined:
+    """What one file defines: the profile, validated; its merged settings; the file and line of each."""
+
+    profile: Profile
+    data: dict[str, Any]
+    provenance: dict[Loc, tuple[str, int]]
 
 
 class ProfileRegistry:
@@ -116,6 +139,7 @@ class ProfileRegistry:
         self._dirs: tuple[Path, ...] = tuple(dirs)
         self._parsed: dict[Path, tuple[Any, Any]] = {}
         self._profiles: dict[str, Profile] = {}
+        self._defined_by: dict[Path, _Defined] = {}
         self._pinned: dict[str, Path] = {}
 
     @property
@@ -217,11 +241,7 @@ class ProfileRegistry:
         return cached
 
     def _load(self, name: str, path: Path) -> Profile:
-        data, located = self._parse(path)
-        if "extends" not in data:
-            return validate(Profile, self._named(name, path, data, located), located, str(path))
-        merged, provenance = self._merged(name, path, ())
-        return _validate_merged(merged, provenance)
+        return self._defined(name, path, ()).profile
 
     def _named(self, name: str, path: Path, data: dict[str, Any], located: Any) -> dict[str, Any]:
         given = data.get("name", name)
@@ -233,17 +253,25 @@ class ProfileRegistry:
             )
         return {**data, "name": name}
 
-    def _merged(
-        self, name: str, path: Path, chain: tuple[tuple[str, Path], ...]
-    ) -> tuple[dict[str, Any], dict[Loc, tuple[str, int]]]:
+    def _defined(self, name: str, path: Path, chain: tuple[tuple[str, Path], ...]) -> _Defined:
+        """The profile the file ``path`` defines (``name``), with its merged settings and where each comes from.
+
+        Every file of an ``extends`` chain must be valid on its own (what it defines validates), not only
+        the end of the chain: a broken file governs nothing, not even the profiles that extend it and set
+        the broken value themselves (half of a broken file would otherwise still apply, its other values
+        unchecked by anyone). A refusal names the first broken file from the bottom of the chain.
+        """
+        cached = self._defined_by.get(path)
+        if cached is not None:  # loaded whole before: nothing beneath it is broken or a cycle
+            return cached
         raw, located = self._parse(path)
         data = self._named(name, path, raw, located)
         source = str(path)
-        provenance: dict[Loc, tuple[str, int]] = {loc: (source, line) for loc, line in located.lines.items()}
-        provenance.setdefault((), (source, 1))
         parent = data.get("extends")
         if parent is None:
-            return data, provenance
+            defined = _Defined(validate(Profile, data, located, source), data, _provenance(source, located))
+            self._defined_by[path] = defined
+            return defined
         line = located.lines.get(("extends",), 1)
 
         def refuse(message: str) -> ConfigInvalid:
@@ -273,10 +301,14 @@ class ProfileRegistry:
                 f"cycle: {names}; break it: extend a profile that does not lead back here (a file extends its "
                 "own name only to build on the definition it overrides, lower on the search path)"
             )
-        parent_data, parent_provenance = self._merged(parent, parent_path, (*chain, (name, path)))
+        below = self._defined(parent, parent_path, (*chain, (name, path)))  # valid on its own, or refused
         own = _NOT_INHERITED if parent != name else ("name", "extends")  # an override is the same profile
-        inherited = {k: v for k, v in parent_data.items() if k not in own}
-        return _deep_merge(inherited, data), _merge_provenance(parent_provenance, provenance, data, own)
+        inherited = {k: v for k, v in below.data.items() if k not in own}
+        merged = _deep_merge(inherited, data)
+        provenance = _merge_provenance(below.provenance, _provenance(source, located), data, own)
+        defined = _Defined(_validate_merged(merged, provenance, source, line), merged, provenance)
+        self._defined_by[path] = defined
+        return defined
 
     def _overridden(self, name: str, path: Path) -> Path | None:
         """The definition of ``name`` that ``path`` hides: the last one in the directories before its own."""

@@ -1,9 +1,10 @@
 """Every profile on a search path at once, for a listing: the good ones, and each broken file once.
 
-A broken file takes down its own profile and the profiles that extend it (their settings would be a guess,
-and a run never gets a guess), and nothing else: a listing shows the rest, names the broken file, says why,
-and which profiles wait on it. Files that look like profiles but are never read (``NAME.yml``, a file name
-that is no profile name) are reported too: ignored in silence, an override would seem to do nothing.
+A broken file takes down its own profile and every profile that extends it, directly or through others,
+whatever they set themselves (their settings would be a guess, and a run never gets a guess), and nothing
+else: a listing shows the rest, names the broken file, says why, and which profiles wait on it. Files that
+look like profiles but are never read (``NAME.yml``, a file name that is no profile name) are reported too:
+ignored in silence, an override would seem to do nothing.
 """
 
 from __future__ import annotations

@@ -89,21 +89,42 @@ def test_list_names_a_broken_file_once_with_what_waits_for_it(
     path = tmp_path / "workspace-write.yaml"
     path.write_text("extends: workspace-write\nlimits:\n  memory: lots\n")
     (tmp_path / "ci.yml").write_text("extends: ci\n")
+    (tmp_path / "mine.yaml").write_text("description: mine\nlimits: {memory: 1g}\n")
     monkeypatch.setenv(ENV_VAR, str(tmp_path))
     code, out, err = run(capsys, "list")
     assert code == 2
-    assert [line.split()[0] for line in out.splitlines()[1:]] == ["ci", "untrusted"]
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["mine"]
     assert err.splitlines() == [
         f"sandboxctl: CONFIG.INVALID: {tmp_path / 'ci.yml'}: not read: profiles are NAME.yaml files: rename it to"
         " ci.yaml",
         f"sandboxctl: CONFIG.INVALID: {path}:3: limits.memory: Value error, must be a number of bytes or a size"
         " such as '64m', '1g' or '512KiB' (k, m, g, t: powers of 1024)",
-        f"sandboxctl: CONFIG.INVALID: {path}: not listed until this file is fixed: read-only, workspace-write"
-        f" (check it with: sandboxctl profiles validate {path})",
+        f"sandboxctl: CONFIG.INVALID: {path}: not listed until this file is fixed: ci, read-only, untrusted,"
+        f" workspace-write (check it with: sandboxctl profiles validate {path})",
     ]
     code, out, json_err = run(capsys, "list", "--json")  # stdout: the good ones, as an array still
     assert (code, json_err) == (2, err)
-    assert [r["name"] for r in json.loads(out)] == ["ci", "untrusted"]
+    assert [r["name"] for r in json.loads(out)] == ["mine"]
+
+
+def test_a_profile_over_a_broken_file_is_refused_not_half_applied(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review H1: untrusted sets its own memory, so the broken override's cpus and nofile reached it unchecked."""
+    path = tmp_path / "workspace-write.yaml"
+    path.write_text("extends: workspace-write\nlimits: {memory: lots, cpus: 4, nofile: 65536}\n")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    problem = (
+        f"sandboxctl: CONFIG.INVALID: {path}:2: limits.memory: Value error, must be a number of bytes or a size"
+        " such as '64m', '1g' or '512KiB' (k, m, g, t: powers of 1024)\n"
+    )
+    assert run(capsys, "show", "untrusted", "--resolved") == (2, "", problem)
+    code, out, err = run(capsys, "list")
+    assert (code, out.splitlines()[1:]) == (2, [])
+    assert err == problem + (
+        f"sandboxctl: CONFIG.INVALID: {path}: not listed until this file is fixed: ci, read-only, untrusted,"
+        f" workspace-write (check it with: sandboxctl profiles validate {path})\n"
+    )
 
 
 def test_show_file_form_as_yaml(capsys: pytest.CaptureFixture[str]) -> None:

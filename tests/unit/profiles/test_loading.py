@@ -245,12 +245,14 @@ def test_cycles_are_refused(tmp_path: Path, files: dict[str, str], start: str, c
 
 
 def test_merged_errors_point_at_the_file_that_set_the_value(tmp_path: Path) -> None:
-    parent = write(tmp_path, "parent", "description: p\nlimits:\n  memory: 1g\n  nofile: 5\n")
-    child = write(tmp_path, "child", "description: c\nextends: parent\nlimits:\n  memory: 2x\n")
+    parent = write(tmp_path, "parent", "description: p\ntmpfs:\n  - {path: /data/tmp, size: 1m}\n")
+    text = "description: c\nextends: parent\nworkspace: {container_path: /data}\nlimits:\n  memory: 2x\n"
+    child = write(tmp_path, "child", text)
     err = config_error(ProfileRegistry([tmp_path]), "child")
-    assert f"{child}:4: limits.memory: " in err.message
-    assert f"{parent}:4: limits.nofile: " in err.message
+    assert f"{child}:5: limits.memory: " in err.message
+    assert f"{parent}:2: tmpfs: " in err.message
     assert sorted(p.split(":")[0] for p in err.details["problems"]) == sorted([str(child), str(parent)])
+    assert (err.details["file"], err.details["line"]) == (str(child), 5)  # the broken file: the child
 
 
 def test_a_child_value_hides_the_parents_lines_below_it(tmp_path: Path) -> None:

@@ -94,14 +94,58 @@ def test_load_file_of_an_override(tmp_path: Path) -> None:
 # -- survey: every profile at once, a broken file refused alone -------------------------------------------
 
 
-def test_a_broken_override_takes_down_only_what_inherits_from_it(tmp_path: Path) -> None:
+def test_a_broken_override_takes_down_every_profile_that_extends_it(tmp_path: Path) -> None:
     path = write(tmp_path, "workspace-write.yaml", "extends: workspace-write\nlimits:\n  memory: lots\n")
     found = survey(ProfileRegistry([tmp_path]))
-    # ci and untrusted set their own memory: nothing of theirs is broken
-    assert [p.name for p in found.profiles] == ["ci", "untrusted"]
+    # ci and untrusted set their own memory, but the file beneath them is broken: it governs nothing
+    assert found.profiles == ()
     [broken] = found.broken
-    assert broken.file == str(path) and broken.unavailable == ("read-only", "workspace-write")
+    assert broken.file == str(path) and broken.unavailable == tuple(BUILTINS)
     assert broken.error.message.startswith(f"{path}:3: limits.memory: ")
+
+
+# review H1: half of a broken file loosened the most restrictive profile (its cpus and nofile applied to untrusted,
+# which sets its own memory, while `profiles list` said the file blocked only read-only and workspace-write)
+LOOSENING = "extends: workspace-write\nlimits: {memory: lots, cpus: 4, nofile: 65536}\n"
+
+
+def test_a_broken_file_governs_no_profile_that_extends_it(tmp_path: Path) -> None:
+    path = write(tmp_path, "workspace-write.yaml", LOOSENING)
+    registry = ProfileRegistry([tmp_path])
+    for name in BUILTINS:
+        with pytest.raises(ConfigInvalid) as info:
+            registry.get(name)
+        assert info.value.message.startswith(f"{path}:2: limits.memory: "), name
+        assert (info.value.details["file"], info.value.details["line"]) == (str(path), 2)
+    with pytest.raises(ConfigInvalid):
+        registry.resolve("untrusted")
+    found = survey(registry)
+    assert (found.profiles, [(b.file, b.unavailable) for b in found.broken]) == ((), [(str(path), tuple(BUILTINS))])
+
+
+def test_a_child_that_sets_the_broken_value_itself_still_waits_for_the_broken_parent(tmp_path: Path) -> None:
+    parent = write(tmp_path, "parent.yaml", "description: p\nlimits:\n  cpus: 8\n  nofile: 5\n")
+    write(tmp_path, "child.yaml", "description: c\nextends: parent\nlimits:\n  nofile: 64\n")
+    with pytest.raises(ConfigInvalid) as info:
+        ProfileRegistry([tmp_path]).get("child")
+    assert info.value.message == f"{parent}:4: limits.nofile: Input should be greater than or equal to 64"
+    assert info.value.details["file"] == str(parent)
+    found = survey(ProfileRegistry([tmp_path]))
+    assert [(b.file, b.unavailable) for b in found.broken] == [(str(parent), ("child", "parent"))]
+
+
+def test_a_file_valid_alone_but_not_over_what_it_extends_is_the_broken_one(tmp_path: Path) -> None:
+    parent = write(tmp_path, "parent.yaml", "description: p\ntmpfs:\n  - {path: /data/tmp, size: 1m}\n")
+    child = write(tmp_path, "child.yaml", "description: c\nextends: parent\nworkspace: {container_path: /data}\n")
+    write(tmp_path, "grandchild.yaml", "description: g\nextends: child\n")
+    found = survey(ProfileRegistry([tmp_path]))
+    assert [p.name for p in found.profiles] == sorted([*BUILTINS, "parent"])
+    [broken] = found.broken
+    assert (broken.file, broken.unavailable) == (str(child), ("child", "grandchild"))
+    assert broken.error.message == (
+        f"{parent}:2: tmpfs: Value error, tmpfs[0] (/data/tmp) overlaps workspace.container_path (/data)"
+    )
+    assert (broken.error.details["file"], broken.error.details["line"]) == (str(child), 2)  # its extends: line
 
 
 def test_each_broken_file_is_named_once_and_the_rest_load(tmp_path: Path) -> None:
