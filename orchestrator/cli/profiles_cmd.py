@@ -56,8 +56,9 @@ def register(sub: Subparsers) -> None:
     validate = commands.add_parser(
         "validate",
         help="check a profile file: exit 0 'ok', or 2 with file:line: field: message",
-        description="Load, merge (extends is looked up on the search path and in the file's own directory) "
-        "and resolve a profile file, including its seccomp profile.",
+        description="Load, merge (extends is looked up on the search path, and in the file's own directory "
+        "when that is not on it already: a file on the search path resolves as runs resolve it) and resolve a "
+        "profile file, including its seccomp profile.",
     )
     validate.add_argument("file", help="a NAME.yaml profile file")
     validate.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -235,6 +236,7 @@ def _validate(args: argparse.Namespace) -> int:
 
     file = Path(args.file)
     try:
+        # resolved exactly as runs resolve it: the file's directory is added only when not on the path already
         registry = _registry().with_dir(file.parent) if file.parent.is_dir() else _registry()
         profile = registry.load_file(file)
         resolved = registry.resolve(profile)

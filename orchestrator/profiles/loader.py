@@ -148,7 +148,11 @@ class ProfileRegistry:
         return self._dirs
 
     def with_dir(self, directory: str | os.PathLike[str]) -> ProfileRegistry:
-        """A new registry with ``directory`` appended to the search path (so it wins)."""
+        """A new registry with ``directory`` appended to the search path (so it wins), unless it is on it
+        already: then the same search path, so names resolve exactly as they do here (appended again, it
+        would win over the directories after it)."""
+        if Path(directory).resolve() in {d.resolve() for d in self._dirs}:
+            return ProfileRegistry(self._dirs, builtin=False)
         return ProfileRegistry([*self._dirs, directory], builtin=False)
 
     # -- lookups ---------------------------------------------------------------------------------------
@@ -201,8 +205,7 @@ class ProfileRegistry:
                 "'.', '_', '-'; at most 64 characters)",
                 details={"file": str(file), "line": 1, "fields": ["name"]},
             )
-        in_path = file.parent.resolve() in {d.resolve() for d in self._dirs}
-        registry = ProfileRegistry(self._dirs if in_path else [*self._dirs, file.parent], builtin=False)
+        registry = self.with_dir(file.parent)
         registry._pinned[name] = file  # this very file, whatever else the search path holds
         return registry._load(name, file)
 

@@ -255,6 +255,26 @@ def test_validate_a_builtin(capsys: pytest.CaptureFixture[str]) -> None:
     )
 
 
+CYCLE_FIX = (
+    "break it: extend a profile that does not lead back here (a file extends its own name only to build on the "
+    "definition it overrides, lower on the search path)"
+)
+
+
+def test_validate_resolves_as_runs_do_when_the_files_directory_is_on_the_search_path(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review M1: validate appended the file's directory again (here the built-in one, after the user's), so it
+    won over later directories and `ok: ci` was said of a profile every run refuses (a cycle)."""
+    override = tmp_path / "workspace-write.yaml"
+    override.write_text("extends: ci\n")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    code, out, err = run(capsys, "validate", str(ROOT / "profiles" / "ci.yaml"))
+    assert (code, out) == (2, "")
+    cycle = "cycle: ci -> workspace-write -> ci"
+    assert err == f"sandboxctl: CONFIG.INVALID: {override}:1: extends: {cycle}; {CYCLE_FIX}\n"
+
+
 def test_validate_errors_name_file_line_and_field_one_per_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

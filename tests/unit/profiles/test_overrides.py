@@ -85,6 +85,17 @@ def test_a_cycle_through_an_override_is_still_a_cycle(tmp_path: Path) -> None:
         ProfileRegistry([tmp_path]).get("loop")
 
 
+def test_with_dir_of_a_directory_already_on_the_path_changes_nothing(tmp_path: Path) -> None:
+    """Review M1: appended again, the directory won over those after it (validate then resolved otherwise than runs)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    registry = ProfileRegistry([tmp_path / "a", tmp_path / "b"])
+    assert registry.with_dir(tmp_path / "a").search_path == (builtin_dir(), tmp_path / "a", tmp_path / "b")
+    assert registry.with_dir(builtin_dir()).search_path == registry.search_path
+    assert registry.with_dir(tmp_path / "b" / ".." / "a").search_path == registry.search_path  # the same directory
+    assert registry.with_dir(tmp_path).search_path == (*registry.search_path, tmp_path)
+
+
 def test_load_file_of_an_override(tmp_path: Path) -> None:
     path = write(tmp_path, "workspace-write.yaml", OVERRIDE)
     assert ProfileRegistry([]).load_file(path).limits.memory == 1024 * MIB
