@@ -4,9 +4,10 @@ One profile per ``NAME.yaml`` file; ``name:`` may be omitted (it is the file nam
 given. ``extends: PARENT`` deep-merges the parent's settings under the file's own (mappings are merged
 key by key, lists and scalars replaced); ``name``, ``description`` and ``extends`` are the file's own
 (an override, below, keeps the description). Chains may be of any depth; cycles and unknown parents are
-refused at the ``extends`` line. A profile loads only when every file of its chain is valid on its own (the
-profile each file defines validates, not only the end of the chain): a broken file governs nothing, not even
-a profile that extends it and sets the broken value itself; the refusal names the broken file.
+refused at the ``extends`` line (a cycle at that of its first file that is not a built-in). A profile loads
+only when every file of its chain is valid on its own (the profile each file defines validates, not only the
+end of the chain): a broken file governs nothing, not even a profile that extends it and sets the broken
+value itself; the refusal names the broken file.
 
 ``extends: NAME`` means the definition of NAME that wins on the search path, except in a file named NAME
 itself: there it means the definition that file overrides, the next one down the search path (so
@@ -106,6 +107,16 @@ def _provenance(source: str, located: Any) -> dict[Loc, tuple[str, int]]:
     provenance: dict[Loc, tuple[str, int]] = {loc: (source, line) for loc, line in located.lines.items()}
     provenance.setdefault((), (source, 1))
     return provenance
+
+
+def _cycle_maker(cycle: Sequence[Path]) -> Path:
+    """The file a cycle is filed under: the first of its files that is not a built-in one (a user's file made
+    it: nobody should be told to edit a built-in), the first file of the cycle when all are."""
+    try:
+        builtin = builtin_dir()
+    except ConfigInvalid:  # no built-ins: every file is someone's
+        return cycle[0]
+    return next((p for p in cycle if p.resolve().parent != builtin), cycle[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,11 +309,14 @@ class ProfileRegistry:
             except ProfileNotFound:
                 raise refuse(f"unknown profile {parent!r} (known: {', '.join(self.names()) or 'none'})") from None
         # files, not names, make a cycle: an override and the definition it overrides share a name
-        if parent_path.resolve() in {p.resolve() for _, p in chain} | {path.resolve()}:
+        files = [*(p for _, p in chain), path]
+        looped = [i for i, p in enumerate(files) if p.resolve() == parent_path.resolve()]
+        if looped:
             names = " -> ".join([*(n for n, _ in chain), name, parent])
-            raise refuse(
+            raise self._refuse_extends(
+                _cycle_maker(files[looped[0] :]),
                 f"cycle: {names}; break it: extend a profile that does not lead back here (a file extends its "
-                "own name only to build on the definition it overrides, lower on the search path)"
+                "own name only to build on the definition it overrides, lower on the search path)",
             )
         below = self._defined(parent, parent_path, (*chain, (name, path)))  # valid on its own, or refused
         own = _NOT_INHERITED if parent != name else ("name", "extends")  # an override is the same profile
@@ -312,6 +326,13 @@ class ProfileRegistry:
         defined = _Defined(_validate_merged(merged, provenance, source, line), merged, provenance)
         self._defined_by[path] = defined
         return defined
+
+    def _refuse_extends(self, path: Path, message: str) -> ConfigInvalid:
+        """CONFIG.INVALID at the ``extends:`` line of ``path`` (read before: it is on the chain)."""
+        line = self._parse(path)[1].lines.get(("extends",), 1)
+        return ConfigInvalid(
+            f"{path}:{line}: extends: {message}", details={"file": str(path), "line": line, "fields": ["extends"]}
+        )
 
     def _overridden(self, name: str, path: Path) -> Path | None:
         """The definition of ``name`` that ``path`` hides: the last one in the directories before its own."""

@@ -127,6 +127,22 @@ def test_a_profile_over_a_broken_file_is_refused_not_half_applied(
     )
 
 
+def test_list_names_the_users_file_for_a_cycle_through_a_builtin(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review M2: the listing said the built-in ci.yaml must be fixed for a cycle the user's file made."""
+    path = tmp_path / "workspace-write.yaml"
+    path.write_text("extends: ci\n")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    code, out, err = run(capsys, "list")
+    assert (code, out.splitlines()[1:]) == (2, [])
+    assert err.splitlines() == [
+        f"sandboxctl: CONFIG.INVALID: {path}:1: extends: cycle: workspace-write -> ci -> workspace-write; {CYCLE_FIX}",
+        f"sandboxctl: CONFIG.INVALID: {path}: not listed until this file is fixed: ci, read-only, untrusted,"
+        f" workspace-write (check it with: sandboxctl profiles validate {path})",
+    ]
+
+
 def test_show_file_form_as_yaml(capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
 

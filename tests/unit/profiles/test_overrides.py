@@ -172,6 +172,48 @@ def test_each_broken_file_is_named_once_and_the_rest_load(tmp_path: Path) -> Non
     assert by_file[str(bad)].error.message.startswith(f"{bad}:2: limits.pids: ")
 
 
+CYCLE_FIX = (
+    "break it: extend a profile that does not lead back here (a file extends its own name only to build on the "
+    "definition it overrides, lower on the search path)"
+)
+
+
+def test_a_cycle_through_a_builtin_is_the_users_file_that_made_it(tmp_path: Path) -> None:
+    """Review M2: the cycle was filed under the built-in ci.yaml (the file whose extends: closed it), which
+    nobody should edit; the user's workspace-write.yaml extending ci made it."""
+    path = write(tmp_path, "workspace-write.yaml", "description: mine\nextends: ci\n")
+    registry = ProfileRegistry([tmp_path])
+    for name, cycle in [
+        ("workspace-write", "workspace-write -> ci -> workspace-write"),
+        ("ci", "ci -> workspace-write -> ci"),
+        ("read-only", "read-only -> workspace-write -> ci -> workspace-write"),
+    ]:
+        with pytest.raises(ConfigInvalid) as info:
+            registry.get(name)
+        assert info.value.message == f"{path}:2: extends: cycle: {cycle}; {CYCLE_FIX}", name
+        assert (info.value.details["file"], info.value.details["line"]) == (str(path), 2)
+    found = survey(registry)
+    assert [(b.file, b.unavailable) for b in found.broken] == [(str(path), tuple(BUILTINS))]
+    assert found.broken[0].error.message.startswith(f"{path}:2: extends: cycle: workspace-write -> ci -> ")
+
+
+def test_a_cycle_among_users_files_is_the_first_of_them_in_the_chain(tmp_path: Path) -> None:
+    a = write(tmp_path, "a.yaml", "description: a\nextends: b\n")
+    b = write(tmp_path, "b.yaml", "description: b\n\nextends: a\n")
+    write(tmp_path, "mine.yaml", "description: m\nextends: a\n")  # leads into the cycle, not part of it
+    registry = ProfileRegistry([tmp_path])
+    for name, file, line, cycle in [
+        ("a", a, 2, "a -> b -> a"),
+        ("b", b, 3, "b -> a -> b"),
+        ("mine", a, 2, "mine -> a -> b -> a"),
+    ]:
+        with pytest.raises(ConfigInvalid) as info:
+            registry.get(name)
+        assert info.value.message == f"{file}:{line}: extends: cycle: {cycle}; {CYCLE_FIX}", name
+    found = survey(registry)
+    assert [(x.file, x.unavailable) for x in found.broken] == [(str(a), ("a", "mine")), (str(b), ("b",))]
+
+
 def test_files_never_read_are_named_with_the_fix(tmp_path: Path) -> None:
     yml = write(tmp_path, "workspace-write.yml", OVERRIDE)
     odd = write(tmp_path, "My Profile.yaml", "description: m\n")
