@@ -14,43 +14,49 @@ def register(sub: Subparsers) -> None:
     )
     doctor.add_argument("--no-probe", action="store_true", help="skip the probe containers")
     doctor.add_argument("--config", default=None, metavar="PATH", help="the config whose backend to check")
-    doctor.add_argument("--evidence", default=None, metavar="PATH")
+    doctor.add_argument(
+        "--evidence", default=None, metavar="PATH", help="the evidence file to verify (default: the config's)"
+    )
     doctor.add_argument("--json", action="store_true")
     doctor.set_defaults(handler=handle_doctor)
     gc = sub.add_parser("gc", help="remove orphaned sandboxes (owner gone or deadline passed) and record them")
-    gc.add_argument("--evidence", default=None, metavar="PATH")
+    gc.add_argument(
+        "--evidence", default=None, metavar="PATH", help="where removals are recorded (default: the config's)"
+    )
     gc.add_argument("--config", default=None, metavar="PATH", help="the config whose backend to collect from")
     gc.add_argument("--json", action="store_true")
     gc.set_defaults(handler=handle_gc)
 
 
-def _evidence_path(args: argparse.Namespace) -> Any:
+def _config_and_evidence(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The config (``--config``, else the defaults) and the evidence file: ``--evidence``, else the config's
+    (evidence.path, else the default), the file its runs and its service write."""
     from pathlib import Path
 
-    from orchestrator.evidence import default_evidence_path
+    from orchestrator.pipeline.config import load_config
+    from orchestrator.pipeline.factory import evidence_path
 
-    return Path(args.evidence) if args.evidence else default_evidence_path()
+    config = load_config(Path(args.config) if args.config else None)
+    return config, Path(args.evidence) if args.evidence else evidence_path(config)
 
 
 def handle_doctor(args: argparse.Namespace) -> int:
     import asyncio
-    from pathlib import Path
 
     from orchestrator.gate.gate import DEFAULT_PROFILE
     from orchestrator.pipeline.backend_choice import backend_for
-    from orchestrator.pipeline.config import load_config
     from orchestrator.pipeline.doctor import run_doctor
     from orchestrator.pipeline.profiles_of import Profiles
     from orchestrator.profiles import ProfileRegistry
 
-    config = load_config(Path(args.config) if args.config else None)
+    config, evidence = _config_and_evidence(args)
     # the profiles as runs under this config resolve them (its caps): the probes check what runs get
     profiles = Profiles(ProfileRegistry(), config.caps, DEFAULT_PROFILE)
 
     async def main() -> list[Any]:
         backend = backend_for(config)
         try:
-            return await run_doctor(backend, profiles, _evidence_path(args), probes=not args.no_probe)
+            return await run_doctor(backend, profiles, evidence, probes=not args.no_probe)
         finally:
             await backend.close()
 
@@ -76,15 +82,16 @@ def _print_check(check: Any) -> None:
 
 def handle_gc(args: argparse.Namespace) -> int:
     import asyncio
-    from pathlib import Path
 
     from orchestrator.evidence import EvidenceWriter
-    from orchestrator.pipeline.backend_choice import backend_for_file
+    from orchestrator.pipeline.backend_choice import backend_for
     from orchestrator.pipeline.reaper import collect_orphans
 
+    config, evidence_path = _config_and_evidence(args)
+
     async def main() -> list[Any]:
-        backend = backend_for_file(Path(args.config) if args.config else None)
-        evidence = EvidenceWriter(_evidence_path(args))
+        backend = backend_for(config)
+        evidence = EvidenceWriter(evidence_path)
         try:
             return await collect_orphans(backend, evidence)
         finally:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -195,11 +196,49 @@ class OrchestratorConfig(BaseModel):
         return self
 
 
+#: Every field that names a file or directory of this host. A relative one counts from the directory of the
+#: config file that holds it (never from the current directory: `sandboxctl approvals --config ../A/svc.yaml`
+#: must find the store `sandboxctl serve --config svc.yaml` uses in A). backend.kubernetes.workspace.root and
+#: egress.netns must be absolute already; safety.trusted_program_dirs are directories inside the sandbox.
+HOST_PATH_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("approvals", "queue_path"),
+    ("evidence", "path"),
+    ("service", "store"),
+    ("service", "workspaces"),
+    ("service", "tokens", "*", "token_file"),
+    ("backend", "kubernetes", "kubeconfig"),
+)
+
+
+def _anchored(value: Any, loc: tuple[str, ...], base: str) -> Any:
+    """``value`` with the relative path at ``loc`` ("*": every item of a list) made absolute below ``base``;
+    anything of another shape is left for validation to refuse."""
+    if not loc:
+        if isinstance(value, str) and value and not os.path.isabs(value):
+            return os.path.normpath(os.path.join(base, value))
+        return value
+    head, rest = loc[0], loc[1:]
+    if head == "*":
+        return [_anchored(item, rest, base) for item in value] if isinstance(value, list) else value
+    if isinstance(value, dict) and head in value:
+        return {**value, head: _anchored(value[head], rest, base)}
+    return value
+
+
+def anchor_paths(data: dict[str, Any], config_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The config's host paths (HOST_PATH_FIELDS) made absolute: a relative one counts from ``config_dir``."""
+    base = os.path.abspath(config_dir)
+    for loc in HOST_PATH_FIELDS:
+        data = _anchored(data, loc, base)
+    return data
+
+
 def load_config(path: Path | None) -> OrchestratorConfig:
     """The whole config, validated (CONFIG.INVALID names file, line, field). None: built-in defaults.
-    The safety section is layered over the built-in policy (see gate.config.with_defaults)."""
+    The safety section is layered over the built-in policy (see gate.config.with_defaults). A relative path
+    in it counts from the file's own directory (HOST_PATH_FIELDS), whatever the current directory."""
     if path is None:
         return OrchestratorConfig()
     data, located = load_yaml_mapping(path)
-    data = {**data, "safety": with_defaults(data.get("safety"))}
+    data = anchor_paths({**data, "safety": with_defaults(data.get("safety"))}, os.path.dirname(os.path.abspath(path)))
     return validate(OrchestratorConfig, data, located, str(path))

@@ -28,6 +28,7 @@ from orchestrator.pipeline.governing import (
     check_workspace,
     governing_paths,
     policy_file,
+    service_store,
     state_directories,
 )
 from orchestrator.pipeline.observer import GuardedTelemetry
@@ -47,21 +48,42 @@ def state_dir() -> Path:
     return default_evidence_path().parent
 
 
+# A path a config file names is absolute once loaded (relative ones count from the file's directory:
+# config.load_config); a default one is in the state dir. Never resolved against the current directory here.
+
+
 def queue_path(config: OrchestratorConfig) -> Path:
     """The queue of ``sandboxctl run`` and the library under ``config`` (approvals.provider: queue)."""
     section = config.approvals
-    return (Path(section.queue_path) if section.queue_path else state_dir() / "approvals.db").resolve()
+    return Path(os.path.abspath(section.queue_path or state_dir() / "approvals.db"))
 
 
 def service_store_path(config: OrchestratorConfig) -> Path:
     """The state store of ``sandboxctl serve`` under ``config``: its asks wait there, not at queue_path."""
     section = config.service
-    return (Path(section.store) if section.store else state_dir() / "service.db").resolve()
+    return Path(os.path.abspath(section.store or state_dir() / "service.db"))
+
+
+def evidence_path(config: OrchestratorConfig) -> Path:
+    """The evidence file of everything under ``config`` (run, serve, doctor, gc): evidence.path, else the
+    default (SANDBOX_EVIDENCE_PATH, else the state dir's)."""
+    return Path(os.path.abspath(config.evidence.path or default_evidence_path()))
+
+
+_evidence_of = evidence_path  # build_orchestrator's parameter of that name hides it there
 
 
 def approval_queues(config: OrchestratorConfig) -> tuple[Path, ...]:
     """Every queue an ask under ``config`` may wait in: the service's, then the one local runs use."""
     return tuple(dict.fromkeys((service_store_path(config), queue_path(config))))
+
+
+def config_governing(config_path: Path | None, config: OrchestratorConfig) -> tuple[Governing, ...]:
+    """What a config names that governs runs, whichever process runs under it: the policy file, and every
+    queue an answer may come from (the service's store and the runs' queue, whatever the provider: a sandbox
+    that wrote the store a service polls would answer its own asks)."""
+    governing: tuple[Governing, ...] = (policy_file(config_path),) if config_path is not None else ()
+    return (*governing, service_store(service_store_path(config)), approval_queue(queue_path(config)))
 
 
 def approval_provider(config: OrchestratorConfig) -> ApprovalProvider | None:
@@ -101,9 +123,8 @@ def build_orchestrator(
             Path(workspace), governing=[*state_directories(), *governing], protected=protected
         )
     config = load_config(config_path)
-    path = evidence_path or (Path(config.evidence.path) if config.evidence.path else default_evidence_path())
-    if config.approvals.provider == "queue":
-        governing += (approval_queue(queue_path(config)),)
+    path = evidence_path or _evidence_of(config)
+    governing = config_governing(config_path, config)
     if workspace is not None:
         profile_dirs = profiles.search_path if profiles is not None else ()
         check_workspace(

@@ -4,7 +4,8 @@ A sandbox writes wherever its workspace lets it: new files, and renames over exi
 needs only the directory to be writable, whoever owns the file). So anything that decides what a
 later command may do or how it is contained must not be reachable from a workspace: the policy file
 (``--config``), the profile directories (built-in and ``$SANDBOX_PROFILES_PATH``, with their
-``seccomp/``), the approval queue, the evidence file, the state directories (the warm server's
+``seccomp/``), the approval queues (the runs' and the service's store, whatever the provider), the evidence
+file, the state directories (the warm server's
 socket), the orchestrator's own code and the Python it runs on. Otherwise a command that policy
 allows rewrites the policy, and the next run follows it — a rewritten profile even drops gVisor.
 
@@ -150,6 +151,15 @@ def package_and_python() -> list[Governing]:
 def approval_queue(path: str | os.PathLike[str]) -> Governing:
     return Governing(
         "the approval queue (approvals.queue_path)", os.path.abspath(path), fix="keep the queue outside the workspace"
+    )
+
+
+def service_store(path: str | os.PathLike[str]) -> Governing:
+    """The service's state store: its asks wait there and its approvers' answers land there."""
+    return Governing(
+        "the service's store (service.store)",
+        os.path.abspath(path),
+        fix="keep the service's store outside the workspace",
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -20,12 +21,11 @@ from orchestrator.backends.base import SandboxBackend
 from orchestrator.budgets.book import GrantBook
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.principal import Principal
-from orchestrator.evidence import EvidenceWriter, default_evidence_path, format_ts, records_of, verify
+from orchestrator.evidence import EvidenceWriter, format_ts, records_of, verify
 from orchestrator.gate.policy import PolicySource
 from orchestrator.pipeline.backend_choice import backend_for
 from orchestrator.pipeline.config import OrchestratorConfig, ServiceLimits, load_config
-from orchestrator.pipeline.factory import assemble, service_store_path, state_dir
-from orchestrator.pipeline.governing import Governing, approval_queue, policy_file
+from orchestrator.pipeline.factory import assemble, config_governing, evidence_path, service_store_path, state_dir
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.pipeline.reaper import collect_orphans
 from orchestrator.pipeline.tasks import Guarded
@@ -73,15 +73,12 @@ class Service:
         store_path = service_store_path(config)  # where `sandboxctl approvals --config` finds its asks too
         store = await asyncio.to_thread(StateStore, store_path)
         try:
-            evidence_path = Path(config.evidence.path) if config.evidence.path else default_evidence_path()
-            governing: tuple[Governing, ...] = (approval_queue(store_path),)
-            if config_path is not None:
-                governing = (policy_file(config_path), *governing)
+            governing = config_governing(config_path, config)  # its store, the runs' queue, the policy
             if backend is None:
                 backend = backend_for(config)
             backend.prepare()
             orchestrator = assemble(
-                evidence=EvidenceWriter(evidence_path),
+                evidence=EvidenceWriter(evidence_path(config)),
                 policy=PolicySource(config_path),
                 approvals=_approvals(config, store),
                 session_approvals=StoredSessionApprovals(store),
@@ -95,8 +92,8 @@ class Service:
                 budget_grants=GrantBook(store),
             )
             uid, gid = (int(x) for x in section.workspace_owner.split(":"))
-            root = Path(section.workspaces) if section.workspaces else Path(state_dir()) / "workspaces"
-            workspaces = Workspaces(root.resolve(), (uid, gid))
+            root = Path(os.path.abspath(section.workspaces or state_dir() / "workspaces"))
+            workspaces = Workspaces(root.resolve(), (uid, gid))  # absolute already: its links resolved
             workspaces.check_owner()  # at start-up, not at the first request
             manager = ExecutionManager(
                 orchestrator,

@@ -311,9 +311,11 @@ def test_a_workspace_holding_the_state_is_refused(warm: Warm) -> None:
 
 
 def test_a_queue_db_inside_the_workspace_is_refused(warm: Warm) -> None:
-    """A sandbox must not be able to answer the approval queue (relative paths count from the caller)."""
+    """A sandbox must not be able to answer the approval queue (a relative path counts from the config's
+    directory, not from the caller's)."""
     config = warm.state / "queue.yaml"
-    config.write_text("approvals:\n  provider: queue\n  queue_path: approvals.db\n")
+    queue = os.path.relpath(warm.workspace / "approvals.db", warm.state)
+    config.write_text(f"approvals:\n  provider: queue\n  queue_path: {queue}\n")
     result = warm.cli("run", "--json", "--config", str(config), "--", "true")
     assert result.returncode == 2, result.stderr
     error = json.loads(result.stdout)["error"]

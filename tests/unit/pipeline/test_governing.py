@@ -114,6 +114,24 @@ def test_every_file_the_config_pulls_in_is_checked(ws: Path, tmp_path: Path) -> 
         build_orchestrator(config, workspace=ws)
 
 
+@pytest.mark.parametrize("provider", ["queue", "auto", "rules", "none"])
+def test_every_queue_an_answer_may_come_from_is_out_of_reach(ws: Path, tmp_path: Path, provider: str) -> None:
+    """A local run under a config protects that config's service store too, whatever its provider: a sandbox
+    that wrote the store `sandboxctl serve` polls would answer its own asks (and the runs' queue likewise)."""
+    config = tmp_path / "policy.yaml"
+    config.write_text(POLICY + f"approvals: {{provider: {provider}}}\nservice: {{store: {ws / 'service.db'}}}\n")
+    err = refusal(config, ws, tmp_path)
+    assert err.message.startswith(
+        f"the workspace {ws} cannot be used: the service's store (service.store) {ws / 'service.db'} is within a"
+        f" sandbox's reach: it lies in the workspace {ws}"
+    ), err.message
+    assert err.message.endswith("; keep the service's store outside the workspace")
+    config.write_text(POLICY + f"approvals: {{provider: {provider}, queue_path: {ws / 'q.db'}}}\n")
+    assert "the approval queue (approvals.queue_path)" in refusal(config, ws, tmp_path).message
+    config.write_text(POLICY + "service: {store: ws/service.db}\n")  # relative: from the config's directory
+    assert f"the service's store (service.store) {ws / 'service.db'}" in refusal(config, ws, tmp_path).message
+
+
 def test_a_profiles_directory_in_the_workspace_or_around_it_is_refused(ws: Path, tmp_path: Path) -> None:
     config = tmp_path / "policy.yaml"
     config.write_text(POLICY)
@@ -140,6 +158,7 @@ def test_a_sibling_layout_is_fine_and_checked_again_at_run_time(ws: Path, tmp_pa
     orch = build_orchestrator(config, workspace=ws, evidence_path=tmp_path / "evidence.jsonl")
     assert [g.what for g in orch.governing] == [
         "the policy file (--config)",
+        "the service's store (service.store)",
         "the approval queue (approvals.queue_path)",
     ]
     # what run() checks for the workspace it is given (it may differ from the one built with)

@@ -23,7 +23,7 @@ def closed_port() -> int:
         return int(s.getsockname()[1])  # closed again when the socket is: nothing listens there
 
 
-def cluster_config(tmp_path: Path) -> Path:
+def cluster_config(tmp_path: Path, **sections: object) -> Path:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         yaml.safe_dump(
@@ -39,7 +39,7 @@ def cluster_config(tmp_path: Path) -> Path:
     )
     config = tmp_path / "k8s.yaml"
     config.write_text(
-        yaml.safe_dump({"backend": {"kind": "kubernetes", "kubernetes": {"kubeconfig": str(kubeconfig)}}})
+        yaml.safe_dump({"backend": {"kind": "kubernetes", "kubernetes": {"kubeconfig": str(kubeconfig)}}, **sections})
     )
     return config
 
@@ -75,3 +75,36 @@ def test_the_text_report_says_fail_and_skip(tmp_path: Path) -> None:
     assert lines[1] == f"     fix: {DOCTOR_FIXES.engine}"
     assert "skip runtime runsc for untrusted: not checked: engine failed (above)" in lines
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_doctor_and_gc_use_the_configs_evidence(tmp_path: Path) -> None:
+    """evidence.path (relative: from the config's directory) is the file doctor verifies and gc records in, as
+    runs and the service under the config write it; --evidence still wins."""
+    from orchestrator.cli.main import build_parser
+    from orchestrator.cli.ops_cmd import _config_and_evidence
+
+    (tmp_path / "conf").mkdir()
+    config = cluster_config(tmp_path / "conf", evidence={"path": "ev/evidence.jsonl"})
+    wanted = tmp_path / "conf" / "ev" / "evidence.jsonl"
+    proc = subprocess.run(
+        [*SANDBOXCTL, "doctor", "--config", str(config), "--json", "--no-probe"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    (evidence,) = [c for c in json.loads(proc.stdout)["checks"] if c["name"] == "evidence"]
+    assert evidence == {
+        "name": "evidence",
+        "ok": True,
+        "checked": True,
+        "code": None,
+        "detail": f"{wanted}: not created yet",
+        "fix": None,
+    }
+    parser = build_parser()
+    for command in ("doctor", "gc"):
+        _, path = _config_and_evidence(parser.parse_args([command, "--config", str(config)]))
+        assert path == wanted
+        _, path = _config_and_evidence(parser.parse_args([command, "--config", str(config), "--evidence", "x.jsonl"]))
+        assert path == Path("x.jsonl")
