@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +20,9 @@ def register(sub: Subparsers) -> None:
     inner.required = True
 
     def common(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--db", metavar="PATH", help="this approval store only")
-        q.add_argument(
+        where = q.add_mutually_exclusive_group()
+        where.add_argument("--db", metavar="PATH", help="this approval store only (it must exist)")
+        where.add_argument(
             "--config",
             metavar="FILE",
             help="the queues under this config: its service's store (service.store) and its runs' "
@@ -45,17 +48,66 @@ def register(sub: Subparsers) -> None:
 
 
 def _stores(args: argparse.Namespace) -> tuple[list[ApprovalStore], list[Path]]:
-    """The stores to read and answer, and every path looked at (for a message). ``--db``: that one. Else
-    the config's queues that exist: `sandboxctl serve --config FILE` keeps its asks in its state store,
-    `sandboxctl run --config FILE` in approvals.queue_path; a listing creates no database."""
-    from orchestrator.approvals.queue import ApprovalStore
+    """The stores to read and answer, and every path looked at (for a message). ``--db``: that one, which must
+    exist. Else the config's queues that exist: `sandboxctl serve --config FILE` keeps its asks in its state
+    store, `sandboxctl run --config FILE` in approvals.queue_path; nothing is created (no directory, no
+    database). A file that is no approval store is INPUT.INVALID naming it, never INTERNAL."""
+    from orchestrator.domain.errors import InputInvalid
     from orchestrator.pipeline.config import load_config
     from orchestrator.pipeline.factory import approval_queues
 
     if args.db:
-        return [ApprovalStore(Path(args.db))], [Path(args.db)]
+        path = Path(args.db)
+        if not path.is_file():
+            why = "it is not a file" if path.exists() else "it does not exist"
+            raise InputInvalid(
+                f"no approval store at {path}: {why} (--db names the store of a service or a run)",
+                details={"file": str(path)},
+            )
+        return [_open_store(path)], [path]
     paths = list(approval_queues(load_config(Path(args.config) if args.config else None)))
-    return [ApprovalStore(path) for path in paths if path.is_file()], paths
+    return [_open_store(path) for path in paths if path.is_file()], paths
+
+
+def _open_store(path: Path) -> ApprovalStore:
+    """The approval store at ``path`` (an existing file), after checking it is one: an SQLite database with
+    the approvals table (a service's store or a runs' queue). Nothing is written to any other file."""
+    import sqlite3
+
+    from orchestrator.approvals.queue import ApprovalStore
+
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=rw", uri=True, timeout=10)
+        try:
+            found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'approvals'").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error as err:
+        raise _not_a_store(path, str(err)) from err
+    if found is None:
+        raise _not_a_store(path, "an SQLite database without the approvals table")
+    return ApprovalStore(path)
+
+
+def _not_a_store(path: Path, why: str) -> Exception:
+    from orchestrator.domain.errors import InputInvalid
+
+    return InputInvalid(
+        f"{path} is not an approval store ({why}): give the store of a service (service.store) or of runs"
+        " (approvals.queue_path)",
+        details={"file": str(path)},
+    )
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """A store that checked out but fails when read (corrupt past its header): INPUT.INVALID naming it."""
+    import sqlite3
+
+    try:
+        yield
+    except sqlite3.DatabaseError as err:
+        raise _not_a_store(path, str(err)) from err
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -63,15 +115,23 @@ def _list(args: argparse.Namespace) -> int:
 
     from orchestrator.domain.text import printable as p  # what an approver reads: exactly as asked
 
-    stores, _ = _stores(args)
-    pending = sorted((ask for store in stores for ask in store.pending()), key=lambda ask: ask.created_at)
+    stores, looked = _stores(args)
+    pending = []
+    for store in stores:
+        with _reading(store.path):
+            pending.extend(store.pending())
+    pending.sort(key=lambda ask: ask.created_at)
     if args.json:  # the API's shape (GET /v1/approvals)
         from orchestrator.domain.wire import ApprovalList
 
         now = time.time()
         emit_json(ApprovalList(items=[ask.view(now=now) for ask in pending]).model_dump(mode="json"))
         return 0
-    if not pending:
+    if not stores:  # nothing to read: say where it looked, not "no pending approvals"
+        used = "this config" if args.config else "the defaults (no --config)"
+        where = " or ".join(str(path) for path in looked)
+        print(f"no approval queue at {where}: has a service or run used {used}?")
+    elif not pending:
         print("no pending approvals")
     for ask in pending:
         s: dict[str, Any] = ask.sanitized  # the stored JSON: read defensively below
@@ -106,7 +166,8 @@ def _decide(args: argparse.Namespace) -> int:
     stores, looked = _stores(args)
     resolution = Resolution(won=False, state="unknown")
     for store in stores:  # an id is in one queue at most: execution ids are unique
-        resolution = store.decide(args.id, outcome, f"queue:{user}", args.reason)
+        with _reading(store.path):
+            resolution = store.decide(args.id, outcome, f"queue:{user}", args.reason)
         if resolution.state != "unknown":
             break
     if resolution.won:

@@ -78,9 +78,103 @@ def test_the_default_store_of_a_service_is_found(
 
 
 def test_a_listing_creates_no_database(tmp_path: Path, capsys: pytest.CaptureFixture[str], _state_dir: Path) -> None:
+    """No queue at all is not "no pending approvals": it says where it looked, and creates nothing there."""
     assert main(["approvals", "list", "--config", config(tmp_path, safety={"mode": "ask"})]) == 0
-    assert capsys.readouterr().out == "no pending approvals\n"
+    assert capsys.readouterr().out == (
+        f"no approval queue at {_state_dir / 'service.db'} or {_state_dir / 'approvals.db'}:"
+        " has a service or run used this config?\n"
+    )
     assert not _state_dir.exists()
+    assert main(["approvals", "list"]) == 0
+    assert capsys.readouterr().out == (
+        f"no approval queue at {_state_dir / 'service.db'} or {_state_dir / 'approvals.db'}:"
+        " has a service or run used the defaults (no --config)?\n"
+    )
+    ApprovalStore(_state_dir / "approvals.db")  # a queue, empty
+    assert main(["approvals", "list"]) == 0
+    assert capsys.readouterr().out == "no pending approvals\n"
+
+
+def test_relative_paths_count_from_the_configs_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`serve --config svc.yaml` run in A keeps its asks in A/state/service.db: from B, `--config ../A/svc.yaml`
+    finds them there (not in B/state/service.db)."""
+    (tmp_path / "A").mkdir()
+    (tmp_path / "B").mkdir()
+    config(tmp_path / "A", service={"store": "state/service.db"}, approvals={"queue_path": "state/runs.db"})
+    ask(ApprovalStore(tmp_path / "A" / "state" / "service.db"), "ex-a", "uname -a")
+    monkeypatch.chdir(tmp_path / "B")
+    assert listed(capsys, "--config", "../A/config.yaml") == ["ex-a"]
+    assert main(["approvals", "approve", "ex-a", "--config", "../A/config.yaml"]) == 0
+    assert capsys.readouterr().out == "ex-a: approved\n"
+    assert not (tmp_path / "B" / "state").exists()
+
+
+def test_a_db_that_does_not_exist_is_refused_and_not_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for argv in (["list"], ["approve", "ex-1"], ["deny", "ex-1"]):
+        assert main(["approvals", *argv, "--db", "typo/x.db"]) == 2
+        assert capsys.readouterr().err == (
+            "sandboxctl: INPUT.INVALID: no approval store at typo/x.db: it does not exist"
+            " (--db names the store of a service or a run)\n"
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"not a database at all\n" * 10, "file is not a database"),
+        (b"SQLite format 3\x00" + b"\xff" * 84 + b"garbage" * 100, "file is not a database"),
+    ],
+    ids=["text", "corrupt-sqlite"],
+)
+def test_a_file_that_is_no_store_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, why: str
+) -> None:
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(content)
+    for argv in (["list"], ["approve", "ex-1"]):
+        assert main(["approvals", *argv, "--db", str(bad)]) == 2
+        assert capsys.readouterr().err == (
+            f"sandboxctl: INPUT.INVALID: {bad} is not an approval store ({why}): give the store of a service"
+            " (service.store) or of runs (approvals.queue_path)\n"
+        )
+    assert bad.read_bytes() == content
+    # the same file named by a config
+    path = config(tmp_path, service={"store": str(bad)})
+    assert main(["approvals", "list", "--config", path, "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "INPUT.INVALID"
+
+
+def test_another_sqlite_database_is_refused_and_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE notes (x TEXT)")
+    db.close()
+    assert main(["approvals", "list", "--db", str(other)]) == 2
+    assert capsys.readouterr().err == (
+        f"sandboxctl: INPUT.INVALID: {other} is not an approval store (an SQLite database without the approvals"
+        " table): give the store of a service (service.store) or of runs (approvals.queue_path)\n"
+    )
+    with sqlite3.connect(other) as db:
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    db.close()
+    assert tables == ["notes"]
+
+
+def test_db_and_config_together_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = config(tmp_path, service={"store": str(tmp_path / "s.db")})
+    for argv in (["list"], ["approve", "ex-1"]):
+        assert main(["approvals", *argv, "--db", str(tmp_path / "s.db"), "--config", path]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"usage: sandboxctl approvals {argv[0]} ") and "[--db PATH | --config FILE]" in err
+        assert err.endswith("\nsandboxctl: INPUT.INVALID: argument --config: not allowed with argument --db\n")
 
 
 def test_an_unknown_id_names_every_queue_looked_in(
