@@ -51,13 +51,17 @@ def _differs(seen: str | None, want: int) -> bool:
 
 
 def probe_verdict(profile: ResolvedProfile, seen: dict[str, str], *, node_pids: bool = False) -> tuple[bool, str]:
-    """``node_pids``: the pids limit is the node's (a pod has no field of its own), shown, not compared."""
+    """Whether what the probe saw is the profile, and what it saw. Fail closed: a limit not read, or read as
+    ``max`` (none), is not in force. Under runc the memory and pids limits are compared with the profile's;
+    under gVisor they sit on the host cgroup (not visible inside: shown as host-enforced); ``node_pids``: the
+    pids limit is the node's (a pod has no field of its own), shown, not compared."""
     problems = []
     gvisor = profile.runtime == "runsc"
     if seen.get("Seccomp") != "2":  # gVisor reports it too when registered with --oci-seccomp
         problems.append(f"seccomp mode {seen.get('Seccomp')!r} (want 2: filter)")
-    if seen.get("CapEff", "0").strip("0"):
-        problems.append(f"effective capabilities {seen.get('CapEff')} (want none)")
+    caps = seen.get("CapEff")
+    if caps is None or not re.fullmatch(r"[0-9a-fA-F]+", caps) or caps.strip("0"):
+        problems.append(f"effective capabilities {caps or '?'} (want none)")  # unread: not known to be none
     if not gvisor and seen.get("NoNewPrivs") != "1":
         problems.append("no_new_privs is not set")
     memory, pids = seen.get("memory"), seen.get("pids")
@@ -65,12 +69,13 @@ def probe_verdict(profile: ResolvedProfile, seen: dict[str, str], *, node_pids: 
     if gvisor:
         # gVisor shows its own cgroup tree inside; the limits sit on the host cgroup around the sandbox
         memory = pids = shown_memory = "host-enforced"
-    if memory is not None and memory.isdigit() and int(memory) != profile.memory_bytes:
-        problems.append(f"memory limit {shown_memory} (want {format_size(profile.memory_bytes)})")
-    if pids is not None and node_pids:
-        pids = f"{pids} (the node's pod limit)"
-    elif pids is not None and pids.isdigit() and int(pids) != profile.pids_limit:
-        problems.append(f"pids limit {pids} (want {profile.pids_limit})")
+    else:
+        if _differs(memory, profile.memory_bytes):  # "max" (none), another limit, or unread: not in force
+            problems.append(f"memory limit {shown_memory} (want {format_size(profile.memory_bytes)})")
+        if node_pids:  # the node's, whatever it is: shown, not compared
+            pids = f"{pids or '?'} (the node's pod limit)"
+        elif _differs(pids, profile.pids_limit):
+            problems.append(f"pids limit {pids or '?'} (want {profile.pids_limit})")
     if _differs(seen.get("nofile"), profile.nofile):
         problems.append(f"open files limit {seen.get('nofile', '?')} (want {profile.nofile})")
     if _differs(seen.get("fsize"), profile.fsize_bytes):

@@ -76,3 +76,57 @@ def test_an_unreadable_rlimit_is_not_a_pass() -> None:
     ok, detail = probe_verdict(profile, parse_probe(text))
     assert not ok
     assert "open files limit ? (want 1024)" in detail and "file size limit ? (want 256MiB)" in detail
+
+
+def without(text: str, prefix: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith(prefix))
+
+
+def test_no_memory_or_pids_limit_under_runc_is_a_failure() -> None:
+    """cgroup v2 says "max" where there is no limit: under runc the profile's limits are not in force."""
+    profile = run_profile(None)
+    text = probe_output(memory=profile.memory_bytes, pids=profile.pids_limit)
+    text = text.replace(f"memory.max={profile.memory_bytes}", "memory.max=max")
+    text = text.replace(f"pids.max={profile.pids_limit}", "pids.max=max")
+    ok, detail = probe_verdict(profile, parse_probe(text))
+    assert not ok
+    assert detail.startswith(f"memory limit max (want 512MiB); pids limit max (want {profile.pids_limit}) — saw "), (
+        detail
+    )
+
+
+def test_memory_and_pids_lines_missing_under_runc_are_a_failure() -> None:
+    profile = run_profile(None)
+    text = without(probe_output(memory=profile.memory_bytes, pids=profile.pids_limit), "/sys/fs/cgroup/")
+    ok, detail = probe_verdict(profile, parse_probe(text))
+    assert not ok
+    assert detail.startswith(f"memory limit ? (want 512MiB); pids limit ? (want {profile.pids_limit}) — saw "), detail
+
+
+def test_a_missing_capeff_is_a_failure() -> None:
+    """Capabilities not read are not known to be none."""
+    profile = run_profile(None)
+    text = without(probe_output(memory=profile.memory_bytes, pids=profile.pids_limit), "CapEff:")
+    ok, detail = probe_verdict(profile, parse_probe(text))
+    assert not ok
+    assert detail.startswith("effective capabilities ? (want none) — saw "), detail
+
+
+def test_gvisor_and_node_scoped_pids_are_shown_not_compared() -> None:
+    """Under runsc the limits sit on the host cgroup (the sandbox shows its own tree); on a cluster the pids
+    limit is the node's: both shown, neither compared, as before."""
+    gvisor = run_profile(None, "untrusted")
+    assert gvisor.runtime == "runsc"
+    text = probe_output(memory=1, pids=1, nofile=gvisor.nofile, fsize=gvisor.fsize_bytes)
+    text = text.replace("memory.max=1", "memory.max=max").replace("pids.max=1", "pids.max=max")
+    ok, detail = probe_verdict(gvisor, parse_probe(text))
+    assert ok, detail
+    assert "memory=host-enforced pids=host-enforced" in detail
+    runc = run_profile(None)
+    text = probe_output(memory=runc.memory_bytes, pids=1).replace("pids.max=1", "pids.max=max")
+    ok, detail = probe_verdict(runc, parse_probe(text), node_pids=True)
+    assert ok, detail
+    assert "memory=512MiB pids=max (the node's pod limit)" in detail
+    # the memory limit is still the container's own, and compared
+    ok, detail = probe_verdict(runc, parse_probe(text.replace(f"={runc.memory_bytes}", "=max")), node_pids=True)
+    assert not ok and detail.startswith("memory limit max (want 512MiB) — saw "), detail
