@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from orchestrator.domain.errors import ConfigInvalid, ProfileNotFound
 from orchestrator.profiles.models import NAME_RE, Profile, ProfileCaps, ResolvedProfile
-from orchestrator.profiles.paths import builtin_dir, check_dir, env_dirs, find_in
+from orchestrator.profiles.paths import builtin_dir, check_dir, env_dirs, find_in, once_each
 from orchestrator.profiles.resolve import resolve
 from orchestrator.profiles.seccomp import SeccompProfile, load_seccomp
 from orchestrator.yamlfile import load_yaml_mapping, validate
@@ -129,7 +129,8 @@ class _Defined:
 
 
 class ProfileRegistry:
-    """Profiles on a search path: the built-in directory, then extra directories (later wins).
+    """Profiles on a search path: the built-in directory, then extra directories (later wins; a directory
+    listed more than once counts at its last place only).
 
     ``extra_dirs=None`` takes them from ``$SANDBOX_PROFILES_PATH`` (colon-separated). Files are read
     when first needed and cached for the registry's life; make a new registry to see edits.
@@ -147,7 +148,7 @@ class ProfileRegistry:
             dirs.extend(env_dirs(environ))
         else:
             dirs.extend(check_dir(d, "profiles directory") for d in extra_dirs)
-        self._dirs: tuple[Path, ...] = tuple(dirs)
+        self._dirs: tuple[Path, ...] = once_each(dirs)  # a directory listed twice: at its last place
         self._parsed: dict[Path, tuple[Any, Any]] = {}
         self._profiles: dict[str, Profile] = {}
         self._defined_by: dict[Path, _Defined] = {}
@@ -335,11 +336,12 @@ class ProfileRegistry:
         )
 
     def _overridden(self, name: str, path: Path) -> Path | None:
-        """The definition of ``name`` that ``path`` hides: the last one in the directories before its own."""
+        """The definition of ``name`` that ``path`` hides: the last one in the directories before its own (each
+        directory is on the search path once, at the place where it wins names)."""
         here = path.parent.resolve()
         below = list(self._dirs)
         for index, directory in enumerate(self._dirs):
-            if directory.resolve() == here:  # the first time: a directory listed twice is still one
+            if directory.resolve() == here:
                 below = list(self._dirs[:index])
                 break
         return find_in(below, f"{name}.yaml")

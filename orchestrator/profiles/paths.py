@@ -1,9 +1,10 @@
 """Where profiles and seccomp profiles are found.
 
 The search path is the built-in directory, then the directories of ``$SANDBOX_PROFILES_PATH``
-(colon-separated); for a name found in several, the later directory wins. Built-ins live in the
-package as ``orchestrator/profiles/builtin`` (in the source tree a symlink to the top-level
-``profiles/`` directory, the source of truth; in a wheel the files themselves).
+(colon-separated); for a name found in several, the later directory wins. A directory listed more than once
+counts once, at its last place: where it wins names, and where what its files override is looked up below
+it. Built-ins live in the package as ``orchestrator/profiles/builtin`` (in the source tree a symlink to the
+top-level ``profiles/`` directory, the source of truth; in a wheel the files themselves).
 """
 
 from __future__ import annotations
@@ -43,8 +44,19 @@ def env_dirs(environ: Mapping[str, str] | None = None) -> list[Path]:
 
 
 def default_search_path(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
-    """Built-ins first, then ``$SANDBOX_PROFILES_PATH`` in order (later wins)."""
-    return (builtin_dir(), *env_dirs(environ))
+    """Built-ins first, then ``$SANDBOX_PROFILES_PATH`` in order (later wins; see :func:`once_each`)."""
+    return once_each([builtin_dir(), *env_dirs(environ)])
+
+
+def once_each(dirs: Sequence[Path]) -> tuple[Path, ...]:
+    """``dirs`` with a directory listed more than once (the same once resolved) kept at its last place only.
+
+    The last place is where it wins: a name is found in the last directory that has it, so ``p1:p2:p1``
+    resolves names as ``p2:p1`` does, and an override in p1 builds on p2's (kept at its first place it would
+    skip p2's, while p1 still won the name).
+    """
+    last = {d.resolve(): i for i, d in enumerate(dirs)}
+    return tuple(d for i, d in enumerate(dirs) if last[d.resolve()] == i)
 
 
 def find_in(search_path: Sequence[Path], relative: str) -> Path | None:

@@ -62,6 +62,22 @@ def test_a_directory_listed_twice_is_still_one(tmp_path: Path) -> None:
     assert ProfileRegistry([tmp_path, tmp_path]).get("workspace-write").limits.memory == 1024 * MIB
 
 
+def test_a_directory_listed_twice_counts_at_its_last_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review L3: with p1:p2:p1, p1 won the name (its last place) but its override built on the definition before
+    p1's first place, so p2's override was silently skipped."""
+    p1, p2 = tmp_path / "p1", tmp_path / "p2"
+    write(p1, "workspace-write.yaml", "extends: workspace-write\nlimits: {pids: 64}\n")
+    write(p2, "workspace-write.yaml", OVERRIDE)
+    monkeypatch.setenv(ENV_VAR, f"{p1}:{p2}:{p1}")
+    for registry in (ProfileRegistry(), ProfileRegistry([p1, p2, p1])):
+        profile = registry.get("workspace-write")
+        assert (profile.limits.pids, profile.limits.memory) == (64, 1024 * MIB)  # p1's over p2's over the built-in
+        assert registry.search_path == (builtin_dir(), p2, p1)
+    # the built-in directory named again counts at that place too: there it wins (as its names already did)
+    assert ProfileRegistry([p1, builtin_dir()]).search_path == (p1, builtin_dir())
+    assert ProfileRegistry([p1, builtin_dir()]).get("workspace-write") == ProfileRegistry([]).get("workspace-write")
+
+
 def test_an_override_error_points_at_the_override(tmp_path: Path) -> None:
     path = write(tmp_path, "workspace-write.yaml", "extends: workspace-write\nlimits:\n  memory: lots\n")
     with pytest.raises(ConfigInvalid) as info:
