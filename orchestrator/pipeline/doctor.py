@@ -12,6 +12,7 @@ doctor compares with is what a run gets.
 from __future__ import annotations
 
 import tempfile
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -78,14 +79,35 @@ async def _engine(backend: SandboxBackend) -> tuple[BackendInfo | None, Check]:
     return info, Check("engine", True, f"{info.name} {info.engine_version} at {info.endpoint}; {extra}")
 
 
+#: a profile file (or one it extends) does not load: its message names the file and the field
+PROFILE_FILE_FIX = "change the file and field the message names (sandboxctl profiles validate checks the profiles)"
+
+
 def _resolve(profiles: Profiles, name: str) -> ResolvedProfile | Check:
     try:
         profile = profiles.resolve(probe_request(name), session=False)  # the runner's own call
     except OrchestratorError as err:
-        # the message names the file and field: the profile's, or the config's caps that conflict with it
-        fix = "change the file and field the message names (sandboxctl profiles validate checks the profiles)"
-        return failed(f"profile {name}", "DOCTOR.PROFILE", f"{err.code}: {err.message}", fix)
+        return failed(f"profile {name}", "DOCTOR.PROFILE", f"{err.code}: {err.message}", _profile_fix(profiles, name))
     return profile
+
+
+def _profile_fix(profiles: Profiles, name: str) -> str:
+    """The config's caps forbid what a valid profile needs (its runtime, its image): that is the config's choice,
+    not a field to correct in a file; else the message names the file and field to change."""
+    caps = profiles.caps
+    try:
+        profile = profiles.registry.get(name)
+    except OrchestratorError:
+        return PROFILE_FILE_FIX
+    if caps is not None and caps.allowed_runtimes is not None and profile.runtime not in caps.allowed_runtimes:
+        return f"allow {profile.runtime} in caps.allowed_runtimes, or do not use this profile under this config"
+    if caps is not None and caps.allowed_images is not None and not _image_allowed(profile.image, caps.allowed_images):
+        return f"allow {profile.image} in caps.allowed_images, or do not use this profile under this config"
+    return PROFILE_FILE_FIX
+
+
+def _image_allowed(image: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatchcase(image, pattern) for pattern in patterns)
 
 
 def _profile_line(profile: ResolvedProfile) -> Check:

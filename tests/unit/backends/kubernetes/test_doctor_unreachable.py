@@ -108,3 +108,26 @@ def test_doctor_and_gc_use_the_configs_evidence(tmp_path: Path) -> None:
         assert path == wanted
         _, path = _config_and_evidence(parser.parse_args([command, "--config", str(config), "--evidence", "x.jsonl"]))
         assert path == Path("x.jsonl")
+
+
+def test_a_profile_the_configs_caps_forbid_names_the_configs_choice(tmp_path: Path) -> None:
+    """caps.allowed_runtimes: [runc] and a runsc profile: nothing in the profile's file to correct; the fix is the
+    config's (before: "change the file and field the message names")."""
+    config = cluster_config(tmp_path, caps={"allowed_runtimes": ["runc"]})
+    proc = subprocess.run(
+        [*SANDBOXCTL, "doctor", "--config", str(config), "--json", "--no-probe", "--evidence", str(tmp_path / "e")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    (untrusted,) = [c for c in json.loads(proc.stdout)["checks"] if c["name"] == "profile untrusted"]
+    assert untrusted == {
+        "name": "profile untrusted",
+        "ok": False,
+        "checked": True,
+        "code": "DOCTOR.PROFILE",
+        "detail": "CONFIG.INVALID: runtime: profile 'untrusted' needs runtime 'runsc', which the policy caps do not"
+        " allow (allowed_runtimes: runc)",
+        "fix": "allow runsc in caps.allowed_runtimes, or do not use this profile under this config",
+    }
