@@ -13,7 +13,8 @@ value itself; the refusal names the broken file.
 itself: there it means the definition that file overrides, the next one down the search path (so
 ``workspace-write.yaml`` with ``extends: workspace-write`` changes the built-in one, and every profile that
 extends ``workspace-write`` sees the change). Such an override keeps the description it overrides unless it
-gives its own: it is the same profile, changed.
+gives its own: it is the same profile, changed. Not when it changes what a description says a profile is
+(runtime, seccomp, network, workspace mode): then the description would lie, and it must give its own.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.domain.errors import ConfigInvalid, ProfileNotFound
-from orchestrator.profiles.models import NAME_RE, Profile, ProfileCaps, ResolvedProfile
+from orchestrator.profiles.models import NAME_RE, Network, Profile, ProfileCaps, ResolvedProfile
 from orchestrator.profiles.paths import builtin_dir, check_dir, env_dirs, find_in, once_each
 from orchestrator.profiles.resolve import resolve
 from orchestrator.profiles.seccomp import SeccompProfile, load_seccomp
@@ -117,6 +118,26 @@ def _cycle_maker(cycle: Sequence[Path]) -> Path:
     except ConfigInvalid:  # no built-ins: every file is someone's
         return cycle[0]
     return next((p for p in cycle if p.resolve().parent != builtin), cycle[0])
+
+
+# What a description says a profile is, beyond its limits (changing limits is what an override is for): an
+# override that changes one of these keeps no description it does not give itself (untrusted.yaml with
+# `extends: untrusted` and `runtime: runc` would still say gVisor).
+_DESCRIBED: tuple[Loc, ...] = (("runtime",), ("seccomp",), ("network",), ("workspace", "mode"))
+
+
+def _get(profile: Profile, loc: Loc) -> Any:
+    value: Any = profile
+    for part in loc:
+        value = getattr(value, str(part))
+    return value
+
+
+def _said(value: Any) -> str:
+    """A described value for people: a network as its mode and hosts."""
+    if isinstance(value, Network):
+        return " ".join([value.mode, ", ".join(value.allow)]).strip()
+    return str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,9 +345,29 @@ class ProfileRegistry:
         inherited = {k: v for k, v in below.data.items() if k not in own}
         merged = _deep_merge(inherited, data)
         provenance = _merge_provenance(below.provenance, _provenance(source, located), data, own)
-        defined = _Defined(_validate_merged(merged, provenance, source, line), merged, provenance)
+        profile = _validate_merged(merged, provenance, source, line)
+        if parent == name and "description" not in data:  # it keeps the description of what it overrides
+            self._check_kept_description(path, below, profile)
+        defined = _Defined(profile, merged, provenance)
         self._defined_by[path] = defined
         return defined
+
+    def _check_kept_description(self, path: Path, below: _Defined, profile: Profile) -> None:
+        """An override keeps the description it overrides only while that is still true of it: one that changes
+        what a description says a profile is (:data:`_DESCRIBED`) must give its own."""
+        changed = [(loc, _get(below.profile, loc), _get(profile, loc)) for loc in _DESCRIBED]
+        changed = [(loc, old, new) for loc, old, new in changed if old != new]
+        if not changed:
+            return
+        _, line = _locate(_provenance(str(path), self._parse(path)[1]), changed[0][0])  # this file set it
+        changes = ", ".join(f"{'.'.join(map(str, loc))} ({_said(old)} -> {_said(new)})" for loc, old, new in changed)
+        kept_from = below.provenance.get(("description",), below.provenance[()])[0]
+        raise ConfigInvalid(
+            f"{path}:{line}: description: this override changes {changes}: the description it would keep, from "
+            f"{kept_from}, says what the profile it overrides is, not what this one is: give this file its own "
+            "description: line",
+            details={"file": str(path), "line": line, "fields": ["description"]},
+        )
 
     def _refuse_extends(self, path: Path, message: str) -> ConfigInvalid:
         """CONFIG.INVALID at the ``extends:`` line of ``path`` (read before: it is on the chain)."""

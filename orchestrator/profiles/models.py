@@ -343,7 +343,8 @@ class Profile(_Model):
     description: str = Field(
         min_length=1,
         max_length=500,
-        description="What the profile is for (not inherited, but kept by an override of the same name).",
+        description="What the profile is for (not inherited, but kept by an override of the same name unless "
+        "it changes runtime, seccomp, network or workspace.mode).",
     )
     extends: ProfileName | None = Field(
         default=None,

@@ -50,6 +50,62 @@ def test_an_override_may_give_its_own_description(tmp_path: Path) -> None:
     assert (profile.description, profile.runtime, profile.limits.wall_timeout_s) == ("ours", "runsc", 30)
 
 
+def kept_description_refusal(path: Path, line: int, changes: str, builtin: str) -> str:
+    return (
+        f"{path}:{line}: description: this override changes {changes}: the description it would keep, from "
+        f"{builtin_dir() / builtin}, says what the profile it overrides is, not what this one is: give this file "
+        "its own description: line"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line", "changes"),
+    [
+        ("untrusted", "extends: untrusted\nruntime: runc\n", 2, "runtime (runsc -> runc)"),
+        ("workspace-write", "extends: workspace-write\n\nseccomp: mine\n", 3, "seccomp (default -> mine)"),
+        (
+            "workspace-write",
+            "extends: workspace-write\nnetwork: {mode: allowlist, allow: ['pypi.org:443']}\n",
+            2,
+            "network (none -> allowlist pypi.org:443)",
+        ),
+        ("read-only", "extends: read-only\nworkspace:\n  mode: rw\n", 3, "workspace.mode (ro -> rw)"),
+        (
+            "untrusted",
+            "extends: untrusted\nruntime: runc\nlimits: {memory: 1g}\nseccomp: mine\n",
+            2,
+            "runtime (runsc -> runc), seccomp (default -> mine)",
+        ),
+    ],
+)
+def test_an_override_that_changes_what_the_description_says_must_give_its_own(
+    tmp_path: Path, name: str, text: str, line: int, changes: str
+) -> None:
+    """Review L4: an untrusted.yaml with `extends: untrusted` and `runtime: runc` still called itself gVisor."""
+    path = write(tmp_path, f"{name}.yaml", text)
+    with pytest.raises(ConfigInvalid) as info:
+        ProfileRegistry([tmp_path]).get(name)
+    assert info.value.message == kept_description_refusal(path, line, changes, f"{name}.yaml")
+    assert info.value.details == {"file": str(path), "line": line, "fields": ["description"]}
+    write(tmp_path, f"{name}.yaml", f"description: ours\n{text}")
+    assert ProfileRegistry([tmp_path]).get(name).description == "ours"
+
+
+def test_an_override_that_restates_the_runtime_keeps_the_description(tmp_path: Path) -> None:
+    write(tmp_path, "untrusted.yaml", "extends: untrusted\nruntime: runsc\nseccomp: default\nnetwork: none\n")
+    profile = ProfileRegistry([tmp_path]).get("untrusted")
+    assert profile.description == ProfileRegistry([]).get("untrusted").description
+
+
+def test_a_broken_description_waits_like_any_broken_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "workspace-write.yaml", "extends: workspace-write\nruntime: runsc\n")
+    found = survey(ProfileRegistry([tmp_path]))
+    assert [(b.file, b.unavailable) for b in found.broken] == [(str(path), tuple(BUILTINS))]
+    assert found.broken[0].error.message == kept_description_refusal(
+        path, 2, "runtime (runc -> runsc)", "workspace-write.yaml"
+    )
+
+
 def test_overrides_stack_down_the_search_path(tmp_path: Path) -> None:
     write(tmp_path / "team", "workspace-write.yaml", OVERRIDE)
     write(tmp_path / "me", "workspace-write.yaml", "extends: workspace-write\nlimits: {pids: 64}\n")
