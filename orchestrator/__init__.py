@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     "FileWriteRequest": "orchestrator.domain.requests",
     "ApplyPatchRequest": "orchestrator.domain.requests",
     "SkillExecRequest": "orchestrator.domain.requests",
+    "ScriptFile": "orchestrator.domain.requests",
+    "CiContext": "orchestrator.domain.ci",
     "RunResult": "orchestrator.domain.wire",
     "ExecutionView": "orchestrator.domain.wire",
     "ExecutionState": "orchestrator.domain.wire",
@@ -49,6 +51,7 @@ __all__ = [
     "ApprovalDenied",
     "ApprovalTimeout",
     "Authorization",
+    "CiContext",
     "ExecCommandRequest",
     "ExecutionResult",
     "ExecutionState",
@@ -61,6 +64,7 @@ __all__ = [
     "Request",
     "RunResult",
     "SandboxUnavailable",
+    "ScriptFile",
     "ShellCommandRequest",
     "ShellExecRequest",
     "ShellRequest",
@@ -73,6 +77,7 @@ __all__ = [
 if TYPE_CHECKING:
     from typing import Any
 
+    from orchestrator.domain.ci import CiContext
     from orchestrator.domain.errors import (
         ApprovalDenied,
         ApprovalTimeout,
@@ -86,6 +91,7 @@ if TYPE_CHECKING:
         ExecCommandRequest,
         FileWriteRequest,
         Request,
+        ScriptFile,
         ShellCommandRequest,
         ShellExecRequest,
         ShellRequest,
