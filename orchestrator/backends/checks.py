@@ -49,6 +49,11 @@ class PreflightCheck:
         }
 
 
+#: why a backend's own checks were not made when its engine does not answer: the doctor's ``engine`` check (the
+#: same call) says why, once, with its fix
+ENGINE_FAILED = "engine failed (above)"
+
+
 def failed(name: str, code: CheckCode, detail: str, fix: str | None) -> PreflightCheck:
     return PreflightCheck(name, False, detail, fix, code)
 

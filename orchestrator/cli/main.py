@@ -127,7 +127,11 @@ def _quiet_logging() -> None:
     handler.setFormatter(_NoTraceback("sandboxctl: %(levelname)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
-    root.setLevel(logging.DEBUG if os.environ.get("SANDBOX_DEBUG") else logging.WARNING)
+    debug = bool(os.environ.get("SANDBOX_DEBUG"))
+    root.setLevel(logging.DEBUG if debug else logging.WARNING)
+    # urllib3 (the Kubernetes client's) warns of each retry ("Retrying (Retry(total=2...)) after connection
+    # broken"): what finally failed is reported once, as an error with its code and fix
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.DEBUG if debug else logging.ERROR)
 
 
 def entry() -> None:

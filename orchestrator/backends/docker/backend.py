@@ -56,7 +56,7 @@ from orchestrator.backends.base import (
     SandboxHandle,
     StreamCapture,
 )
-from orchestrator.backends.checks import DoctorFixes, failed
+from orchestrator.backends.checks import ENGINE_FAILED, DoctorFixes, failed, not_checked
 from orchestrator.backends.docker import cgroups, run_cgroup
 from orchestrator.backends.docker.capture import FrameDemuxer
 from orchestrator.backends.docker.config import container_config
@@ -840,13 +840,13 @@ class DockerBackend:
             self._pumps.discard(pump)
 
     async def preflight(self) -> list[PreflightCheck]:
-        """Whether the engine applies seccomp at all (its security options): every profile has one. Nothing
-        when the engine does not answer (the doctor's engine check says so)."""
+        """Whether the engine applies seccomp at all (its security options): every profile has one. Skipped
+        when the engine does not answer (the doctor's engine check says why)."""
         try:
             engine = await self._engine()
             facts = await self._call(self._engine_facts, engine)
         except (SandboxUnavailable, EngineError):
-            return []
+            return [not_checked("seccomp support", ENGINE_FAILED)]
         security = "; ".join(security_options(facts))
         if "seccomp" not in security:
             return [failed("seccomp support", "DOCTOR.SECCOMP", security, "use an engine built with seccomp support")]

@@ -75,6 +75,7 @@ from orchestrator.backends.kubernetes.preflight import (
     missing_namespace,
     refusal,
     runtime_class_use,
+    unchecked,
 )
 from orchestrator.backends.kubernetes.remedies import DOC, DOCTOR_FIXES
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
@@ -890,11 +891,12 @@ class KubernetesBackend:
 
     async def preflight(self) -> list[PreflightCheck]:
         """The cluster as the controller sees it: namespace, PodSecurity, NetworkPolicy, RuntimeClasses,
-        permissions (see ``preflight``). Nothing when the API server does not answer (the engine check says so)."""
+        permissions (see ``preflight``). Each skipped when the API server does not answer (the engine check says
+        why)."""
         try:
             kube = await self._client()
         except SandboxUnavailable:
-            return []  # the doctor's engine check says so (info() connects the same way)
+            return unchecked(self.settings)  # the doctor's engine check says why (info() connects the same way)
         return await self._call(cluster_checks, kube, self.settings)
 
     def workspace_root(self) -> str | None:

@@ -16,7 +16,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.backends.checks import PreflightCheck, failed, not_checked
+from orchestrator.backends.checks import ENGINE_FAILED, PreflightCheck, failed, not_checked
 from orchestrator.backends.kubernetes.kube import JsonObject, KubeClient, KubeError
 from orchestrator.backends.kubernetes.remedies import (
     namespace_fix,
@@ -133,16 +133,30 @@ def runtime_class_use(klass: str) -> Callable[[JsonObject], None]:
     return use
 
 
+def _runtime_names(settings: KubernetesSettings) -> list[str]:
+    return [f"RuntimeClass {klass} (runtime {runtime})" for runtime, klass in sorted(settings.runtime_classes.items())]
+
+
+def unchecked(settings: KubernetesSettings, because: str = ENGINE_FAILED) -> list[PreflightCheck]:
+    """Every cluster check, not made (``because``): listed as skipped, never left out of the report."""
+    names = [
+        f"namespace {settings.namespace}",
+        "PodSecurity restricted",
+        "default-deny NetworkPolicy",
+        *_runtime_names(settings),
+        "permissions",
+    ]
+    return [not_checked(name, because) for name in names]
+
+
 def cluster_checks(kube: KubeClient, settings: KubernetesSettings) -> list[PreflightCheck]:
-    """Nothing when the API server does not answer: the doctor's engine check reports that (the same call)."""
+    """Each skipped when the API server does not answer: the doctor's engine check reports that (the same call)."""
     namespace = settings.namespace
     try:
         kube.version()
     except KubeError:
-        return []
-    runtime_names = [
-        f"RuntimeClass {klass} (runtime {runtime})" for runtime, klass in sorted(settings.runtime_classes.items())
-    ]
+        return unchecked(settings)
+    runtime_names = _runtime_names(settings)
     exc = refusal(kube, namespace)
     if exc is not None and namespace_missing(exc, namespace):
         # every pod is refused there and its Role cannot exist: the one cause, said once, with its fix

@@ -64,6 +64,17 @@ def test_an_unreachable_api_server_is_one_failure_with_the_clusters_fix(tmp_path
     assert {c["detail"] for c in skipped} == {"not checked: engine failed (above)"}
     assert any(c["name"].startswith("limits in force (") for c in skipped)
     assert "make setup" not in proc.stdout
+    # the cluster's own checks are listed, skipped, right after the engine (not left out of the report)
+    assert [c["name"] for c in report["checks"][1:6]] == [
+        "namespace sandboxes",
+        "PodSecurity restricted",
+        "default-deny NetworkPolicy",
+        "RuntimeClass gvisor (runtime runsc)",
+        "permissions",
+    ]
+    assert all(not c["checked"] for c in report["checks"][1:6])
+    # urllib3's retries are not shown: the failure is said once, as the engine's
+    assert proc.stderr == ""
 
 
 def test_the_text_report_says_fail_and_skip(tmp_path: Path) -> None:
@@ -74,6 +85,14 @@ def test_the_text_report_says_fail_and_skip(tmp_path: Path) -> None:
     assert lines[0].endswith("[DOCTOR.ENGINE]")
     assert lines[1] == f"     fix: {DOCTOR_FIXES.engine}"
     assert "skip runtime runsc for untrusted: not checked: engine failed (above)" in lines
+    assert lines[2:7] == [
+        "skip namespace sandboxes: not checked: engine failed (above)",
+        "skip PodSecurity restricted: not checked: engine failed (above)",
+        "skip default-deny NetworkPolicy: not checked: engine failed (above)",
+        "skip RuntimeClass gvisor (runtime runsc): not checked: engine failed (above)",
+        "skip permissions: not checked: engine failed (above)",
+    ]
+    assert "Retrying" not in proc.stderr and proc.stderr == ""
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
