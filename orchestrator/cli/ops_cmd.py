@@ -43,15 +43,13 @@ def _config_and_evidence(args: argparse.Namespace) -> tuple[Any, Any]:
 def handle_doctor(args: argparse.Namespace) -> int:
     import asyncio
 
-    from orchestrator.gate.gate import DEFAULT_PROFILE
     from orchestrator.pipeline.backend_choice import backend_for
     from orchestrator.pipeline.doctor import run_doctor
     from orchestrator.pipeline.profiles_of import Profiles
-    from orchestrator.profiles import ProfileRegistry
 
     config, evidence = _config_and_evidence(args)
     # the profiles as runs under this config resolve them (its caps): the probes check what runs get
-    profiles = Profiles(ProfileRegistry(), config.caps, DEFAULT_PROFILE)
+    profiles = Profiles.under(config.caps)
 
     async def main() -> list[Any]:
         backend = backend_for(config)

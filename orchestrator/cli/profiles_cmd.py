@@ -186,8 +186,7 @@ def _as_run_gets_it(registry: ProfileRegistry, name: str, config: str | None) ->
         from orchestrator.pipeline.config import load_config
 
         caps = load_config(Path(config)).caps
-    # the default (a request's that names no profile) never applies here: a name is given
-    return Profiles(registry, caps, default=name).named(name)
+    return Profiles.under(caps, registry).named(name)
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -17,7 +17,6 @@ from orchestrator.budgets.book import GrantBook
 from orchestrator.domain.errors import NoApprovalProvider
 from orchestrator.egress.runs import EgressSettings
 from orchestrator.evidence import EvidenceWriter, default_evidence_path
-from orchestrator.gate.gate import DEFAULT_PROFILE
 from orchestrator.gate.policy import PolicySource
 from orchestrator.pipeline.authorizer import Authorizer
 from orchestrator.pipeline.backend_choice import backend_for_file
@@ -169,7 +168,7 @@ def assemble(
     records = Evidence(evidence, GuardedTelemetry())
     reservations = Reservations(budget_grants)
     restricted = RestrictedRuns()
-    chosen = None if profiles is None else Profiles(profiles, caps, DEFAULT_PROFILE)
+    chosen = None if profiles is None else Profiles.under(caps, profiles)
     authorizer = Authorizer(
         evidence=records,
         policy=policy,

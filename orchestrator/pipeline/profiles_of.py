@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.requests import EXEC_TOOLS, Request
+from orchestrator.gate.gate import DEFAULT_PROFILE
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
 
 
@@ -14,6 +15,14 @@ class Profiles:
     registry: ProfileRegistry
     caps: ProfileCaps | None
     default: str  # the profile of a request that names none (the gate's)
+
+    @classmethod
+    def under(cls, caps: ProfileCaps | None, registry: ProfileRegistry | None = None) -> Profiles:
+        """The profiles as runs under ``caps`` (a config's) get them: ``registry`` (default: the built-ins and
+        ``$SANDBOX_PROFILES_PATH``), and the gate's default for a request that names none. The one way they
+        are built: the runs (pipeline.factory), ``doctor`` and ``profiles show --resolved --config`` alike, so
+        what those two show is what runs get."""
+        return cls(registry if registry is not None else ProfileRegistry(), caps, DEFAULT_PROFILE)
 
     def resolve(self, request: Request, *, session: bool) -> ResolvedProfile:
         """The profile a run of ``request`` gets, narrowed by the request and caps, with the egress hosts it

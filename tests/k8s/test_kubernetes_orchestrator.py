@@ -26,7 +26,6 @@ from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError
 from orchestrator.backends.kubernetes.preflight import _probe_pod, _weaken
 from orchestrator.evidence import iter_records, verify
-from orchestrator.gate.gate import DEFAULT_PROFILE
 from orchestrator.pipeline.doctor import run_doctor
 from orchestrator.pipeline.factory import build_orchestrator, open_orchestrator
 from orchestrator.pipeline.orchestrator import Orchestrator
@@ -210,7 +209,7 @@ async def test_a_killed_controllers_pod_is_collected_at_the_next_start(
 async def test_doctor_checks_the_cluster(sandbox_space: SandboxSpace) -> None:
     backend = KubernetesBackend(sandbox_space.settings())
     try:
-        profiles = Profiles(ProfileRegistry(), None, DEFAULT_PROFILE)
+        profiles = Profiles.under(None)
         checks = await run_doctor(backend, profiles, sandbox_space.root / "no-evidence.jsonl", probes=True)
     finally:
         await backend.close()

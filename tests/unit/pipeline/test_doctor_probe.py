@@ -7,7 +7,7 @@ from orchestrator.gate.gate import DEFAULT_PROFILE
 from orchestrator.pipeline.doctor import probe_request
 from orchestrator.pipeline.probe import parse_probe, probe_verdict
 from orchestrator.pipeline.profiles_of import Profiles
-from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
+from orchestrator.profiles import ProfileCaps, ResolvedProfile
 
 MIB = 1024 * 1024
 
@@ -32,7 +32,7 @@ def probe_output(*, memory: int, nofile: int = 1024, fsize: int = 256 * MIB, pid
 
 def run_profile(caps: ProfileCaps | None, name: str = DEFAULT_PROFILE) -> ResolvedProfile:
     """The profile a run of ``name`` gets under ``caps``: the runner's resolution, as the doctor asks it."""
-    return Profiles(ProfileRegistry(), caps, DEFAULT_PROFILE).resolve(probe_request(name), session=False)
+    return Profiles.under(caps).resolve(probe_request(name), session=False)
 
 
 def test_sizes_are_shown_with_their_unit() -> None:
