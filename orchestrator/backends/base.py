@@ -319,8 +319,10 @@ class SandboxBackend(Protocol):
 
     async def list_managed(self) -> list[ManagedSandbox]: ...
 
-    async def preflight(self) -> list[PreflightCheck]:
-        """Backend-specific checks for ``sandboxctl doctor`` (beyond engine facts, profiles and probes)."""
+    async def preflight(self, profile: ResolvedProfile | None = None) -> list[PreflightCheck]:
+        """Backend-specific checks for ``sandboxctl doctor`` (beyond engine facts, profiles and probes). A backend
+        that tests its cluster by dry runs sends the sandbox of ``profile`` (the doctor's default profile, as runs
+        under its config get it; None: the built-in default's), so that what it admits is what runs get."""
         ...
 
     def workspace_root(self) -> str | None:

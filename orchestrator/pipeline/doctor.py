@@ -139,19 +139,20 @@ async def run_doctor(
     backend: SandboxBackend, profiles: Profiles, evidence_path: Path, *, probes: bool = True
 ) -> list[Check]:
     """``profiles``: the run's own resolution (the config's caps): what is probed is what runs get."""
-    preflight = await backend.preflight()
+    resolutions = [_resolve(profiles, name) for name in profiles.registry.names()]
+    resolved = [p for p in resolutions if not isinstance(p, Check)]
+    # a cluster's dry runs send the pod of the profile most executions get, as runs under this config get it
+    default = next((p for p in resolved if p.name == profiles.default), resolved[0] if resolved else None)
+    preflight = await backend.preflight(default)
     info, engine = await _engine(backend)
     checks = [engine, *preflight]
     # the first failure everything below depends on: the engine's, else the backend's own
     blocker = next((c for c in checks if not c.ok), None)
     because = f"{blocker.name} failed (above)" if blocker is not None else ""
-    resolved: list[ResolvedProfile] = []
-    for name in profiles.registry.names():
-        profile = _resolve(profiles, name)
+    for profile in resolutions:
         if isinstance(profile, Check):
             checks.append(profile)
             continue
-        resolved.append(profile)
         checks.append(_profile_line(profile))
         checks.extend(_engine_has(profile, info, because, backend.capabilities))
     checks.append(_evidence(evidence_path))

@@ -12,8 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.backends.kubernetes.preflight import ANONYMOUS_FIX
 from orchestrator.backends.kubernetes.remedies import (
+    DOC,
     DOCTOR_FIXES,
+    namespace_fix,
     network_policy_command,
     pod_security_command,
     runtime_class_fix,
@@ -217,3 +220,83 @@ def test_the_probe_gets_and_expects_what_a_run_under_the_configs_caps_gets(
         untrusted = checks["limits in force (untrusted, runsc)"]
         assert untrusted["ok"] and "fsize=64MiB" in untrusted["detail"], untrusted
         assert proc.returncode == 0, failures(report)
+
+
+def test_a_namespace_with_a_resource_quota_is_not_taken_for_a_broken_one(
+    k8s_cluster: Cluster, bare_namespace: str, tmp_path: Path
+) -> None:
+    """A ResourceQuota on cpu and memory refuses pods without limits; the doctor's dry runs send the backend's
+    own sandbox pod (requests = limits), which it admits as it admits real sandboxes."""
+    k8s_cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "compute", "namespace": bare_namespace},
+            "spec": {"hard": {"limits.cpu": "8", "limits.memory": "16Gi", "requests.cpu": "8"}},
+        }
+    )
+    settings = KubernetesSettings(kubeconfig=str(k8s_cluster.kubeconfig), namespace=bare_namespace, workspace=COPY)
+    config = write_config(tmp_path / "k8s.yaml", settings)
+    _, report = doctor(config, tmp_path, "--no-probe")
+    checks = by_name(report)
+    assert checks[f"namespace {bare_namespace}"]["ok"], checks[f"namespace {bare_namespace}"]
+    assert names_and_codes(report) == [  # what the bare namespace lacks, nothing about the quota
+        ("PodSecurity restricted", "DOCTOR.POD_SECURITY"),
+        ("default-deny NetworkPolicy", "DOCTOR.NETWORK_POLICY"),
+    ]
+
+
+def test_a_missing_namespace_seen_by_the_controllers_own_identity(
+    k8s_cluster: Cluster, sandbox_space: SandboxSpace, controller_account: str, tmp_path: Path
+) -> None:
+    """Its Role is only in the sandbox namespace: in a namespace that does not exist RBAC refuses the pod before
+    the API server looks for the namespace. The doctor says it may not exist and gives the namespace's commands
+    (before: DOCTOR.PERMISSIONS, "add to the Role ...": no Role can be added in a namespace that does not exist)."""
+    documented, _ = role_documents()
+    bind(
+        k8s_cluster, sandbox_space.namespace, controller_account, documented["rules"], f"so-doc-{uuid.uuid4().hex[:6]}"
+    )
+    kubeconfig = account_kubeconfig(k8s_cluster, controller_account, "sandbox-controller", tmp_path / "kubeconfig")
+    missing = f"so-missing-{uuid.uuid4().hex[:8]}"
+    settings = KubernetesSettings(kubeconfig=str(kubeconfig), namespace=missing, workspace=COPY)
+    config = write_config(tmp_path / "k8s.yaml", settings)
+    proc, report = doctor(config, tmp_path, "--no-probe")
+    assert proc.returncode == 1
+    assert names_and_codes(report) == [(f"namespace {missing}", "DOCTOR.NAMESPACE")]
+    check = by_name(report)[f"namespace {missing}"]
+    assert check["detail"].startswith("may not exist: this identity has no right there"), check
+    assert (
+        check["fix"]
+        == f"{namespace_fix(missing)}\nif namespace {missing} exists, bind this identity to the Role there: {DOC}"
+    )
+    assert {c["detail"] for c in skipped(report) if not c["name"].startswith(("limits", "runtime"))} == {
+        f"not checked: namespace {missing} failed (above)"
+    }
+
+
+def test_credentials_taken_for_anonymous_are_named(sandbox_space: SandboxSpace, tmp_path: Path) -> None:
+    """A kubeconfig whose user sends no credentials: where the API server lets anonymous callers read /version
+    (the engine line passes), every other request is system:anonymous's; the doctor names the credentials."""
+    admin = yaml.safe_load(sandbox_space.cluster.kubeconfig.read_text())
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "test", "cluster": admin["clusters"][0]["cluster"]}],
+                "users": [{"name": "nobody", "user": {}}],
+                "contexts": [{"name": "ctx", "context": {"cluster": "test", "user": "nobody"}}],
+                "current-context": "ctx",
+            }
+        )
+    )
+    config = write_config(tmp_path / "k8s.yaml", sandbox_space.settings(kubeconfig=str(kubeconfig)))
+    proc, report = doctor(config, tmp_path, "--no-probe")
+    assert proc.returncode == 1
+    if not by_name(report)["engine"]["ok"]:
+        pytest.skip("this API server refuses anonymous callers outright (engine: DOCTOR.ENGINE, tested above)")
+    assert names_and_codes(report) == [("credentials", "DOCTOR.ENGINE")]
+    check = by_name(report)["credentials"]
+    assert check["detail"].startswith("the API server takes them for system:anonymous: "), check
+    assert check["fix"] == ANONYMOUS_FIX

@@ -24,7 +24,7 @@ import pytest
 
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError
-from orchestrator.backends.kubernetes.preflight import _probe_pod, _weaken
+from orchestrator.backends.kubernetes.preflight import _weaken, probe_pod
 from orchestrator.evidence import iter_records, verify
 from orchestrator.pipeline.doctor import run_doctor
 from orchestrator.pipeline.factory import build_orchestrator, open_orchestrator
@@ -98,12 +98,15 @@ async def test_every_builtin_profile_runs_as_an_admitted_pod(pipeline: Pipeline,
 
 
 async def test_a_weakened_pod_is_refused_by_the_api_server(sandbox_space: SandboxSpace) -> None:
+    """The doctor's probe pod is the backend's own sandbox pod: admitted (dry run) where sandboxes run; weakened
+    (allowPrivilegeEscalation), refused by Pod Security restricted."""
     kube = KubeClient.connect(str(sandbox_space.cluster.kubeconfig), None)
+    settings = sandbox_space.settings()
     try:
         with pytest.raises(KubeError) as refused:
-            await asyncio.to_thread(kube.create_pod, sandbox_space.namespace, _probe_pod(_weaken))
+            await asyncio.to_thread(kube.create_pod, sandbox_space.namespace, probe_pod(settings, change=_weaken))
         assert refused.value.kind == "forbidden" and "PodSecurity" in refused.value.message
-        admitted = await asyncio.to_thread(kube.create_pod, sandbox_space.namespace, _probe_pod(), dry_run=True)
+        admitted = await asyncio.to_thread(kube.create_pod, sandbox_space.namespace, probe_pod(settings), dry_run=True)
         assert admitted["metadata"]["generateName"] == "so-preflight-"
     finally:
         kube.close()

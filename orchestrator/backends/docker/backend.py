@@ -839,7 +839,7 @@ class DockerBackend:
             pump.close()
             self._pumps.discard(pump)
 
-    async def preflight(self) -> list[PreflightCheck]:
+    async def preflight(self, profile: ResolvedProfile | None = None) -> list[PreflightCheck]:
         """Whether the engine applies seccomp at all (its security options): every profile has one. Skipped
         when the engine does not answer (the doctor's engine check says why)."""
         try:

@@ -158,6 +158,9 @@ class KubernetesBackend:
         )
         self._watch: PodWatch | None = None
         self._pods: dict[str, _Pod] = {}
+        # the profile whose pod the dry runs send (info()'s RuntimeClass probe, a missing namespace): the doctor's
+        # once preflight() was given one, else the built-in default's (preflight.PROBE_PROFILE)
+        self._probe_profile: ResolvedProfile | None = None
         self._leases: dict[str, OwnerLease] = {}
         self._policy_checked_at = 0.0
         self._egress = PodEgress(self.settings.egress)
@@ -250,7 +253,8 @@ class KubernetesBackend:
         try:
             kube.get_runtime_class(klass)
         except KubeError as exc:
-            return exc.kind == "forbidden" and refusal(kube, self._namespace, runtime_class_use(klass)) is None
+            use = runtime_class_use(klass)
+            return exc.kind == "forbidden" and refusal(kube, self.settings, self._probe_profile, use) is None
         return True
 
     async def _require_network_policy(self, kube: KubeClient) -> None:
@@ -267,7 +271,7 @@ class KubernetesBackend:
             raise self._error(exc, f"cannot read the NetworkPolicies of namespace {self._namespace}") from exc
         if not any(denies_all(policy) for policy in policies):
             # a namespace that does not exist lists no policy either: its absence is the cause to name
-            if await self._call(missing_namespace, kube, self._namespace):
+            if await self._call(missing_namespace, kube, self.settings, self._probe_profile):
                 raise SandboxUnavailable(
                     f"namespace {self._namespace} does not exist: create it as {DOC} shows (labelled for Pod"
                     " Security restricted, with a default-deny NetworkPolicy and the controller's Role), or install"
@@ -889,15 +893,17 @@ class KubernetesBackend:
         finally:
             watch.unsubscribe(execution_id, queue)
 
-    async def preflight(self) -> list[PreflightCheck]:
+    async def preflight(self, profile: ResolvedProfile | None = None) -> list[PreflightCheck]:
         """The cluster as the controller sees it: namespace, PodSecurity, NetworkPolicy, RuntimeClasses,
-        permissions (see ``preflight``). Each skipped when the API server does not answer (the engine check says
-        why)."""
+        permissions (see ``preflight``), each dry run sending the pod a run of ``profile`` gets (kept for info()'s
+        dry runs too). Each skipped when the API server does not answer (the engine check says why)."""
+        if profile is not None:
+            self._probe_profile = profile
         try:
             kube = await self._client()
         except SandboxUnavailable:
             return unchecked(self.settings)  # the doctor's engine check says why (info() connects the same way)
-        return await self._call(cluster_checks, kube, self.settings)
+        return await self._call(cluster_checks, kube, self.settings, self._probe_profile)
 
     def workspace_root(self) -> str | None:
         """pvc mode: workspaces must be below the claim's root; copy mode: anywhere."""
