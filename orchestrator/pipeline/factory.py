@@ -73,8 +73,12 @@ _evidence_of = evidence_path  # build_orchestrator's parameter of that name hide
 
 
 def approval_queues(config: OrchestratorConfig) -> tuple[Path, ...]:
-    """Every queue an ask under ``config`` may wait in: the service's, then the one local runs use."""
-    return tuple(dict.fromkeys((service_store_path(config), queue_path(config))))
+    """Every queue an ask under ``config`` may wait in: the service's, then the one local runs use (once, when
+    both name the same file, however spelt)."""
+    queues: dict[str, Path] = {}
+    for path in (service_store_path(config), queue_path(config)):
+        queues.setdefault(os.path.realpath(path), path)
+    return tuple(queues.values())
 
 
 def config_governing(config_path: Path | None, config: OrchestratorConfig) -> tuple[Governing, ...]:

@@ -89,3 +89,12 @@ def test_pvc_workspaces_relative_to_the_config_are_checked_against_the_claim(tmp
     }
     config = load_config(write(tmp_path / "svc.yaml", data))
     assert config.service.workspaces == str(root / "tenants")
+
+
+def test_one_file_named_twice_is_one_queue(tmp_path: Path, elsewhere: Path) -> None:
+    (tmp_path / "A" / "real").mkdir(parents=True)
+    (tmp_path / "A" / "link").symlink_to("real")
+    path = write(
+        tmp_path / "A" / "svc.yaml", {"service": {"store": "real/q.db"}, "approvals": {"queue_path": "link/q.db"}}
+    )
+    assert approval_queues(load_config(path)) == (tmp_path / "A" / "real" / "q.db",)
