@@ -27,8 +27,9 @@ pytestmark = pytest.mark.integration
 class Served:
     """`sandboxctl serve` as a user starts it, in its own process; its stderr kept."""
 
-    def __init__(self, config: Path, env: dict[str, str]) -> None:
+    def __init__(self, config: Path, env: dict[str, str], cli_cwd: Path | None = None) -> None:
         self.config, self.env, self.port = config, env, free_port()
+        self.cli_cwd = cli_cwd  # where the approver's shell is (None: this process's directory)
         self.log = config.parent / "serve.log"
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
@@ -45,6 +46,7 @@ class Served:
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 env=env,
+                cwd=config.parent,  # as `cd A && sandboxctl serve --config svc.yaml`
             )
         deadline = time.monotonic() + 60
         while True:
@@ -61,6 +63,11 @@ class Served:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def config_arg(self) -> str:
+        """--config as the approver's shell names it: relative to its own directory when it has one."""
+        return str(self.config) if self.cli_cwd is None else os.path.relpath(self.config, self.cli_cwd)
+
     def sandboxctl(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """The CLI in another process, as an approver's shell runs it (the service's environment)."""
         return subprocess.run(
@@ -69,6 +76,7 @@ class Served:
             text=True,
             env=self.env,
             timeout=60,
+            cwd=self.cli_cwd,
         )
 
     def stop(self) -> None:
@@ -77,15 +85,21 @@ class Served:
             self.process.wait(timeout=30)
 
 
-@pytest.fixture(params=["service-store-given", "service-store-default"])
+@pytest.fixture(params=["service-store-given", "service-store-default", "service-store-relative"])
 def served(request: pytest.FixtureRequest, tmp_path: Path, engine: Any) -> Iterator[Served]:
     config = write_config(tmp_path)
+    cli_cwd = None
+    data = yaml.safe_load(config.read_text())
     if request.param == "service-store-default":  # <state dir>/service.db, the state dir from the environment
-        data = yaml.safe_load(config.read_text())
         del data["service"]["store"]
-        config.write_text(yaml.safe_dump(data))
+    if request.param == "service-store-relative":
+        # relative to the config's directory; the approver's shell elsewhere names the config relative to itself
+        data["service"]["store"] = "served/service.db"
+        cli_cwd = tmp_path / "elsewhere"
+        cli_cwd.mkdir()
+    config.write_text(yaml.safe_dump(data))
     env = {k: v for k, v in os.environ.items() if k not in ("SANDBOX_EVIDENCE_PATH", "XDG_STATE_HOME")}
-    service = Served(config, {**env, "SANDBOX_STATE_DIR": str(tmp_path / "state")})
+    service = Served(config, {**env, "SANDBOX_STATE_DIR": str(tmp_path / "state")}, cli_cwd)
     try:
         yield service
     finally:
@@ -97,7 +111,7 @@ def test_approvals_with_the_services_config_answer_its_asks(served: Served) -> N
     approved = agent.submit({"tool": "shell_command", "command": "uname -s"})
     denied = agent.submit({"tool": "shell_command", "command": "uname -m"})
     assert approved.state is denied.state is ExecutionState.PENDING_APPROVAL
-    config = str(served.config)
+    config = served.config_arg
 
     listing = served.sandboxctl("approvals", "list", "--config", config, "--json")
     assert listing.returncode == 0, listing.stderr
