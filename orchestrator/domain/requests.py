@@ -25,6 +25,7 @@ from pydantic import (
 from orchestrator.domain.ci import CiContext
 from orchestrator.domain.errors import InputInvalid
 from orchestrator.domain.hosts import parse_pattern
+from orchestrator.domain.images import IMAGE_MAX, IMAGE_PATTERN
 from orchestrator.domain.text import has_surrogates
 
 #: an environment variable name a request may set (the OpenAPI document states the same pattern)
@@ -83,6 +84,7 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=256), _TEXT]
 OptionalName = Annotated[str, StringConstraints(max_length=256), _TEXT]
 ProfileName = Annotated[str, StringConstraints(max_length=128), _TEXT]
 PathText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_BYTES), _TEXT]
+ImageRef = Annotated[str, StringConstraints(min_length=1, max_length=IMAGE_MAX, pattern=IMAGE_PATTERN)]
 ShellText = Annotated[str, StringConstraints(min_length=1), _TEXT]
 StdinText = Annotated[str, StringConstraints(max_length=MAX_STDIN_CHARS), _TEXT]
 ContentText = Annotated[str, StringConstraints(max_length=MAX_CONTENT_CHARS), _TEXT]
@@ -173,6 +175,11 @@ class _RequestBase(_Frozen):
     timeout_ms: int | None = Field(default=None, ge=1, le=_MAX_TIMEOUT_MS, description="Wall-clock limit.")
     tty: bool = Field(default=False, description="Allocate a terminal.")
     profile: ProfileName | None = Field(default=None, description="Execution profile name.")
+    image: ImageRef | None = Field(
+        default=None,
+        description="Run in this image instead of the profile's (a CI job's container): only one the config's "
+        "caps.allowed_images names, and only one the engine already holds (nothing is ever pulled).",
+    )
     sandbox_permissions: SandboxPermissions = Field(
         default_factory=SandboxPermissions, description="Escalations asked for."
     )

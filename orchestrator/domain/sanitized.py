@@ -106,6 +106,7 @@ class SanitizedRequest(_Frozen):
     timeout_ms: int | None = None
     tty: bool = False
     profile: str | None = None
+    image: str | None = Field(default=None, description="The image asked for instead of the profile's.")
     sandbox_permissions: SanitizedPermissions = Field(default_factory=SanitizedPermissions)
     target_session_id: str | None = Field(default=None, description="write_stdin: the exec session.")
     stdin: ContentDigest | KeyedDigest | None = None

@@ -178,6 +178,7 @@ def sanitize(
         timeout_ms=request.timeout_ms,
         tty=request.tty,
         profile=request.profile,
+        image=request.image,
         sandbox_permissions=SanitizedPermissions(
             network=perms.network if isinstance(perms.network, bool) else list(perms.network),
             writable_root=perms.writable_root,

@@ -33,6 +33,7 @@ class Profiles:
             writable_root=request.sandbox_permissions.writable_root,
             session=session,
             egress=request.sandbox_permissions.egress_hosts,
+            image=request.image,
         )
 
     def named(
@@ -43,6 +44,7 @@ class Profiles:
         writable_root: bool = False,
         session: bool = False,
         egress: tuple[str, ...] = (),
+        image: str | None = None,
     ) -> ResolvedProfile:
         """The profile ``name`` as a run gets it under these caps (``sandboxctl profiles show --resolved
         --config`` shows this: one path, so what it shows is what runs get)."""
@@ -53,6 +55,7 @@ class Profiles:
             writable_root=writable_root,
             session=session,
             egress=egress,
+            image=image,
         )
 
     def egress(self, request: Request) -> tuple[str, ...]:

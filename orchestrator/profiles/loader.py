@@ -255,6 +255,7 @@ class ProfileRegistry:
         writable_root: bool = False,
         session: bool = False,
         egress: Sequence[str] = (),
+        image: str | None = None,
     ) -> ResolvedProfile:
         """:func:`orchestrator.profiles.resolve` with this registry's profiles and seccomp files."""
         return resolve(
@@ -265,6 +266,7 @@ class ProfileRegistry:
             session=session,
             registry=self,
             egress=egress,
+            image=image,
         )
 
     # -- loading -------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
-from orchestrator.domain.errors import ConfigInvalid, InputInvalid
+from orchestrator.domain.errors import ConfigInvalid, InputInvalid, PolicyDenied
 from orchestrator.profiles.models import (
     RUNSC_MIN_PIDS,
     Profile,
@@ -37,6 +37,7 @@ def resolve(
     session: bool = False,
     registry: ProfileRegistry | None = None,
     egress: Sequence[str] = (),
+    image: str | None = None,
 ) -> ResolvedProfile:
     """The effective settings: every limit is the minimum of the profile's, the request's and the caps'.
 
@@ -49,6 +50,8 @@ def resolve(
       ``read_only_root`` becomes false.
     * ``egress``: approved ``sandbox_permissions.network`` hosts (canonical patterns): added to the
       profile's allowlist (a profile with network none then reaches them, and only them, through the proxy).
+    * ``image``: a request's image instead of the profile's (a CI job's container), only where the caps'
+      ``allowed_images`` name it (POLICY.DENIED otherwise: without that list, only the profile's own image).
     * ``session``: the sandbox of an interactive session: its deadline is the session's lifetime (a
       request's timeout and the caps still lower it).
     * The seccomp profile is loaded from the registry's search path (default: built-ins plus
@@ -71,6 +74,15 @@ def resolve(
             "image",
             f"uses image {profile.image!r}, which the policy caps do not allow (allowed_images: {allowed})",
         )
+
+    if image is not None and image != profile.image:
+        if caps.allowed_images is None or not any(fnmatchcase(image, p) for p in caps.allowed_images):
+            allowed = ", ".join(caps.allowed_images or ()) or "none: only the profile's own image"
+            raise PolicyDenied(
+                f"image {image!r} is not one the config allows instead of profile {profile.name!r}'s"
+                f" {profile.image!r} (policy caps allowed_images: {allowed})",
+                details={"fields": ["image"]},
+            )
 
     lifetime = profile.sessions.max_lifetime_s or limits.wall_timeout_s
     wall = lifetime if session else limits.wall_timeout_s
@@ -100,7 +112,7 @@ def resolve(
 
     return ResolvedProfile(
         name=profile.name,
-        image=profile.image,
+        image=profile.image if image is None else image,
         runtime=profile.runtime,
         uid=profile.uid,
         gid=profile.gid,
