@@ -6,7 +6,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.domain.decisions import Decision, Mode
 from orchestrator.domain.hosts import parse_pattern
@@ -30,6 +30,22 @@ class PolicyRule(MatchConditions):
     name: str | None = Field(default=None, max_length=200, description="Shown as matched_rule.")
     action: Decision = Field(description="allow | ask | deny")
     reason: str = Field(default="", max_length=1000, description="Why; shown in the decision.")
+
+    @model_validator(mode="after")
+    def _blind_allow_names_its_ci_context(self) -> PolicyRule:
+        """What the gate cannot see is never allowed without an approval or an explicit rule on CI context: an
+        allow stating ``opaque: true`` names the CI context it trusts (at least one field of ``ci:``)."""
+        if (
+            self.action is Decision.ALLOW
+            and self.opaque is True
+            and not (self.ci and self.ci.model_dump(exclude_none=True))
+        ):
+            named = f"rule {self.name!r}" if self.name else "this rule"
+            raise ValueError(
+                f"{named}: an allow of what the gate cannot see must name the CI context it trusts (ci:),"
+                " e.g. ci: {action: 'actions/*'}"
+            )
+        return self
 
 
 class SafetyConfig(BaseModel):

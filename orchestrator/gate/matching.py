@@ -24,8 +24,10 @@ from orchestrator.domain.ci import CI_FIELDS, CiProvider, CiRecord
 from orchestrator.domain.globs import check_glob, compile_glob
 from orchestrator.domain.requests import ALL_TOOLS, EXEC_TOOLS
 from orchestrator.domain.sanitized import RiskLevel, RiskLevelName, SanitizedRequest
-from orchestrator.gate.commands import CommandPattern, ParsedCommand, parse_command
+from orchestrator.gate.commands import CommandPattern, ParsedCommand, parse_command, program_name
+from orchestrator.gate.env_keys import changes_programs
 from orchestrator.gate.intent import ShellAnalysis
+from orchestrator.gate.programs import Family, lookup
 
 WILDCARD = "*"
 
@@ -166,7 +168,17 @@ class MatchConditions(BaseModel):
         default=None, description="fnmatch globs over the request's paths (file_write, patch files, cwd)."
     )
     profile: list[str] | None = Field(default=None, description="Profile names this applies to.")
-    complex: bool | None = Field(default=None, description="Only complex (true) or only simple (false).")
+    complex: bool | None = Field(
+        default=None,
+        description="Only complex (true) or only simple (false). An allow rule stating true covers complex commands"
+        " (every command must still match its command conditions).",
+    )
+    opaque: bool | None = Field(
+        default=None,
+        description="Only requests the gate cannot fully see (true: something unseen, an env key that changes what"
+        " programs run, an opaque program given a shell) or only fully seen ones (false). An allow rule stating true"
+        " covers that blindness and must have a ci: condition.",
+    )
     tenant: list[str] | None = Field(default=None, description="Tenants this applies to.")
     subject: list[GlobText] | None = Field(default=None, description="Subjects (fnmatch globs) this applies to.")
     ci: CiConditions | None = Field(
@@ -206,6 +218,41 @@ class MatchConditions(BaseModel):
         return self
 
 
+OPAQUE_TOKENS = re.compile(r"[\s;&|()<>`'\"$={},]+")
+"""Where a word an opaque program is given may hold a command name (``sh -c 'a|sudo id'``)."""
+
+
+def runs_commands(token: str) -> bool:
+    """A shell or a program that runs another command: an opaque program given one runs what the
+    gate cannot see (``docker run img sh -c …``, ``perf stat -- sh -c …``)."""
+    program = lookup(program_name((token,)))
+    return program is not None and program.family in (Family.SHELL, Family.WRAPPER)
+
+
+def unseen_by_gate(analysis: ShellAnalysis | None, sanitized: SanitizedRequest) -> str | None:
+    """What of the request the gate cannot see, or None when it established its complete intent: an env
+    key from the request that changes what programs run or load, what the analysis lists as unseen, an
+    opaque program given a shell or a program that runs commands. Every allow asks for it, but an allow
+    rule stating ``opaque: true`` (which must name the CI context it trusts). A denylisted program among
+    an opaque program's words is not here: the policy holds an allow for it always."""
+    if analysis is None:
+        return None
+    for key in sanitized.env_keys:
+        if changes_programs(key):
+            return f"env {key} from the request changes what programs run or load"
+    if analysis.unseen:
+        more = f" (and {len(analysis.unseen) - 1} more)" if len(analysis.unseen) > 1 else ""
+        return f"{analysis.unseen[0]}{more}"
+    for program, words in analysis.opaque:
+        if lookup(program) is not None:
+            continue  # a wrapper's option values: only the denylist is looked for there
+        for word in words:
+            for token in OPAQUE_TOKENS.split(word):
+                if token and runs_commands(token):
+                    return f"'{program}' is opaque to the gate and {token!r}, which runs commands, is among its words"
+    return None
+
+
 def _glob_program(glob: str) -> str:
     head = glob.split(" ", 1)
     if len(head) == 2 and not any(ch in head[0] for ch in "*?[\\'\""):
@@ -217,6 +264,7 @@ class RequestFacts:
     """What rules look at, computed once per decision (commands parsed once, not once per rule)."""
 
     __slots__ = (
+        "_blind",
         "_joined",
         "analysis",
         "commands",
@@ -242,9 +290,17 @@ class RequestFacts:
         # '..' resolved, so 'src/../../etc/passwd' is matched as '../etc/passwd', never as 'src/*'
         self.paths = [posixpath.normpath(p) for p in request_paths(sanitized)]
         self._joined: tuple[str, ...] | None = None
+        self._blind: tuple[str | None] | None = None
         # a script whose commands this analysis does not hold (binary, too long, or only its digest at hand: an
         # approval rule's sanitized form): no rule can say every command matches
         self.script_unread = sanitized.script is not None and not (analysis is not None and analysis.script_readers)
+
+    @property
+    def blind(self) -> str | None:
+        """What the gate cannot see of the request (``unseen_by_gate``), or None: computed once."""
+        if self._blind is None:
+            self._blind = (unseen_by_gate(self.analysis, self.sanitized),)
+        return self._blind[0]
 
     def joined(self) -> tuple[str, ...]:
         """Each command as the shell would quote it, argv[0] as its basename (for argv_glob)."""
@@ -333,6 +389,8 @@ class Matcher:
         if self.risk_max is not None and facts.risk > self.risk_max:
             return False
         if cond.complex is not None and facts.is_complex != cond.complex:
+            return False
+        if cond.opaque is not None and (facts.blind is not None) != cond.opaque:
             return False
         if self.path_globs is not None and not any(g.match(p) for p in facts.paths for g in self.path_globs):
             return False

@@ -4,12 +4,16 @@ Order: denylist (also over words the gate could not analyze) → mode deny → o
 wins) → asked escalation → allowlist (simple single command) → mode allow → default.
 
 The invariant, in every mode: a request is allowed without approval only if the gate established its
-complete intent (``ShellAnalysis.unseen`` is empty, and no program opaque to the gate has a denylisted
-program among its words). Otherwise every allow — rule, allowlist or mode — asks, saying what could
-not be seen.
-An allow — from the allowlist or a rule — never lets through a complex shell string, an escalation,
-a risk above allow_max_risk (unless the rule states its own risk condition) or a program that is
-not named bare or from a trusted directory: those ask.
+complete intent (``ShellAnalysis.unseen`` is empty, no env key from the request changes what programs
+run, no program opaque to the gate is given a shell or a program that runs commands: ``unseen_by_gate``),
+or an explicit allow rule on CI context covers what it cannot see (``opaque: true`` with a ``ci:``
+condition, refused at load without one); and in every case only if no program opaque to the gate has a
+denylisted program among its words. Otherwise every allow — rule, allowlist or mode — asks, saying what
+could not be seen.
+An allow — from the allowlist or a rule — never lets through a complex shell string (unless the rule
+states ``complex: true``: every command must still match its command conditions), an escalation, a risk
+above allow_max_risk (unless the rule states its own risk condition) or a program that is not named bare
+or from a trusted directory: those ask.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-import re
 import shlex
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -30,10 +33,8 @@ from orchestrator.domain.hosts import Allowlist, parse_pattern
 from orchestrator.domain.sanitized import RiskLevel, SanitizedRequest
 from orchestrator.gate.commands import CommandPattern, ParsedCommand, parse_command, program_name
 from orchestrator.gate.config import PolicyRule, SafetyConfig, default_safety_config, load_safety_config
-from orchestrator.gate.env_keys import changes_programs
 from orchestrator.gate.intent import ShellAnalysis
-from orchestrator.gate.matching import WILDCARD, Matcher, RequestFacts
-from orchestrator.gate.programs import Family, lookup
+from orchestrator.gate.matching import OPAQUE_TOKENS, WILDCARD, Matcher, RequestFacts, unseen_by_gate
 
 log = logging.getLogger(__name__)
 
@@ -50,17 +51,6 @@ class _CompiledRule:
     label: str
     rule: PolicyRule
     matcher: Matcher
-
-
-_TOKEN_SPLIT = re.compile(r"[\s;&|()<>`'\"$={},]+")
-"""Where a word an opaque program is given may hold a command name (``sh -c 'a|sudo id'``)."""
-
-
-def _runs_commands(token: str) -> bool:
-    """A shell or a program that runs another command: an opaque program given one runs what the
-    gate cannot see (``docker run img sh -c …``, ``perf stat -- sh -c …``)."""
-    program = lookup(program_name((token,)))
-    return program is not None and program.family in (Family.SHELL, Family.WRAPPER)
 
 
 class _PatternIndex:
@@ -160,10 +150,18 @@ class Policy:
         )
 
     def _hold_allow(
-        self, facts: RequestFacts, complex_reason: str | None, asked: list[str], *, check_risk: bool
+        self,
+        facts: RequestFacts,
+        asked: list[str],
+        *,
+        complex_reason: str | None,
+        check_risk: bool,
+        covers_blind: bool = False,
     ) -> str | None:
-        """Why an allow must become an ask, or None."""
-        blind = self._blind(facts.analysis, facts.sanitized)
+        """Why an allow must become an ask, or None. ``complex_reason``: the command is complex and the allow
+        does not cover that; ``covers_blind``: the allow covers what the gate cannot see (a rule stating
+        ``opaque: true``; a denylisted program among an opaque program's words is held all the same)."""
+        blind = self._denied_in_opaque(facts.analysis) or (None if covers_blind else self._unseen(facts))
         if blind is not None:
             return blind
         if complex_reason is not None:
@@ -178,34 +176,32 @@ class Policy:
                 return f"program {untrusted!r} is not in a trusted directory"
         return None
 
+    @staticmethod
+    def _unseen(facts: RequestFacts) -> str | None:
+        return None if facts.blind is None else f"the gate cannot see what would run: {facts.blind}"
+
     def _blind(self, analysis: ShellAnalysis | None, sanitized: SanitizedRequest) -> str | None:
         """Why the gate has not established the request's complete intent, or None. In every mode, a
-        request is allowed without approval only when this is None."""
+        request is allowed without approval only when this is None, or when an allow rule stating
+        ``opaque: true`` (and a ``ci:`` condition) covers what it reports but a denylisted program."""
+        denied = self._denied_in_opaque(analysis)
+        if denied is not None:
+            return denied
+        unseen = unseen_by_gate(analysis, sanitized)
+        return None if unseen is None else f"the gate cannot see what would run: {unseen}"
+
+    def _denied_in_opaque(self, analysis: ShellAnalysis | None) -> str | None:
+        """A denylisted program among the words of a program opaque to the gate (or a wrapper's option values):
+        an allow asks for it whatever covers the rest."""
         if analysis is None:
             return None
-        for key in sanitized.env_keys:
-            if changes_programs(key):
-                return (
-                    f"the gate cannot see what would run: env {key} from the request changes what programs run or load"
-                )
-        if analysis.unseen:
-            more = f" (and {len(analysis.unseen) - 1} more)" if len(analysis.unseen) > 1 else ""
-            return f"the gate cannot see what would run: {analysis.unseen[0]}{more}"
         for program, words in analysis.opaque:
-            opaque = lookup(program) is None  # else a wrapper's option values
             for word in words:
-                for token in _TOKEN_SPLIT.split(word):
-                    if not token:
-                        continue
-                    if self._deny.names_program(token):
+                for token in OPAQUE_TOKENS.split(word):
+                    if token and self._deny.names_program(token):
                         return (
                             f"'{program}' is opaque to the gate and {token!r} (denylisted) is among its words:"
                             " what it runs cannot be told"
-                        )
-                    if opaque and _runs_commands(token):
-                        return (
-                            f"'{program}' is opaque to the gate and {token!r}, which runs commands, is among its"
-                            " words: what it runs cannot be told"
                         )
         return None
 
@@ -294,9 +290,21 @@ class Policy:
             if rule.matcher.uses_risk:
                 why += f" (risk {sanitized.risk.risk_level}: {sanitized.risk.reason})"
             if grants:
-                held = self._hold_allow(facts, complex_reason, asked, check_risk=not rule.matcher.uses_risk)
+                covers_complex = rule.rule.complex is True
+                covers_blind = rule.rule.opaque is True
+                held = self._hold_allow(
+                    facts,
+                    asked,
+                    complex_reason=None if covers_complex else complex_reason,
+                    check_risk=not rule.matcher.uses_risk,
+                    covers_blind=covers_blind,
+                )
                 if held is not None:
                     return self._decision(Decision.ASK, f"{why}; but {held}", rule.label, sanitized)
+                if covers_complex and complex_reason is not None:
+                    why += f" (covers a complex command: {complex_reason})"
+                if covers_blind and facts.blind is not None:
+                    why += f" (covers what the gate cannot see: {facts.blind})"
             return self._decision(rule.rule.action, why, rule.label, sanitized)
 
         if asked:
@@ -306,7 +314,7 @@ class Policy:
             allowed = self._allow.first_match(facts.parsed[0])
             if allowed is not None:
                 label = f"allowlist:{allowed.text}"
-                held = self._hold_allow(facts, None, [], check_risk=True)
+                held = self._hold_allow(facts, [], complex_reason=None, check_risk=True)
                 if held is not None:
                     return self._decision(Decision.ASK, f"allowlisted {allowed.text!r} but {held}", label, sanitized)
                 return self._decision(Decision.ALLOW, f"allowlisted: {allowed.text!r}", label, sanitized)
