@@ -38,7 +38,8 @@ from orchestrator.gate.matching import OPAQUE_TOKENS, WILDCARD, Matcher, Request
 
 log = logging.getLogger(__name__)
 
-POLICY_ENGINE_VERSION = 2
+POLICY_ENGINE_VERSION = 3
+"""In every policy_version_hash: 3 since an allow rule stating complex: true (or opaque: true) covers what it states."""
 _SUFFIX_WORDS = 256
 """Words of an unanalyzed sequence a denylist pattern is matched against, from each program name on."""
 _SUFFIX_PARSES = 64
