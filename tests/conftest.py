@@ -38,6 +38,7 @@ XDIST_GROUPS: tuple[tuple[str, str, str], ...] = (
     ("k8s", "integration/test_containment", "k8s-containment"),
     ("k8s", "", "k8s"),
     ("integration", "api/", "docker-api"),
+    ("integration", "ci/", "docker-api"),  # the CI front doors drive the service too
     ("firsthour", "", "first-hour"),
     ("integration", "", "docker"),
 )

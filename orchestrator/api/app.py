@@ -18,11 +18,13 @@ from orchestrator.api.connections import SERVED, ConnectionGuard, mark_served
 from orchestrator.api.errors import answer
 from orchestrator.api.events import EventHub
 from orchestrator.api.grant_handlers import GRANT_BOOK
-from orchestrator.api.keys import EVENTS, LIMITER, METRICS, OPENAPI, PRINCIPAL, SERVICE, TOKENS
+from orchestrator.api.keys import CI_JOBS, EVENTS, GITHUB_HOOK, LIMITER, METRICS, OPENAPI, PRINCIPAL, SERVICE, TOKENS
 from orchestrator.api.metrics import ServiceMetrics
 from orchestrator.api.openapi import build_document
 from orchestrator.api.routes import ROUTES
 from orchestrator.api.ui import add_ui_routes
+from orchestrator.ci.github.hook import GithubHook
+from orchestrator.ci.jobs import CiJobs
 from orchestrator.domain.wire import ExecutionView
 from orchestrator.service.hosting import Service
 
@@ -69,6 +71,11 @@ def build_app(service: Service) -> web.Application:
         hub.publish(view)
 
     service.manager.add_listener(changed)
+    runner = service.orchestrator.runner
+    assert runner is not None  # a service runs what it accepts
+    jobs = CiJobs(service.manager, service.manager.workspaces, runner.profiles)
+    app[CI_JOBS] = jobs
+    app[GITHUB_HOOK] = GithubHook(jobs)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
     add_ui_routes(app)  # the approvals page (public files; its data calls carry the token)

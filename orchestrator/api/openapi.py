@@ -57,6 +57,7 @@ _ERROR_TEXT = {
     404: "No such resource (or another tenant's)",
     409: "Conflict: no longer pending / not running",
     413: "Body too large",
+    422: "A CI job or step asks for what no sandbox is given",
     429: "Rate limited (or too many open streams or sessions)",
     500: "A bug, never expected (INTERNAL)",
     503: "Unavailable (engine, store, evidence)",

@@ -11,8 +11,10 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel
 
-from orchestrator.api import grant_handlers, handlers, session_handlers
+from orchestrator.api import ci_handlers, grant_handlers, handlers, session_handlers
+from orchestrator.ci.github.protocol import HookCall
 from orchestrator.domain import routes as http
+from orchestrator.domain.ci_jobs import CiJobRequest, CiJobView, CiStepRequest
 from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView, RevokeBody
 from orchestrator.domain.routes import Endpoint, Param
 from orchestrator.domain.wire import (
@@ -198,6 +200,43 @@ ROUTES: tuple[Route, ...] = (
         "A grant's ledger, oldest first: each run it covered, settled (usage charged) or released (nothing).",
         response=GrantChargePage,
         errors=(400, 403, 404),
+    ),
+    Route(
+        http.OPEN_CI_JOB,
+        ci_handlers.open_ci_job,
+        "Open a CI job: its CI context, its image checked against the caps, its workspace (made when missing).",
+        body=CiJobRequest,
+        response=CiJobView,
+        success=(201,),
+        errors=(400, 403, 413, 422),
+    ),
+    Route(http.GET_CI_JOB, ci_handlers.get_ci_job, "One CI job and its steps.", response=CiJobView, errors=(404,)),
+    Route(
+        http.RUN_CI_STEP,
+        ci_handlers.run_ci_step,
+        "Run one step of the job: an execution (follow it with /v1/executions/{id}/output), decided on its content"
+        " with the job's CI context.",
+        body=CiStepRequest,
+        response=SubmitAnswer,
+        success=(202, 200),
+        errors=(400, 403, 404, 409, 413, 422, 503),
+    ),
+    Route(
+        http.CLOSE_CI_JOB,
+        ci_handlers.close_ci_job,
+        "Close the job: steps still running are cancelled, the workspace removed when the job made it.",
+        response=CiJobView,
+        errors=(404,),
+    ),
+    Route(
+        http.GITHUB_HOOK,
+        ci_handlers.github_hook,
+        "The GitHub Actions runner's container hook, one call per command (prepare_job, run_script_step,"
+        " run_container_step, cleanup_job): NDJSON lines, the step's output ({stream, data}) as produced, then its"
+        " end ({exit_code, response}); {} lines keep a silent step's connection checked.",
+        body=HookCall,
+        media="application/x-ndjson",
+        errors=(400, 403, 404, 413, 422, 503),
     ),
     Route(
         http.EVENTS,

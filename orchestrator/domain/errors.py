@@ -88,6 +88,16 @@ class ProfileNotFound(OrchestratorError):
     http_status = 400
 
 
+class CiUnsupported(OrchestratorError):
+    """A CI job or step asks for what the controller does not give a sandbox (services, port mappings, host
+    mounts, container create options, an image built from a Dockerfile): refused with this code in the job's
+    log, never silently dropped."""
+
+    code = "CI.UNSUPPORTED"
+    exit_code = 2
+    http_status = 422
+
+
 class SandboxUnavailable(OrchestratorError):
     code = "SANDBOX.UNAVAILABLE"
     retryable = True

@@ -215,6 +215,7 @@ SESSION_ID = Text(
     name="id", where="path", description="The session's id (the session_id its opening answered with).", min_length=1
 )
 GRANT_ID = Text(name="id", where="path", description="The grant's id (grt_...).", min_length=1)
+CI_JOB_ID = Text(name="id", where="path", description="The CI job's id (job-...).", min_length=1)
 LAST_EVENT_ID = Text(
     name="Last-Event-ID",
     where="header",
@@ -290,6 +291,11 @@ LIST_GRANTS = Endpoint("GET", "/v1/grants", "list_grants", (GRANT_STATE, GRANT_T
 GET_GRANT = Endpoint("GET", "/v1/grants/{id}", "get_grant", (GRANT_ID,))
 REVOKE_GRANT = Endpoint("DELETE", "/v1/grants/{id}", "revoke_grant", (GRANT_ID,))
 GRANT_CHARGES = Endpoint("GET", "/v1/grants/{id}/charges", "grant_charges", (GRANT_ID, CHARGES_LIMIT, CHARGES_CURSOR))
+OPEN_CI_JOB = Endpoint("POST", "/v1/ci/jobs", "open_ci_job")
+GET_CI_JOB = Endpoint("GET", "/v1/ci/jobs/{id}", "get_ci_job", (CI_JOB_ID,))
+RUN_CI_STEP = Endpoint("POST", "/v1/ci/jobs/{id}/steps", "run_ci_step", (CI_JOB_ID, WAIT))
+CLOSE_CI_JOB = Endpoint("DELETE", "/v1/ci/jobs/{id}", "close_ci_job", (CI_JOB_ID,))
+GITHUB_HOOK = Endpoint("POST", "/v1/ci/github/hook", "github_hook")
 EVENTS = Endpoint("GET", "/v1/events", "stream_events")
 EVIDENCE = Endpoint("GET", "/v1/evidence", "evidence_records", (EVIDENCE_EXECUTION,))
 VERIFY_EVIDENCE = Endpoint("GET", "/v1/evidence/verify", "verify_evidence")

@@ -19,6 +19,7 @@ import errno
 import os
 import posixpath
 import secrets
+import stat
 from pathlib import Path
 
 from orchestrator.domain.errors import InputInvalid
@@ -124,3 +125,45 @@ def place_script(workspace: Path, script: ScriptFile, *, root: str, workdir: str
     finally:
         os.close(fd)
     return posixpath.join(root, *parts)
+
+
+def read_workspace_file(workspace: Path, parts: list[str], *, limit: int) -> bytes:
+    """The bytes of the regular file ``parts`` below ``workspace``, read as place_script writes: from the
+    workspace's root down, never following a link. INPUT.INVALID naming ``script.path`` when it is missing,
+    not a regular file, reached through a link, or larger than ``limit``. Blocking: call off the loop."""
+    shown = "/".join(parts)
+    try:
+        fd = os.open(workspace, _DIR_FLAGS)
+    except OSError as err:
+        raise _refused(f"the workspace cannot be opened: {err.strerror or err}") from None
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=fd)
+        try:
+            status = os.fstat(file_fd)
+            if not stat.S_ISREG(status.st_mode):
+                raise _refused(f"{shown!r} is not a regular file of the workspace")
+            if status.st_size > limit:
+                raise _refused(f"{shown!r} is larger than {limit} bytes")
+            data = os.read(file_fd, limit + 1)
+            chunks = [data]
+            while data and sum(map(len, chunks)) <= limit:
+                data = os.read(file_fd, limit + 1)
+                chunks.append(data)
+            content = b"".join(chunks)
+            if len(content) > limit:
+                raise _refused(f"{shown!r} is larger than {limit} bytes")
+            return content
+        finally:
+            os.close(file_fd)
+    except InputInvalid:
+        raise
+    except OSError as err:
+        if err.errno in (errno.ENOTDIR, errno.ELOOP):
+            raise _refused(f"{shown!r} is reached through a file or a symbolic link") from None
+        raise _refused(f"{shown!r} cannot be read from the workspace: {err.strerror or err}") from None
+    finally:
+        os.close(fd)

@@ -1,0 +1,399 @@
+"""The container-hook protocol answered by the controller: each command of the runner becomes CI job operations.
+
+``prepare_job`` opens a CI job (``ci.jobs``): its image checked against the caps, what no sandbox is given
+refused (``CI.UNSUPPORTED``: services, port mappings, user volumes, create options), the runner's paths inside
+the job container (``systemMountVolumes``: ``/__w`` is the runner's work directory, ``/github/home`` its
+``_temp/_github_home`` …) mapped onto the job's workspace. ``run_script_step`` and ``run_container_step`` are
+each one governed execution in a fresh sandbox: the runner's script is read from the workspace (the runner
+wrote it there) and decided on by its content; what the gate cannot read (a JavaScript action's program, a
+container step's image) is allowed only by a rule on CI context. ``cleanup_job`` closes the job.
+
+Values the runner sets that change which code runs (``PATH`` from ``prependPath``, ``HOME`` …: never a request's
+environment) are written as ``export`` lines at the head of the script the step runs, where the gate reads them
+with the rest; a step that has no shell script gets a small one that exports them and ``exec``s its program.
+
+The answer streams: the step's output as produced, then its end (exit code, and the response file's content).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import posixpath
+import re
+import shlex
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.ci.github.protocol import (
+    HOOK_ENV,
+    Container,
+    HookCall,
+    HookInput,
+    Mount,
+    PrepareJobArgs,
+    ScriptStepArgs,
+)
+from orchestrator.ci.jobs import CiJobs
+from orchestrator.domain.ci import ci_from_github
+from orchestrator.domain.ci_jobs import CiJobView
+from orchestrator.domain.errors import CiUnsupported, InputInvalid, NotFound, OrchestratorError
+from orchestrator.domain.principal import Principal
+from orchestrator.domain.requests import MAX_SCRIPT_BYTES, ScriptFile, describe_validation_error
+from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
+from orchestrator.pipeline.script_file import read_workspace_file
+from orchestrator.profiles.models import is_code_loading_env
+from orchestrator.service.workspaces import WORKSPACE_NAME
+
+log = logging.getLogger(__name__)
+
+#: the runner's work directory inside job containers (``ContainerInfo.cs``: /__w)
+RUNNER_WORK = "/__w"
+RUNNER_EXTERNALS = "/__e"
+ENGINE_SOCKET = "/var/run/docker.sock"
+#: shells whose scripts the gate reads, and that read ``export`` lines
+_SHELLS = frozenset({"bash", "sh"})
+
+Event = dict[str, Any]
+
+
+def _parsed(model: type[BaseModel], raw: Any, what: str) -> Any:
+    try:
+        return model.model_validate(raw if raw is not None else {})
+    except ValidationError as err:
+        fields = [f"{what}.{'.'.join(map(str, e['loc']))}" for e in err.errors(include_input=False)]
+        raise InputInvalid(f"{what}: {describe_validation_error(err)}", details={"fields": fields}) from None
+
+
+def _clean(path: str) -> str:
+    # the runner may write "//Users/…" (examples/run-container-step.json); POSIX keeps a leading "//"
+    return posixpath.normpath(re.sub("/+", "/", path)) if path else path
+
+
+@dataclass(frozen=True)
+class PathMap:
+    """The runner's paths inside a job container, onto the job's workspace: (runner path, sandbox path),
+    longest first, and the runner paths no sandbox has (reached only by a refusal)."""
+
+    pairs: tuple[tuple[str, str], ...]
+    missing: tuple[str, ...] = ()
+
+    def __call__(self, value: str, what: str) -> str:
+        for missing in self.missing:
+            if value == missing or value.startswith(missing + "/"):
+                raise CiUnsupported(
+                    f"{what} uses {missing}, which no sandbox of this job has"
+                    + (
+                        " (the runner's externals: set SANDBOX_EXTERNALS to where the deployment puts a copy of them"
+                        " in the job's workspace, docs/ci.md)"
+                        if missing == RUNNER_EXTERNALS
+                        else ""
+                    ),
+                    details={"fields": [what]},
+                )
+        for runner, sandbox in self.pairs:
+            if value == runner or value.startswith(runner + "/"):
+                return sandbox + value[len(runner) :]
+        return value
+
+    def words(self, values: list[str], what: str) -> list[str]:
+        return [self(v, what) for v in values]
+
+
+def path_map(mounts: list[Mount], *, root: str, externals: str | None, notices: list[str]) -> PathMap:
+    """The map of a job's ``systemMountVolumes``: the runner's work directory (the mount at /__w) is the job's
+    workspace at ``root``; a mount of a directory below it is that directory there; the runner's externals are
+    ``externals`` (a directory of the workspace) or missing; the engine's socket is never given."""
+    work = next((_clean(m.source) for m in mounts if _clean(m.target) == RUNNER_WORK), None)
+    pairs: dict[str, str] = {RUNNER_WORK: root}
+    missing: list[str] = []
+    for mount in mounts:
+        source, target = _clean(mount.source), _clean(mount.target)
+        if target == RUNNER_WORK:
+            continue
+        if work is not None and (source == work or source.startswith(work + "/")):
+            pairs[target] = root + source[len(work) :]
+        elif target == ENGINE_SOCKET:
+            notices.append(f"the engine's socket ({ENGINE_SOCKET}) is never given to a sandbox: not mounted")
+        elif target == RUNNER_EXTERNALS and externals is not None:
+            pairs[target] = posixpath.join(root, externals)
+        else:
+            missing.append(target)
+            notices.append(f"{target} (the runner's {source}) is not on the job's storage: a step using it is refused")
+    ordered = tuple(sorted(pairs.items(), key=lambda kv: -len(kv[0])))
+    return PathMap(ordered, tuple(missing))
+
+
+def _inside(path: str, root: str) -> str:
+    """A directory of the workspace as the request names it: relative to the mount (the gate reads an absolute
+    working directory as one that may leave the workspace)."""
+    if path == root:
+        return "."
+    if path.startswith(root + "/"):
+        return path[len(root) + 1 :]
+    raise CiUnsupported(f"args.workingDirectory {path!r} is not in the job's workspace ({root})")
+
+
+def _refuse_options(container: Container, what: str) -> None:
+    """CI.UNSUPPORTED for each container option no sandbox is given (never silently dropped)."""
+    refused = []
+    if container.port_mappings:
+        refused.append(f"{what}.portMappings (a sandbox has no network to publish)")
+    if container.user_mount_volumes:
+        refused.append(f"{what}.userMountVolumes (a sandbox sees its workspace only)")
+    if container.create_options and container.create_options.strip():
+        options = container.create_options.strip()[:80]
+        refused.append(f"{what}.createOptions ({options!r}: limits come from the profile)")
+    if container.dockerfile:
+        refused.append(f"{what}.dockerfile (nothing is built: name an image the config allows)")
+    if refused:
+        raise CiUnsupported("not given to a sandbox: " + "; ".join(refused), details={"fields": [what]})
+
+
+@dataclass
+class _HookJob:
+    """What the protocol keeps of a job between commands (the runner hands back only the job's id)."""
+
+    job: CiJobView
+    paths: PathMap
+    env: dict[str, str]
+    steps: int = 0
+    notices: list[str] = field(default_factory=list)
+
+
+def _prelude(code_loading: dict[str, str], prepend: list[str]) -> str:
+    """export lines for the values a request's environment never carries (read by the gate with the script)."""
+    lines = [f"export {name}={shlex.quote(value)}" for name, value in sorted(code_loading.items())]
+    if prepend:
+        lines.append(f'export PATH={shlex.quote(":".join(prepend))}"${{PATH:+:$PATH}}"')
+    return "".join(line + "\n" for line in lines)
+
+
+class GithubHook:
+    """Answers the hook's commands for a principal (the runner's token)."""
+
+    def __init__(self, jobs: CiJobs) -> None:
+        self.jobs = jobs
+        self._jobs: dict[str, _HookJob] = {}
+
+    async def invoke(self, call: HookCall, principal: Principal) -> AsyncIterator[Event]:
+        """The events of one hook command: ``{"stream", "data"}`` as produced, then ``{"exit_code", "response"}``.
+        A refusal before anything ran raises (the caller answers it as an error)."""
+        unknown = sorted(set(call.env) - set(HOOK_ENV))
+        if unknown:
+            raise InputInvalid(
+                f"env: only {', '.join(HOOK_ENV)} are forwarded (not {', '.join(unknown)})",
+                details={"fields": [f"env.{k}" for k in unknown]},
+            )
+        hook_input: HookInput = _parsed(HookInput, call.input, "input")
+        if hook_input.command == "prepare_job":
+            async for event in self._prepare(hook_input, call.env, principal):
+                yield event
+        elif hook_input.command == "cleanup_job":
+            async for event in self._cleanup(hook_input, principal):
+                yield event
+        else:
+            async for event in self._step(hook_input, call.env, principal):
+                yield event
+
+    # -- prepare_job / cleanup_job ---------------------------------------------------------------------
+    async def _prepare(self, hook: HookInput, env: dict[str, str], principal: Principal) -> AsyncIterator[Event]:
+        args: PrepareJobArgs = _parsed(PrepareJobArgs, hook.args, "args")
+        if args.container is None or not args.container.image:
+            raise CiUnsupported(
+                "the job has no container: its steps would run on the runner itself, outside any sandbox (give the"
+                " job a container:, and set ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER=true on the runner)",
+                details={"fields": ["args.container"]},
+            )
+        if args.services:
+            names = ", ".join(str(s.get("contextName") or s.get("image") or "?")[:64] for s in args.services)
+            raise CiUnsupported(
+                f"services: ({names}) are not run: a sandbox has no network to reach them",
+                details={"fields": ["args.services"]},
+            )
+        container = args.container
+        _refuse_options(container, "args.container")
+        workspace = env.get("SANDBOX_WORKSPACE") or env.get("RUNNER_NAME")
+        if not workspace or not WORKSPACE_NAME.fullmatch(workspace):
+            raise InputInvalid(
+                "SANDBOX_WORKSPACE (or RUNNER_NAME): the name of the runner's work directory below its tenant's"
+                " workspaces, 1-128 of A-Z a-z 0-9 . _ - (set SANDBOX_WORKSPACE on the runner)",
+                details={"fields": ["env.SANDBOX_WORKSPACE"]},
+            )
+        externals = env.get("SANDBOX_EXTERNALS")
+        if externals is not None and not WORKSPACE_NAME.fullmatch(externals):
+            raise InputInvalid(
+                "SANDBOX_EXTERNALS: a directory of the job's workspace, 1-128 of A-Z a-z 0-9 . _ -",
+                details={"fields": ["env.SANDBOX_EXTERNALS"]},
+            )
+        ci = ci_from_github(env, job_id=env.get("RUNNER_NAME") if env.get("RUNNER_NAME") else None)
+        notices: list[str] = []
+        if container.registry is not None:
+            notices.append("the job container's registry credentials are not used: nothing is ever pulled")
+        job = await self.jobs.open(
+            {"ci": ci.model_dump(mode="json", exclude_none=True), "workspace": workspace, "image": container.image},
+            principal,
+        )
+        paths = path_map(container.system_mount_volumes, root=job.container_path, externals=externals, notices=notices)
+        self._jobs[job.job_id] = _HookJob(job=job, paths=paths, env=dict(container.environment_variables))
+        for notice in notices:
+            yield {"stream": "stderr", "data": f"sandbox: {notice}\n"}
+        yield {
+            "stream": "stdout",
+            "data": f"sandbox: job {job.job_id}: image {job.image}, profile {job.profile}, workspace {job.workspace}"
+            f" at {job.container_path}\n",
+        }
+        response = {
+            "state": {"job": job.job_id},
+            "context": {"container": {"id": job.job_id, "network": "none"}, "services": []},
+            # the images this controller runs are glibc-based (Debian): the runner picks its node build by this
+            "isAlpine": False,
+        }
+        yield {"exit_code": 0, "response": response}
+
+    def _job_of(self, hook: HookInput, principal: Principal) -> _HookJob:
+        job_id = (hook.state or {}).get("job")
+        if not isinstance(job_id, str):
+            raise InputInvalid("state.job: missing (prepare_job gives it)", details={"fields": ["state.job"]})
+        kept = self._jobs.get(job_id)
+        self.jobs.get(job_id, principal)  # NOT_FOUND for another tenant's job, or one this controller forgot
+        if kept is None:
+            raise NotFound(f"no CI job {job_id} (the controller restarted since prepare_job?)")
+        return kept
+
+    async def _cleanup(self, hook: HookInput, principal: Principal) -> AsyncIterator[Event]:
+        job_id = (hook.state or {}).get("job")
+        if not isinstance(job_id, str):
+            yield {"stream": "stderr", "data": "sandbox: no job to clean up (prepare_job did not open one)\n"}
+            yield {"exit_code": 0, "response": None}
+            return
+        with contextlib.suppress(NotFound):
+            view = await self.jobs.close(job_id, principal)
+            yield {"stream": "stdout", "data": f"sandbox: job {job_id} closed after {len(view.steps)} step(s)\n"}
+        self._jobs.pop(job_id, None)
+        yield {"exit_code": 0, "response": None}
+
+    # -- steps ---------------------------------------------------------------------------------------------
+    async def _step_request(self, hook: HookInput, env: dict[str, str], kept: _HookJob) -> dict[str, Any]:
+        """The job step's request (``CiStepRequest``) for a run_script_step or run_container_step."""
+        paths = kept.paths
+        root = kept.job.container_path
+        image: str | None = None
+        if hook.command == "run_container_step":
+            container: Container = _parsed(Container, hook.args, "args")
+            _refuse_options(container, "args")
+            if not container.image:
+                raise CiUnsupported("args.image: a container step without an image", details={"fields": ["args.image"]})
+            if not container.entry_point:
+                raise CiUnsupported(
+                    "args.entryPoint: a container step must name its entrypoint (the image's own is not read)",
+                    details={"fields": ["args.entryPoint"]},
+                )
+            image = container.image
+            entry, words = container.entry_point, container.entry_point_args
+            step_env, prepend = container.environment_variables, container.prepend_path
+            workdir = container.working_directory
+        else:
+            args: ScriptStepArgs = _parsed(ScriptStepArgs, hook.args, "args")
+            entry, words = args.entry_point, args.entry_point_args
+            step_env, prepend, workdir = args.environment_variables, args.prepend_path, args.working_directory
+            step_env = {**kept.env, **step_env}
+        argv = [paths(entry, "args.entryPoint"), *paths.words(words, "args.entryPointArgs")]
+        mapped_env = {k: paths(v, f"args.environmentVariables.{k}") for k, v in step_env.items()}
+        plain = {k: v for k, v in mapped_env.items() if not is_code_loading_env(k)}
+        # a value the profile itself gives (HOME: the runner's home in the workspace) is no change
+        fixed = self.jobs.profiles.named(kept.job.profile).env
+        code_loading = {k: v for k, v in mapped_env.items() if is_code_loading_env(k) and fixed.get(k) != v}
+        prelude = _prelude(code_loading, paths.words(prepend, "args.prependPath"))
+        script = await self._script(argv, kept, root, prelude)
+        if script is None and prelude:
+            wrapper = f"{root}/_temp/_sandbox/{uuid.uuid4().hex}.sh"
+            content = prelude + "exec " + shlex.join(argv) + "\n"
+            script = ScriptFile.of(wrapper, content)
+            argv = ["bash", "--noprofile", "--norc", "-e", wrapper]
+        ci_step = env.get("GITHUB_ACTION") or None
+        repository, ref = env.get("GITHUB_ACTION_REPOSITORY"), env.get("GITHUB_ACTION_REF")
+        action = None if not repository else f"{repository}@{ref}" if ref else repository
+        request: dict[str, Any] = {
+            "step": ci_step,
+            "action": action,
+            "argv": argv,
+            "env": plain,
+            "cwd": _inside(paths(workdir, "args.workingDirectory"), root) if workdir else None,
+            "image": image,
+        }
+        if script is not None:
+            request["script"] = script.model_dump(mode="json")
+        return {k: v for k, v in request.items() if v is not None}
+
+    async def _script(self, argv: list[str], kept: _HookJob, root: str, prelude: str) -> ScriptFile | None:
+        """The script a shell step runs (the runner wrote it into the workspace), with the prelude at its head;
+        None when the argv runs no file of the workspace's _temp (or runs one with a program that is no shell
+        while a prelude is needed: it then gets a wrapper)."""
+        temp = f"{root}/_temp/"
+        candidates = [w for w in argv[1:] if w.startswith(temp) and not w.startswith("-")]
+        if not candidates:
+            return None
+        path = candidates[-1]
+        shell = posixpath.basename(argv[0]) in _SHELLS
+        if prelude and not shell:
+            return None
+        job_path = self.jobs.workspace_of(kept.job.job_id)
+        parts = posixpath.relpath(path, root).split("/")
+        content = await asyncio.to_thread(read_workspace_file, job_path, parts, limit=MAX_SCRIPT_BYTES - len(prelude))
+        return ScriptFile(path=path, content_base64=base64.b64encode(prelude.encode() + content).decode("ascii"))
+
+    async def _step(self, hook: HookInput, env: dict[str, str], principal: Principal) -> AsyncIterator[Event]:
+        kept = self._job_of(hook, principal)
+        request = await self._step_request(hook, env, kept)
+        kept.steps += 1
+        view = await self.jobs.step(kept.job.job_id, request, principal)
+        yield {"execution_id": view.execution_id}  # the hook skips it: the answer starts once the step is taken
+        async for event in self.follow(view, principal):
+            yield event
+
+    async def follow(self, view: ExecutionView, principal: Principal) -> AsyncIterator[Event]:
+        """The execution's output as produced, then its end; the execution is cancelled when the caller goes
+        away before it ended (the runner's SIGINT on a step's timeout ends the hook, and its connection)."""
+        manager = self.jobs.manager
+        if view.state is ExecutionState.PENDING_APPROVAL:
+            reason = view.reason or ""
+            yield {
+                "stream": "stderr",
+                "data": f"sandbox: waiting for approval of execution {view.execution_id}: {reason}\n",
+            }
+        ended = False
+        try:
+            async for index, item in manager.output(view.execution_id, principal, -1):
+                if isinstance(item, OutputChunk):
+                    yield {"stream": item.stream, "data": item.data}
+                elif index < 0 and isinstance(item, ExecutionView):
+                    ended = True
+                    for event in _end(item):
+                        yield event
+                    return
+        finally:
+            if not ended:
+                with contextlib.suppress(OrchestratorError):
+                    await asyncio.shield(manager.cancel(view.execution_id, principal))
+
+
+def _end(view: ExecutionView) -> list[Event]:
+    """A step's end as the runner reads it: its exit code (1 when it never ran to one, or ran to 0 but failed a
+    limit), and why in the log."""
+    events: list[Event] = []
+    error = view.error or (view.result.error if view.result is not None else None)
+    if error is not None:
+        events.append({"stream": "stderr", "data": f"sandbox: {error.code}: {error.message}\n"})
+    code = view.result.exit_code if view.result is not None else None
+    if view.state is not ExecutionState.SUCCEEDED:
+        events.append({"stream": "stderr", "data": f"sandbox: execution {view.execution_id} {view.state.value}\n"})
+        code = code or 1
+    events.append({"exit_code": code or 0, "response": None, "execution_id": view.execution_id})
+    return events

@@ -1,0 +1,186 @@
+"""CI jobs: opened by a runner's front door, each step an ordinary governed execution, closed at cleanup.
+
+A step is submitted to the service's execution manager exactly as ``POST /v1/executions`` would submit it (the
+same gate, approvals, grants, evidence and limits: no second path), as a ``shell_exec`` request carrying the
+job's CI context (with the step's name), its profile, its image and its workspace. The workspace is the service's
+own per-tenant directory named for the job (``Workspaces.path(tenant, name)``: the name is the request's
+``session_id``, so "approve for the session" covers the rest of the job and nothing else).
+
+Jobs live in this process: a controller restarted mid-job answers the job's next step NOT_FOUND and the runner
+fails the job (its steps that ran are in the evidence and the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator.domain.ci_jobs import DEFAULT_CI_PROFILE, CiJobRequest, CiJobView, CiStepRequest
+from orchestrator.domain.errors import ExecutionNotRunning, Forbidden, InputInvalid, NotFound, OrchestratorError
+from orchestrator.domain.ids import new_execution_id
+from orchestrator.domain.principal import Principal, Role
+from orchestrator.domain.requests import describe_validation_error
+from orchestrator.domain.wire import ExecutionView
+from orchestrator.pipeline.profiles_of import Profiles
+from orchestrator.service.executions import ExecutionManager
+from orchestrator.service.workspaces import Workspaces
+
+log = logging.getLogger(__name__)
+
+#: closed jobs kept for late readers (GET /v1/ci/jobs/{id}) before they are forgotten
+_KEEP_CLOSED = 256
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _validated(model: type[CiJobRequest] | type[CiStepRequest], raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise InputInvalid("the body must be a JSON object", details={"fields": ["(root)"]})
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        fields = [".".join(map(str, e["loc"])) or "(root)" for e in err.errors(include_input=False)]
+        raise InputInvalid(describe_validation_error(err), details={"fields": fields}) from None
+
+
+@dataclass
+class _Job:
+    view: CiJobView
+    request: CiJobRequest
+    path: Path
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class CiJobs:
+    """The open jobs of this controller, and the steps they ran."""
+
+    def __init__(self, manager: ExecutionManager, workspaces: Workspaces, profiles: Profiles) -> None:
+        self.manager = manager
+        self.workspaces = workspaces
+        self.profiles = profiles
+        self._jobs: dict[str, _Job] = {}
+        self._closed: list[str] = []
+
+    # -- opening ---------------------------------------------------------------------------------------
+    async def open(self, raw: Any, principal: Principal) -> CiJobView:
+        """Open a job: its image checked against the caps now (a refusal before any step runs), its workspace
+        made when missing. A workspace another open job of this controller holds is taken over: that job is
+        closed first (its runner is gone: a runner runs one job at a time)."""
+        if principal.role is Role.APPROVER:
+            raise Forbidden("an approver token cannot open CI jobs")
+        request: CiJobRequest = _validated(CiJobRequest, raw)
+        asked = {k: v for k, v in (("tenant", request.tenant), ("subject", request.subject)) if v is not None}
+        owned = self.manager.owned(asked, principal)
+        tenant, subject = owned["tenant"] or "default", owned["subject"]
+        profile_name = request.profile or DEFAULT_CI_PROFILE
+        profile = self.profiles.named(profile_name, image=request.image)  # POLICY.DENIED for an image not allowed
+        job_id = f"job-{new_execution_id()}"
+        name = request.workspace or job_id
+        path = self.workspaces.path(tenant, name)
+        for other in list(self._jobs.values()):
+            if other.view.state == "open" and other.path == path:
+                log.warning("job %s takes workspace %s over from job %s (closed)", job_id, name, other.view.job_id)
+                await self._close(other, principal)
+        created = not path.is_dir()
+        await self.workspaces.ensure(tenant, name)
+        view = CiJobView(
+            job_id=job_id,
+            state="open",
+            tenant=tenant,
+            subject=subject,
+            ci=request.ci.recorded(),
+            profile=profile_name,
+            image=profile.image,
+            workspace=name,
+            workspace_created=created,
+            container_path=profile.workspace.container_path,
+            created_at=_now(),
+        )
+        self._jobs[job_id] = _Job(view=view, request=request, path=path)
+        log.info("CI job %s opened (%s %s, job %s)", job_id, view.ci.provider, view.ci.repository, view.ci.job)
+        return view
+
+    def get(self, job_id: str, principal: Principal) -> CiJobView:
+        return self._job(job_id, principal).view
+
+    def _job(self, job_id: str, principal: Principal) -> _Job:
+        job = self._jobs.get(job_id)
+        if job is None or not principal.sees(job.view.tenant):
+            raise NotFound(f"no CI job {job_id}")  # another tenant's: indistinguishable
+        return job
+
+    # -- steps -----------------------------------------------------------------------------------------
+    async def step(self, job_id: str, raw: Any, principal: Principal, *, wait_s: float | None = None) -> ExecutionView:
+        """Submit one step as an execution of the job (refusals raise, as for any submission)."""
+        job = self._job(job_id, principal)
+        step: CiStepRequest = _validated(CiStepRequest, raw)
+        if job.view.state != "open":
+            raise ExecutionNotRunning(f"CI job {job_id} is closed: it takes no more steps")
+        ci = job.request.ci.model_copy(update={"step": step.step, "action": step.action})
+        request: dict[str, Any] = {
+            "tool": "shell_exec",
+            "argv": step.argv,
+            "env": step.env,
+            "cwd": step.cwd,
+            "timeout_ms": step.timeout_ms,
+            "profile": job.view.profile,
+            "image": step.image or job.request.image,
+            "ci": ci.model_dump(mode="json", exclude_none=True),
+            "tenant": job.view.tenant,
+            "subject": job.view.subject,
+            "session_id": job.view.workspace,
+        }
+        if step.script is not None:
+            request["script"] = step.script.model_dump(mode="json")
+        request = {k: v for k, v in request.items() if v is not None}
+        if step.image is not None:
+            self.profiles.named(job.view.profile, image=step.image)  # refused now, before anything is asked
+        view = await self.manager.submit(request, principal, wait_s=wait_s)
+        job.view = job.view.model_copy(update={"steps": [*job.view.steps, view.execution_id]})
+        return view
+
+    def workspace_of(self, job_id: str) -> Path:
+        """Where the job's workspace is on this host (the controller's side of the mount)."""
+        return self._jobs[job_id].path
+
+    # -- closing ---------------------------------------------------------------------------------------
+    async def close(self, job_id: str, principal: Principal) -> CiJobView:
+        """Close the job: steps still running are cancelled (their sandboxes removed), the workspace removed
+        when the job made it. Closing again answers the closed job."""
+        job = self._job(job_id, principal)
+        await self._close(job, principal)
+        return job.view
+
+    async def _close(self, job: _Job, principal: Principal) -> None:
+        async with job.lock:
+            if job.view.state == "closed":
+                return
+            job.view = job.view.model_copy(update={"state": "closed", "closed_at": _now()})
+            for execution_id in job.view.steps:  # what still runs is stopped, its sandbox removed
+                with contextlib.suppress(ExecutionNotRunning, NotFound):
+                    await self.manager.cancel(execution_id, principal)
+                    with contextlib.suppress(OrchestratorError, TimeoutError):
+                        await self.manager.wait(execution_id, principal, 30.0)
+            if job.view.workspace_created:
+                # rmtree never follows a link the workspace holds (fd-based on Linux)
+                await asyncio.to_thread(shutil.rmtree, job.path, True)
+            self._closed.append(job.view.job_id)
+            while len(self._closed) > _KEEP_CLOSED:
+                self._jobs.pop(self._closed.pop(0), None)
+        log.info("CI job %s closed", job.view.job_id)
+
+    async def aclose(self, principal: Principal) -> None:
+        """At shutdown: every open job closed (its steps end with the controller anyway)."""
+        for job in list(self._jobs.values()):
+            with contextlib.suppress(OrchestratorError):
+                await self._close(job, principal)

@@ -1,0 +1,97 @@
+"""The GitHub Actions container hook, end to end: the hook file the runner runs (node, no package), the
+controller answering the protocol, every step one governed execution in a fresh sandbox on the real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.github_runner import Runner
+from tests.support.service import Harness, start_service, token_of, write_config
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).with_name("github_examples")
+IMAGE = "sandbox-orchestrator/default:latest"
+
+CI_POLICY: dict[str, Any] = {
+    "safety": {
+        "mode": "ask",
+        "allowlist": ["echo", "true"],
+        "denylist": ["sudo"],
+        "approval_timeout_s": 30,
+        "rules": [
+            {
+                "name": "ci-main",
+                "action": "allow",
+                "complex": True,
+                "risk_at_most": "high",
+                "ci": {"repository": "org/*", "ref": "refs/heads/main"},
+            },
+        ],
+    },
+    "caps": {"allowed_images": ["sandbox-orchestrator/*"]},
+}
+
+
+@pytest.fixture
+async def ci_service(tmp_path: Path, engine: Any) -> AsyncIterator[Harness]:
+    h = await start_service(write_config(tmp_path, **json.loads(json.dumps(CI_POLICY))))
+    try:
+        yield h
+    finally:
+        await h.stop()
+
+
+def _runner(h: Harness, tmp_path: Path, name: str = "runner-1") -> Runner:
+    work = tmp_path / "workspaces" / "team-a" / name
+    work.mkdir(parents=True)
+    runner = Runner(url=h.url, token=token_of("agent-a"), work=work, name=name)
+    return runner
+
+
+def _own(path: Path) -> None:
+    for root, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(root, name), 1000, 1000)
+    os.chown(path, 1000, 1000)
+
+
+async def test_the_examples_prepare_job_is_refused_for_what_no_sandbox_gets(
+    ci_service: Harness, tmp_path: Path
+) -> None:
+    runner = _runner(ci_service, tmp_path)
+    payload = json.loads((EXAMPLES / "prepare-job.json").read_text())
+    run = await runner.invoke(payload)
+    assert run.exit_code == 1, run
+    assert "CI.UNSUPPORTED" in run.stderr and "services" in run.stderr, run.stderr
+    assert run.response is None
+
+
+async def test_a_whole_job_runs_each_step_in_a_sandbox(ci_service: Harness, tmp_path: Path) -> None:
+    runner = _runner(ci_service, tmp_path)
+    prepared = await runner.invoke(runner.prepare_job(IMAGE))
+    assert prepared.exit_code == 0, prepared.stderr
+    assert prepared.response is not None and prepared.response["isAlpine"] is False
+    assert "engine's socket" in prepared.stderr
+    _own(runner.work)
+
+    first = await runner.invoke(runner.script_step('echo "hello from $PWD"; echo built > out.txt; echo $HOME'))
+    assert first.exit_code == 0, first.stderr
+    assert "hello from /__w/app/app" in first.stdout and "/__w/_temp/_github_home" in first.stdout
+    assert (runner.work / "app" / "app" / "out.txt").read_text() == "built\n"
+
+    failing = await runner.invoke(runner.script_step("echo before; exit 3"))
+    assert failing.exit_code == 3 and "before" in failing.stdout, failing
+
+    contained = await runner.invoke(runner.container_step(IMAGE, "cat", ["/__w/app/app/out.txt"]))
+    assert contained.exit_code == 0 and contained.stdout.endswith("built\n"), contained
+
+    cleaned = await runner.invoke(runner.cleanup_job())
+    assert cleaned.exit_code == 0, cleaned.stderr
+    assert runner.work.is_dir()  # the runner's own work directory: the job did not make it
