@@ -75,14 +75,17 @@ def resolve(
             f"uses image {profile.image!r}, which the policy caps do not allow (allowed_images: {allowed})",
         )
 
-    if image is not None and image != profile.image:
-        if caps.allowed_images is None or not any(fnmatchcase(image, p) for p in caps.allowed_images):
-            allowed = ", ".join(caps.allowed_images or ()) or "none: only the profile's own image"
-            raise PolicyDenied(
-                f"image {image!r} is not one the config allows instead of profile {profile.name!r}'s"
-                f" {profile.image!r} (policy caps allowed_images: {allowed})",
-                details={"fields": ["image"]},
-            )
+    if (
+        image is not None
+        and image != profile.image
+        and (caps.allowed_images is None or not any(fnmatchcase(image, p) for p in caps.allowed_images))
+    ):
+        allowed = ", ".join(caps.allowed_images or ()) or "none: only the profile's own image"
+        raise PolicyDenied(
+            f"image {image!r} is not one the config allows instead of profile {profile.name!r}'s"
+            f" {profile.image!r} (policy caps allowed_images: {allowed})",
+            details={"fields": ["image"]},
+        )
 
     lifetime = profile.sessions.max_lifetime_s or limits.wall_timeout_s
     wall = lifetime if session else limits.wall_timeout_s

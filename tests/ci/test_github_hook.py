@@ -51,8 +51,7 @@ async def ci_service(tmp_path: Path, engine: Any) -> AsyncIterator[Harness]:
 def _runner(h: Harness, tmp_path: Path, name: str = "runner-1") -> Runner:
     work = tmp_path / "workspaces" / "team-a" / name
     work.mkdir(parents=True)
-    runner = Runner(url=h.url, token=token_of("agent-a"), work=work, name=name)
-    return runner
+    return Runner(url=h.url, token=token_of("agent-a"), work=work, name=name)
 
 
 def _own(path: Path) -> None:

@@ -46,7 +46,7 @@ class Runner:
     state: dict[str, Any] | None = None
 
     def env(self, step: dict[str, str] | None = None) -> dict[str, str]:
-        env = {
+        return {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "SANDBOX_URL": self.url,
             "SANDBOX_TOKEN": self.token,
@@ -62,7 +62,6 @@ class Runner:
             **self.context,
             **(step or {}),
         }
-        return env
 
     async def invoke(
         self,
