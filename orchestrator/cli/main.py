@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from orchestrator.cli import (
     approvals_cmd,
     check_cmd,
+    ci_cmd,
     evidence_cmd,
     grants_cmd,
     ops_cmd,
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops_cmd.register(sub)
     warm_cmd.register(sub)
     serve_cmd.register(sub)
+    ci_cmd.register(sub)
     return parser
 
 
