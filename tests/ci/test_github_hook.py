@@ -3,6 +3,7 @@ controller answering the protocol, every step one governed execution in a fresh 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator
@@ -11,6 +12,9 @@ from typing import Any
 
 import pytest
 
+from orchestrator.domain.wire import ExecutionState
+from orchestrator.pipeline.this_process import owner_label
+from tests.support.engine import list_managed
 from tests.support.github_runner import Runner
 from tests.support.service import Harness, start_service, token_of, write_config
 
@@ -33,6 +37,8 @@ CI_POLICY: dict[str, Any] = {
                 "risk_at_most": "high",
                 "ci": {"repository": "org/*", "ref": "refs/heads/main"},
             },
+            # a simple command (a container step's program): the same context, no complex: true needed
+            {"name": "ci-main-simple", "action": "allow", "ci": {"repository": "org/*", "ref": "refs/heads/main"}},
         ],
     },
     "caps": {"allowed_images": ["sandbox-orchestrator/*"]},
@@ -94,3 +100,38 @@ async def test_a_whole_job_runs_each_step_in_a_sandbox(ci_service: Harness, tmp_
     cleaned = await runner.invoke(runner.cleanup_job())
     assert cleaned.exit_code == 0, cleaned.stderr
     assert runner.work.is_dir()  # the runner's own work directory: the job did not make it
+
+
+async def test_a_denied_step_fails_with_its_code_and_nothing_runs(ci_service: Harness, tmp_path: Path) -> None:
+    runner = _runner(ci_service, tmp_path)
+    assert (await runner.invoke(runner.prepare_job(IMAGE))).exit_code == 0
+    _own(runner.work)
+    denied = await runner.invoke(runner.script_step("echo fine\nsudo touch /marker\n"))
+    assert denied.exit_code == 1 and "POLICY.DENIED" in denied.stderr and "sudo" in denied.stderr, denied
+    assert denied.stdout == ""  # not one line of it ran
+    assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
+
+
+async def test_an_image_the_caps_do_not_name_is_refused_at_prepare(ci_service: Harness, tmp_path: Path) -> None:
+    runner = _runner(ci_service, tmp_path)
+    run = await runner.invoke(runner.prepare_job("node:22"))
+    assert run.exit_code == 1 and "POLICY.DENIED" in run.stderr and "node:22" in run.stderr, run
+    assert run.response is None
+
+
+async def test_a_timed_out_step_is_cancelled_and_leaves_no_sandbox(ci_service: Harness, tmp_path: Path) -> None:
+    runner = _runner(ci_service, tmp_path)
+    assert (await runner.invoke(runner.prepare_job(IMAGE))).exit_code == 0
+    _own(runner.work)
+    slow = await runner.invoke(runner.script_step("echo started\nsleep 120\n"), timeout_s=8, grace_s=10)
+    assert slow.exit_code == 130 and "cancelled" in slow.stderr, slow
+    agent = ci_service.client("agent-a")
+    last = (await agent.list()).items[0]
+    for _ in range(100):
+        if last.state.final:
+            break
+        await asyncio.sleep(0.2)
+        last = await agent.get(last.execution_id)
+    assert last.state is ExecutionState.CANCELLED, last
+    assert not [s for s in list_managed() if s.owner == owner_label()]
+    assert (await runner.invoke(runner.cleanup_job())).exit_code == 0

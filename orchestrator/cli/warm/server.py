@@ -45,8 +45,15 @@ class ServerError(Exception):
     pass
 
 
-# the server itself, and what only `sandboxctl serve` and HTTP clients use (aiohttp: ~100 ms, ~15 MiB)
-_NOT_PRELOADED = ("orchestrator.cli.warm", "orchestrator.api", "orchestrator.client", "orchestrator.cli.serve_cmd")
+# the server itself, and what only `sandboxctl serve` and HTTP clients (the GitLab driver too) use (aiohttp: ~100 ms,
+# ~15 MiB)
+_NOT_PRELOADED = (
+    "orchestrator.cli.warm",
+    "orchestrator.api",
+    "orchestrator.client",
+    "orchestrator.cli.serve_cmd",
+    "orchestrator.ci.gitlab",
+)
 
 
 def preload() -> None:
