@@ -20,6 +20,7 @@ from orchestrator.domain.requests import (
 from orchestrator.gate.interactive import is_interactive_shell
 from orchestrator.pipeline.this_process import owner_label
 from orchestrator.profiles import ResolvedProfile
+from orchestrator.profiles.models import env_admitted, is_code_loading_env
 
 SHELL = ("/bin/bash", "-c")
 # an orphan is collected once its deadline has passed by this much (teardown has time to finish)
@@ -64,13 +65,18 @@ def container_workdir(profile: ResolvedProfile, workspace: Path, cwd: str | None
 
 
 def sandbox_env(profile: ResolvedProfile, requested: dict[str, str]) -> dict[str, str]:
-    """Profile defaults plus the request's values for allowlisted names; anything else is refused,
-    never silently dropped (the caller would believe it was set)."""
-    refused = sorted(set(requested) - set(profile.env_allowlist))
+    """Profile defaults plus the request's values for the names its env_allowlist admits (a name, or a glob
+    such as ``*``, never a code-loading name); anything else is refused, never silently dropped (the caller
+    would believe it was set)."""
+    refused = sorted(name for name in requested if not env_admitted(profile.env_allowlist, name))
     if refused:
+        code = [name for name in refused if is_code_loading_env(name)]
+        never = (
+            f"; {', '.join(code)} change{'s' if len(code) == 1 else ''} which code runs: never allowed" if code else ""
+        )
         raise InputInvalid(
             f"env {', '.join(refused)} not allowed by profile {profile.name!r}"
-            f" (allowed: {', '.join(profile.env_allowlist) or 'none'})",
+            f" (allowed: {', '.join(profile.env_allowlist) or 'none'}{never})",
             details={"fields": [f"env.{k}" for k in refused]},
         )
     return {**profile.env, **requested}

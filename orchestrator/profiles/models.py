@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import posixpath
 import re
+from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
+from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -44,6 +46,8 @@ RUNSC_MIN_PIDS = 64
 NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$"
 NAME_RE = re.compile(NAME_PATTERN)
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# an env_allowlist entry: a name, or a shell-style glob of name characters (``*``, ``GITHUB_*``, ``LC_[A-Z]*``)
+ENV_ALLOW_PATTERN = r"^(?:[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_!\-\]]*[*?\[][A-Za-z0-9_*?!\[\]\-]*)$"
 # [registry[:port]/]path[:tag][@sha256:digest], a tag or a digest is required (no implicit :latest)
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 IMAGE_PATTERN = (
@@ -84,6 +88,23 @@ CODE_LOADING_ENV_PREFIXES: tuple[str, ...] = ("LD_", "DYLD_", "BASH_FUNC_", "GIT
 def is_code_loading_env(name: str) -> bool:
     """True for an environment name that changes which code a command runs (never request-settable)."""
     return name in CODE_LOADING_ENV or name.startswith(CODE_LOADING_ENV_PREFIXES)
+
+
+_ENV_GLOB_CHARS = "*?["
+
+
+def is_env_glob(entry: str) -> bool:
+    """Whether an ``env_allowlist`` entry is a shell-style glob (``*``, ``GITHUB_*``) rather than a name."""
+    return any(ch in entry for ch in _ENV_GLOB_CHARS)
+
+
+def env_admitted(allowlist: Iterable[str], name: str) -> bool:
+    """Whether a request may set ``name`` under ``allowlist``: it equals an entry or matches a glob entry
+    (``fnmatchcase``: case matters, as in the environment), and it is not a code-loading name, which no
+    entry admits (a glob never; an exact one is refused when the profile is loaded)."""
+    if is_code_loading_env(name):
+        return False
+    return any(name == entry or (is_env_glob(entry) and fnmatchcase(name, entry)) for entry in allowlist)
 
 
 # -- value parsers ---------------------------------------------------------------------------------
@@ -173,6 +194,7 @@ AbsPath = Annotated[
 ]
 ProfileName = Annotated[str, Field(pattern=NAME_PATTERN, description="Lowercase letters, digits, '.', '_', '-'.")]
 EnvName = Annotated[str, Field(pattern=ENV_NAME_PATTERN, max_length=128)]
+EnvAllowEntry = Annotated[str, Field(pattern=ENV_ALLOW_PATTERN, max_length=128), AfterValidator(check_glob)]
 
 
 class _Model(BaseModel):
@@ -388,8 +410,11 @@ class Profile(_Model):
         default=(), max_length=0, description="Must be empty: every capability is dropped and none can be added."
     )
     no_new_privileges: Literal[True] = Field(default=True, description="Always true (no setuid privilege gain).")
-    env_allowlist: tuple[EnvName, ...] = Field(
-        default=(), max_length=256, description="Environment names a request may set (never code-loading ones)."
+    env_allowlist: tuple[EnvAllowEntry, ...] = Field(
+        default=(),
+        max_length=256,
+        description="Environment names a request may set, or shell-style globs of them ('*', 'GITHUB_*'); a"
+        " code-loading name (PATH, HOME, LD_*, PYTHONPATH, ...) is never admitted, by a glob neither.",
     )
     env: dict[EnvName, str] = Field(
         default_factory=dict, description="Fixed, non-secret environment defaults (PATH, HOME, LANG, ...)."
@@ -476,11 +501,18 @@ class Profile(_Model):
     def _env_allowlist(cls, names: tuple[str, ...]) -> tuple[str, ...]:
         if len(set(names)) != len(names):
             raise ValueError("names must be unique")
-        bad = [n for n in names if is_code_loading_env(n)]
+        bad = [n for n in names if is_code_loading_env(n) and not is_env_glob(n)]
         if bad:
             raise ValueError(
                 f"{', '.join(bad)} cannot be allowed: it changes which code an allowed command runs "
                 "(set a fixed value in env instead)"
+            )
+        # a glob that only code-loading names could match (LD_*) admits nothing: a mistake, said now
+        empty = [n for n in names if is_env_glob(n) and n.startswith(CODE_LOADING_ENV_PREFIXES)]
+        if empty:
+            raise ValueError(
+                f"{', '.join(empty)} admits nothing: the names it matches change which code an allowed command"
+                " runs and are never allowed"
             )
         return names
 
@@ -611,7 +643,9 @@ class ResolvedProfile(_Model):
     cap_drop: tuple[Literal["ALL"]] = Field(default=("ALL",), description="Always ('ALL',): every capability dropped.")
     no_new_privileges: Literal[True] = Field(default=True, description="Always true (no-new-privileges).")
     env: dict[str, str] = Field(description="Fixed environment defaults (a request's allowed names override them).")
-    env_allowlist: tuple[str, ...] = Field(description="Environment names a request may set (sorted).")
+    env_allowlist: tuple[str, ...] = Field(
+        description="Environment names, or globs of them, a request may set (sorted; never a code-loading name)."
+    )
     sessions_enabled: bool = Field(default=True, description="Whether exec_command may open a session.")
     interactive_shells: bool = Field(default=True, description="Whether a session may run a bare shell or REPL.")
     session_idle_timeout_s: float = Field(default=600.0, gt=0, description="A session idle this long is closed.")

@@ -75,7 +75,9 @@ def test_ci_is_larger() -> None:
     p = ProfileRegistry([]).get("ci")
     assert (p.limits.memory, p.limits.cpus, p.limits.pids) == (2048 * MIB, 2.0, 512)
     assert (p.limits.wall_timeout_s, p.limits.stdout_max_bytes, p.limits.stderr_max_bytes) == (1800.0, 8 * MIB, 8 * MIB)
-    assert "CI" in p.env_allowlist
+    # a step's environment is the workflow's own: every name but the code-loading ones (env_admitted)
+    assert p.env_allowlist == ("*",)
+    assert (p.workspace.mode, p.workspace.container_path) == ("rw", "/__w")  # the GitHub runner's work directory
 
 
 def test_pyproject_ships_the_builtin_profiles_as_package_data() -> None:
