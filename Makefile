@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants clean
+.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants bench-ci clean
 
 all: test
 
@@ -92,6 +92,9 @@ bench: $(STAMP)
 
 bench-sandbox: $(STAMP) setup
 	$(BIN)/python benchmarks/sandbox_overhead.py $(BENCH_ARGS)
+
+bench-ci: $(STAMP) setup
+	$(BIN)/python benchmarks/ci_hook.py $(BENCH_ARGS)
 
 bench-service: $(STAMP) setup
 	$(BIN)/python benchmarks/service_overhead.py $(BENCH_ARGS)

@@ -30,6 +30,7 @@ from pydantic import (
 from orchestrator.domain.canonical import canonical_sha256, sha256_hex
 from orchestrator.domain.globs import check_glob
 from orchestrator.domain.hosts import parse_pattern
+from orchestrator.domain.images import IMAGE_PATTERN
 
 Runtime = Literal["runc", "runsc"]
 WorkspaceMode = Literal["ro", "rw"]
@@ -48,15 +49,6 @@ NAME_RE = re.compile(NAME_PATTERN)
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # an env_allowlist entry: a name, or a shell-style glob of name characters (``*``, ``GITHUB_*``, ``LC_[A-Z]*``)
 ENV_ALLOW_PATTERN = r"^(?:[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_!\-\]]*[*?\[][A-Za-z0-9_*?!\[\]\-]*)$"
-# [registry[:port]/]path[:tag][@sha256:digest], a tag or a digest is required (no implicit :latest)
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-IMAGE_PATTERN = (
-    # a registry host has a dot or a port, or is localhost (as Docker decides)
-    r"^(?:(?:(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|localhost)(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+)/)?"
-    rf"{_COMPONENT}(?:/{_COMPONENT})*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64}|:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
-    r"@sha256:[0-9a-f]{64})$"
-)
 SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]([iI]?[bB])?|[bB])?\s*$"
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(?:([kmgt])(?:i?b)?|b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": KIB, "m": MIB, "g": GIB, "t": TIB}

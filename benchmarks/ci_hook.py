@@ -1,0 +1,183 @@
+"""A GitHub Actions step through the container hook against the same command in a bare ``docker run --rm`` of
+the job's image, side by side in one run (Docker backend; the pool on where the config has it).
+
+* **step** — the runner's ``run_script_step`` of a script ``true``: the hook file run by node exactly as the
+  runner runs it (tests/support/github_runner.py), the controller deciding and running it in a fresh sandbox,
+  against ``docker run --rm IMAGE bash -e SCRIPT`` of the same script, interleaved (A B, then B A, ...).
+  Target (issue 22): median ratio ≤ 1.0.
+* **job** — prepare → 10 steps → cleanup through the hook, against the same 10 scripts each in a bare
+  ``docker run --rm``: wall time of each, and the ratio.
+
+The service is a real ``sandboxctl serve`` process on loopback. Not a test: it prints figures, and a
+machine-readable summary line at the end.
+
+    .venv/bin/python benchmarks/ci_hook.py [--runs 20] [--jobs 3] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from engine import docker_cli, docker_env
+from options import parse
+from service_overhead import free_port, pct, wait_up
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from orchestrator.client import AsyncClient
+from tests.support.github_runner import Runner
+
+TOKEN = "bench-token-0123456789abcdef"
+IMAGE = "sandbox-orchestrator/default:latest"
+
+
+def write_config(root: Path) -> Path:
+    config = {
+        "safety": {
+            "mode": "ask",
+            "denylist": ["sudo"],
+            "rules": [{"name": "ci", "action": "allow", "complex": True, "ci": {"repository": "org/*"}}],
+        },
+        "approvals": {"provider": "none"},
+        "caps": {"allowed_images": ["sandbox-orchestrator/*"]},
+        "evidence": {"path": str(root / "evidence.jsonl")},
+        "service": {
+            "tokens": [{"subject": "bench", "role": "agent", "tenants": ["bench"], "token": TOKEN}],
+            "store": str(root / "state" / "service.db"),
+            "workspaces": str(root / "workspaces"),
+            "limits": {"rate_per_s": 1e9, "burst": 10**9},
+        },
+    }
+    path = root / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def bare(work: Path, script: Path) -> float:
+    """The same script in a bare container of the job image, the work directory mounted as the runner's."""
+    started = time.perf_counter()
+    subprocess.run(
+        [
+            docker_cli(),
+            "run",
+            "--rm",
+            "-v",
+            f"{work}:/__w",
+            "-w",
+            "/__w",
+            IMAGE,
+            "bash",
+            "-e",
+            f"/__w/_temp/{script.name}",
+        ],
+        check=True,
+        env=docker_env(),
+        stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - started
+
+
+async def hook_step(runner: Runner) -> tuple[float, Path]:
+    payload = runner.script_step("true\n")
+    script = Path(runner.work / "_temp" / Path(payload["args"]["entryPointArgs"][-1]).name)
+    started = time.perf_counter()
+    run = await runner.invoke(payload)
+    elapsed = time.perf_counter() - started
+    assert run.exit_code == 0, run.stderr
+    return elapsed, script
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=3)
+    args = parse(parser, {"runs": 2, "jobs": 1})
+    root = Path(tempfile.mkdtemp(prefix="ci-bench-"))
+    config = write_config(root)
+    port = free_port()
+    env = docker_env(SANDBOX_STATE_DIR=str(root / "state"))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli.main", "serve", "--config", str(config), "--port", str(port)],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    summary: dict[str, float] = {}
+    try:
+        async with AsyncClient(url, TOKEN) as client:
+            await wait_up(client)
+        work = root / "workspaces" / "bench" / "runner-1"
+        work.mkdir(parents=True)
+        runner = Runner(url=url, token=TOKEN, work=work, name="runner-1")
+        prepared = await runner.invoke(runner.prepare_job(IMAGE))
+        assert prepared.exit_code == 0, prepared.stderr
+        os.system(f"chown -R 1000:1000 {work}")
+        hooked: list[float] = []
+        plain: list[float] = []
+        ratios: list[float] = []
+        for _ in range(2):  # warm both
+            _, script = await hook_step(runner)
+            bare(work, script)
+        for i in range(args.runs):
+            if i % 2 == 0:
+                a, script = await hook_step(runner)
+                b = bare(work, script)
+            else:
+                _, script = await hook_step(runner)  # the script file, made like the runner makes it
+                b = bare(work, script)
+                a, _ = await hook_step(runner)
+            hooked.append(a)
+            plain.append(b)
+            ratios.append(a / b)
+        await runner.invoke(runner.cleanup_job())
+        ratio = statistics.median(ratios)
+        print(f"step `true` ({args.runs} pairs, interleaved)")
+        print(f"  hook run_script_step  p50 {pct(hooked, 0.5) * 1000:7.1f} ms  p95 {pct(hooked, 0.95) * 1000:7.1f} ms")
+        print(f"  docker run --rm       p50 {pct(plain, 0.5) * 1000:7.1f} ms  p95 {pct(plain, 0.95) * 1000:7.1f} ms")
+        print(f"  median ratio hook/docker run: {ratio:.3f}  (target ≤ 1.0: {'met' if ratio <= 1.0 else 'NOT met'})")
+        summary.update(step_ratio=round(ratio, 3), step_hook_p50_ms=round(pct(hooked, 0.5) * 1000, 1))
+
+        job_times: list[float] = []
+        bare_times: list[float] = []
+        for j in range(args.jobs):
+            name = f"runner-job-{j}"
+            work = root / "workspaces" / "bench" / name
+            work.mkdir(parents=True)
+            runner = Runner(url=url, token=TOKEN, work=work, name=name)
+            started = time.perf_counter()
+            assert (await runner.invoke(runner.prepare_job(IMAGE))).exit_code == 0
+            os.system(f"chown -R 1000:1000 {work}")
+            scripts = []
+            for _ in range(10):
+                _, script = await hook_step(runner)
+                scripts.append(script)
+            assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
+            job_times.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            for script in scripts:
+                bare(work, script)
+            bare_times.append(time.perf_counter() - started)
+        job_ratio = statistics.median(a / b for a, b in zip(job_times, bare_times, strict=True))
+        print(f"job: prepare → 10 steps → cleanup ({args.jobs} jobs)")
+        print(f"  through the hook  median {statistics.median(job_times):6.2f} s")
+        print(f"  10 x docker run   median {statistics.median(bare_times):6.2f} s")
+        print(f"  median ratio: {job_ratio:.3f}")
+        summary.update(job_ratio=round(job_ratio, 3), job_hook_s=round(statistics.median(job_times), 2))
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    print("SUMMARY " + json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
