@@ -133,7 +133,7 @@ def run(env: Mapping[str, str], script: str, stage: str) -> int:
     if stage in protocol.REFUSED_STAGES:
         _say(
             f"CI.UNSUPPORTED: {stage} runs gitlab-runner's helper with the job's token against GitLab; the sandbox"
-            " has neither the helper nor that network (cache and artifacts are not supported: see docs/ci.md)"
+            " has neither the helper nor that network (cache and artifacts are not supported: see docs/cli.md)"
         )
         return codes.build_failure
     execution_id: str | None = None
