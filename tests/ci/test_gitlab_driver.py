@@ -291,3 +291,29 @@ async def test_an_unreachable_controller_is_a_system_failure(tmp_path: Path) -> 
     runner.extra["SANDBOX_URL"] = ""
     missing = await runner.stage("prepare")
     assert missing.exit_code == 42 and "SANDBOX_URL is not set" in missing.stderr, missing
+
+
+async def test_a_stage_the_policy_asks_about_waits_for_an_approver(ci_service: Harness, tmp_path: Path) -> None:
+    runner = _runner(ci_service.url, tmp_path)
+    runner.extra = {"CUSTOM_ENV_CI_COMMIT_BRANCH": "feature", "CUSTOM_ENV_CI_COMMIT_REF_NAME": "feature"}
+    prepared = await runner.stage("prepare")
+    assert prepared.exit_code == 0, prepared.stderr
+    process = await runner.start("run", str(runner.script(["echo approved-and-ran"])), "build_script")
+    approver = ci_service.client("approver-a")
+    for _ in range(100):
+        pending = (await approver.approvals()).items
+        if pending:
+            break
+        await asyncio.sleep(0.1)
+    assert len(pending) == 1 and pending[0].ci is not None and pending[0].ci.ref == "refs/heads/feature"
+    await approver.approve(pending[0].approval_id, "reviewed")
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err
+    assert f"step {pending[0].execution_id} waits for an approval" in err.decode()
+    assert "approved-and-ran" in out.decode()
+
+    denied = await runner.run("after_script", ["sudo rm -rf /"])
+    assert denied.exit_code == BUILD_FAILURE, denied
+    assert "sandbox: POLICY.DENIED: " in denied.stderr
+    assert not (runner.tempdir / "build_exit_code").exists()  # nothing ran: no exit code of the script's
+    assert (await runner.stage("cleanup")).exit_code == 0

@@ -33,9 +33,6 @@ from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
 
 __all__ = ["Verdict", "cleanup", "config", "prepare", "run", "verdict"]
 
-#: how long one wait for an approver lasts before the next (the line is printed once)
-_APPROVAL_POLL_S = 30.0
-
 
 def _say(text: str, file: TextIO | None = None) -> None:
     """One line of ours in the job log (stderr: the runner shows both streams), nothing a terminal acts on."""
@@ -175,14 +172,13 @@ def run(env: Mapping[str, str], script: str, stage: str) -> int:
 
 
 def _followed(client: CiClient, view: ExecutionView) -> ExecutionView:
-    """The step to its end: waiting out an approval (said once, with the execution's id and the policy's
-    reason, so that whoever watches the job log knows what to decide), then its output streamed."""
+    """The step to its end, its output streamed as it comes. An approval the policy asks for is said once,
+    with the execution's id and the policy's reason, so that whoever watches the job log knows what to
+    decide; the output stream waits it out (and replays what ran before it was opened)."""
+    if view.state.final:  # refused when decided: nothing ran
+        return view
     if view.state is ExecutionState.PENDING_APPROVAL:
         _say(f"step {view.execution_id} waits for an approval: {view.reason or 'the policy asks'}")
-        while view.state is ExecutionState.PENDING_APPROVAL:
-            view = client.get(view.execution_id, wait=_APPROVAL_POLL_S)
-    if view.state.final:
-        return view
     for item in client.stream(view.execution_id):
         if isinstance(item, OutputChunk):
             out = sys.stdout if item.stream == "stdout" else sys.stderr
