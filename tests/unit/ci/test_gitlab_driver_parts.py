@@ -194,3 +194,17 @@ def test_config_prints_only_the_json(capsys: pytest.CaptureFixture[str], monkeyp
 
 def test_the_github_hook_file_is_shipped() -> None:
     assert hook_file().is_file() and hook_file().name == "hook.js"
+
+
+def test_sandboxctl_ci_commands(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.cli.main import main
+
+    assert main(["ci", "github", "hook-path"]) == 0
+    assert Path(capsys.readouterr().out.strip()) == hook_file()
+    monkeypatch.delenv("SANDBOX_URL", raising=False)
+    monkeypatch.setenv("SYSTEM_FAILURE_EXIT_CODE", "42")
+    monkeypatch.setenv("TMPDIR", "/nonexistent")
+    monkeypatch.setenv("CUSTOM_ENV_CI_JOB_ID", "1")
+    assert main(["ci", "gitlab", "cleanup"]) == 0  # nothing was prepared
+    assert main(["ci", "gitlab", "run", "/nonexistent/script", "build_script"]) == 42
+    assert main(["ci", "gitlab"]) == 2  # a stage is required
