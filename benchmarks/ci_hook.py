@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from pathlib import Path
 import yaml
 from engine import docker_cli, docker_env
 from options import parse
-from service_overhead import free_port, pct, wait_up
+from service_overhead import pct, start_server, wait_up
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from orchestrator.client import AsyncClient
@@ -103,14 +102,7 @@ async def main() -> int:
     args = parse(parser, {"runs": 2, "jobs": 1})
     root = Path(tempfile.mkdtemp(prefix="ci-bench-"))
     config = write_config(root)
-    port = free_port()
-    env = docker_env(SANDBOX_STATE_DIR=str(root / "state"))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli.main", "serve", "--config", str(config), "--port", str(port)],
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, url = start_server(config, root)
     summary: dict[str, float] = {}
     try:
         async with AsyncClient(url, TOKEN) as client:
@@ -120,7 +112,7 @@ async def main() -> int:
         runner = Runner(url=url, token=TOKEN, work=work, name="runner-1")
         prepared = await runner.invoke(runner.prepare_job(IMAGE))
         assert prepared.exit_code == 0, prepared.stderr
-        os.system(f"chown -R 1000:1000 {work}")
+        runner.own_work()
         hooked: list[float] = []
         plain: list[float] = []
         ratios: list[float] = []
@@ -155,7 +147,7 @@ async def main() -> int:
             runner = Runner(url=url, token=TOKEN, work=work, name=name)
             started = time.perf_counter()
             assert (await runner.invoke(runner.prepare_job(IMAGE))).exit_code == 0
-            os.system(f"chown -R 1000:1000 {work}")
+            runner.own_work()
             scripts = []
             for _ in range(10):
                 _, script = await hook_step(runner)

@@ -72,6 +72,19 @@ def write_config(root: Path) -> Path:
     return path
 
 
+def start_server(config: Path, root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``sandboxctl serve`` of ``config`` on a free loopback port, and its URL (stop it: ``terminate()``)."""
+    port = free_port()
+    # a state dir of its own: the engine goes with it as DOCKER_HOST (the docker-host file is not in there)
+    env = docker_env(SANDBOX_STATE_DIR=str(root / "state"))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli.main", "serve", "--config", str(config), "--port", str(port)],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    return server, f"http://127.0.0.1:{port}"
+
+
 async def wait_up(client: AsyncClient) -> None:
     for _ in range(300):
         try:
@@ -189,15 +202,7 @@ async def main() -> int:
     args = parse(parser, {"runs": 2, "clients": 4, "seconds": 1.0, "sse_rounds": 2})
     root = Path(tempfile.mkdtemp(prefix="service-bench-"))
     config = write_config(root)
-    port = free_port()
-    # a state dir of its own: the engine goes with it as DOCKER_HOST (the docker-host file is not in there)
-    env = docker_env(SANDBOX_STATE_DIR=str(root / "state"))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli.main", "serve", "--config", str(config), "--port", str(port)],
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, url = start_server(config, root)
     summary: dict[str, float] = {}
     try:
         async with AsyncClient(url, TOKEN) as client:

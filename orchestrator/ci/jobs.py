@@ -178,9 +178,3 @@ class CiJobs:
             while len(self._closed) > _KEEP_CLOSED:
                 self._jobs.pop(self._closed.pop(0), None)
         log.info("CI job %s closed", job.view.job_id)
-
-    async def aclose(self, principal: Principal) -> None:
-        """At shutdown: every open job closed (its steps end with the controller anyway)."""
-        for job in list(self._jobs.values()):
-            with contextlib.suppress(OrchestratorError):
-                await self._close(job, principal)

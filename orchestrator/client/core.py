@@ -123,6 +123,24 @@ def grant_charges(grant_id: str, limit: int | None, cursor: str | None) -> Call:
     return _call(routes.GRANT_CHARGES, {param.name: value for param, value in given if value}, id=grant_id)
 
 
+# -- CI jobs (a runner's front door: orchestrator/ci) -------------------------------------------------
+def open_ci_job(request: Any) -> Call:
+    return _call(routes.OPEN_CI_JOB, body=_request_body(request))
+
+
+def get_ci_job(job_id: str) -> Call:
+    return _call(routes.GET_CI_JOB, id=job_id)
+
+
+def run_ci_step(job_id: str, request: Any, wait: float | None) -> Call:
+    query = {routes.WAIT.name: f"{wait:g}"} if wait else {}
+    return _call(routes.RUN_CI_STEP, query, _request_body(request), id=job_id)
+
+
+def close_ci_job(job_id: str) -> Call:
+    return _call(routes.CLOSE_CI_JOB, id=job_id)
+
+
 def yield_timeout(call: Call, timeout_s: float) -> float:
     """A session call's read timeout: its own yield time on top of the client's."""
     body = call.body if isinstance(call.body, dict) else {}

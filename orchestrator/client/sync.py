@@ -10,6 +10,7 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 from orchestrator.client import core
+from orchestrator.domain.ci_jobs import CiJobRequest, CiJobView, CiStepRequest
 from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
 from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView
 from orchestrator.domain.wire import (
@@ -184,6 +185,31 @@ class Client:
         """Close a session (``DELETE /v1/sessions/{id}``): its sandbox is removed; returns its last output.
         ``SessionNotFound`` for one that ended (or another tenant's or subject's)."""
         return core.decode(SessionAnswer, *self._send(core.close_session(session_id)))
+
+    # -- CI jobs: what a runner's front door calls (orchestrator/ci, docs/ci.md) --------------------------
+    def open_ci_job(self, request: CiJobRequest | Mapping[str, object]) -> CiJobView:
+        """Open a CI job (``POST /v1/ci/jobs``): its image checked against the caps now, its workspace made.
+        Raises ``PolicyDenied`` for an image the caps do not name, ``CiUnsupported``, ``InputInvalid``."""
+        return core.decode(CiJobView, *self._send(core.open_ci_job(request)))
+
+    def get_ci_job(self, job_id: str) -> CiJobView:
+        """One CI job of the token's tenants and its steps (``GET /v1/ci/jobs/{id}``)."""
+        return core.decode(CiJobView, *self._send(core.get_ci_job(job_id)))
+
+    def run_ci_step(
+        self, job_id: str, request: CiStepRequest | Mapping[str, object], *, wait: float | None = None
+    ) -> ExecutionView:
+        """Submit one step of the job (``POST /v1/ci/jobs/{id}/steps``): the execution once decided, or ended
+        within ``wait``; follow it with :meth:`stream`. Refusals raise as for :meth:`submit`."""
+        call = core.run_ci_step(job_id, request, wait)
+        status, body = self._send(call, read_timeout=(wait or 0) + self._timeout)
+        return core.decode(SubmitAnswer, status, body).execution
+
+    def close_ci_job(self, job_id: str) -> CiJobView:
+        """Close the job (``DELETE /v1/ci/jobs/{id}``): steps still running cancelled, a workspace the job
+        made removed; closing again answers the closed job. Raises ``NotFound`` for a job the controller
+        does not know."""
+        return core.decode(CiJobView, *self._send(core.close_ci_job(job_id)))
 
     def evidence(self, execution_id: str) -> EvidencePage:
         """The evidence records of one execution of the token's tenants (``GET /v1/evidence?execution_id=``),

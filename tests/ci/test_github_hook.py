@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,55 +13,18 @@ from orchestrator.domain.wire import ExecutionState
 from orchestrator.pipeline.this_process import owner_label
 from tests.support.engine import list_managed
 from tests.support.github_runner import Runner
-from tests.support.service import Harness, start_service, token_of, write_config
+from tests.support.service import Harness, token_of
 
 pytestmark = pytest.mark.integration
 
 EXAMPLES = Path(__file__).with_name("github_examples")
 IMAGE = "sandbox-orchestrator/default:latest"
 
-CI_POLICY: dict[str, Any] = {
-    "safety": {
-        "mode": "ask",
-        "allowlist": ["echo", "true"],
-        "denylist": ["sudo"],
-        "approval_timeout_s": 30,
-        "rules": [
-            {
-                "name": "ci-main",
-                "action": "allow",
-                "complex": True,
-                "risk_at_most": "high",
-                "ci": {"repository": "org/*", "ref": "refs/heads/main"},
-            },
-            # a simple command (a container step's program): the same context, no complex: true needed
-            {"name": "ci-main-simple", "action": "allow", "ci": {"repository": "org/*", "ref": "refs/heads/main"}},
-        ],
-    },
-    "caps": {"allowed_images": ["sandbox-orchestrator/*"]},
-}
-
-
-@pytest.fixture
-async def ci_service(tmp_path: Path, engine: Any) -> AsyncIterator[Harness]:
-    h = await start_service(write_config(tmp_path, **json.loads(json.dumps(CI_POLICY))))
-    try:
-        yield h
-    finally:
-        await h.stop()
-
 
 def _runner(h: Harness, tmp_path: Path, name: str = "runner-1") -> Runner:
     work = tmp_path / "workspaces" / "team-a" / name
     work.mkdir(parents=True)
     return Runner(url=h.url, token=token_of("agent-a"), work=work, name=name)
-
-
-def _own(path: Path) -> None:
-    for root, dirs, files in os.walk(path):
-        for name in [*dirs, *files]:
-            os.chown(os.path.join(root, name), 1000, 1000)
-    os.chown(path, 1000, 1000)
 
 
 async def test_the_examples_prepare_job_is_refused_for_what_no_sandbox_gets(
@@ -84,7 +44,7 @@ async def test_a_whole_job_runs_each_step_in_a_sandbox(ci_service: Harness, tmp_
     assert prepared.exit_code == 0, prepared.stderr
     assert prepared.response is not None and prepared.response["isAlpine"] is False
     assert "engine's socket" in prepared.stderr
-    _own(runner.work)
+    runner.own_work()
 
     first = await runner.invoke(runner.script_step('echo "hello from $PWD"; echo built > out.txt; echo $HOME'))
     assert first.exit_code == 0, first.stderr
@@ -105,7 +65,7 @@ async def test_a_whole_job_runs_each_step_in_a_sandbox(ci_service: Harness, tmp_
 async def test_a_denied_step_fails_with_its_code_and_nothing_runs(ci_service: Harness, tmp_path: Path) -> None:
     runner = _runner(ci_service, tmp_path)
     assert (await runner.invoke(runner.prepare_job(IMAGE))).exit_code == 0
-    _own(runner.work)
+    runner.own_work()
     denied = await runner.invoke(runner.script_step("echo fine\nsudo touch /marker\n"))
     assert denied.exit_code == 1 and "POLICY.DENIED" in denied.stderr and "sudo" in denied.stderr, denied
     assert denied.stdout == ""  # not one line of it ran
@@ -122,7 +82,7 @@ async def test_an_image_the_caps_do_not_name_is_refused_at_prepare(ci_service: H
 async def test_a_timed_out_step_is_cancelled_and_leaves_no_sandbox(ci_service: Harness, tmp_path: Path) -> None:
     runner = _runner(ci_service, tmp_path)
     assert (await runner.invoke(runner.prepare_job(IMAGE))).exit_code == 0
-    _own(runner.work)
+    runner.own_work()
     slow = await runner.invoke(runner.script_step("echo started\nsleep 120\n"), timeout_s=8, grace_s=10)
     assert slow.exit_code == 130 and "cancelled" in slow.stderr, slow
     agent = ci_service.client("agent-a")

@@ -19,40 +19,19 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from orchestrator.pipeline.this_process import owner_label
 from tests.support.engine import list_managed
-from tests.support.service import Harness, free_port, start_service, token_of, write_config
+from tests.support.service import Harness, free_port, token_of
 
 pytestmark = pytest.mark.integration
 
 SANDBOXCTL = str(Path(sys.executable).parent / "sandboxctl")
 BUILD_FAILURE, SYSTEM_FAILURE = 1, 2  # command.go's values today; the driver reads them from the environment
-
-CI_POLICY: dict[str, Any] = {
-    "safety": {
-        "mode": "ask",
-        "allowlist": ["echo", "true"],
-        "denylist": ["sudo"],
-        "approval_timeout_s": 30,
-        "rules": [
-            {
-                "name": "ci-main",
-                "action": "allow",
-                "complex": True,
-                "risk_at_most": "high",
-                "ci": {"repository": "org/*", "ref": "refs/heads/main"},
-            },
-        ],
-    },
-    "caps": {"allowed_images": ["sandbox-orchestrator/*"]},
-}
 
 
 def bash_stage(lines: list[str]) -> str:
@@ -149,15 +128,6 @@ class GitLabRunner:
     def controller_job(self) -> str:
         state = json.loads((self.tempdir / "sandbox-gitlab" / f"{self.job_id}.json").read_text())
         return str(state["job_id"])
-
-
-@pytest.fixture
-async def ci_service(tmp_path: Path, engine: Any) -> AsyncIterator[Harness]:
-    h = await start_service(write_config(tmp_path, **json.loads(json.dumps(CI_POLICY))))
-    try:
-        yield h
-    finally:
-        await h.stop()
 
 
 def _runner(url: str, tmp_path: Path) -> GitLabRunner:

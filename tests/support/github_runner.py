@@ -105,6 +105,14 @@ class Runner:
         assert process.returncode is not None
         return HookRun(process.returncode, out.decode(), err.decode(), response)
 
+    def own_work(self, uid: int = 1000, gid: int = 1000) -> None:
+        """The work directory as the sandbox's user's (the profiles' 1000), as a runner running as that user
+        would leave it: steps write into it."""
+        for root, dirs, files in os.walk(self.work):
+            for name in [*dirs, *files]:
+                os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
+        os.chown(self.work, uid, gid)
+
     # -- inputs as the runner builds them ----------------------------------------------------------------
     def system_mounts(self) -> list[dict[str, Any]]:
         work = str(self.work)

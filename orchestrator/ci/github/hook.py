@@ -26,7 +26,7 @@ import re
 import shlex
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -163,8 +163,8 @@ class _HookJob:
     job: CiJobView
     paths: PathMap
     env: dict[str, str]
-    steps: int = 0
-    notices: list[str] = field(default_factory=list)
+    #: the profile's own environment: a runner value equal to it (HOME) is no change
+    fixed: dict[str, str]
 
 
 def _prelude(code_loading: dict[str, str], prepend: list[str]) -> str:
@@ -241,7 +241,8 @@ class GithubHook:
             principal,
         )
         paths = path_map(container.system_mount_volumes, root=job.container_path, externals=externals, notices=notices)
-        self._jobs[job.job_id] = _HookJob(job=job, paths=paths, env=dict(container.environment_variables))
+        fixed = self.jobs.profiles.named(job.profile).env
+        self._jobs[job.job_id] = _HookJob(job, paths, dict(container.environment_variables), fixed)
         for notice in notices:
             yield {"stream": "stderr", "data": f"sandbox: {notice}\n"}
         yield {
@@ -307,9 +308,7 @@ class GithubHook:
         argv = [paths(entry, "args.entryPoint"), *paths.words(words, "args.entryPointArgs")]
         mapped_env = {k: paths(v, f"args.environmentVariables.{k}") for k, v in step_env.items()}
         plain = {k: v for k, v in mapped_env.items() if not is_code_loading_env(k)}
-        # a value the profile itself gives (HOME: the runner's home in the workspace) is no change
-        fixed = self.jobs.profiles.named(kept.job.profile).env
-        code_loading = {k: v for k, v in mapped_env.items() if is_code_loading_env(k) and fixed.get(k) != v}
+        code_loading = {k: v for k, v in mapped_env.items() if is_code_loading_env(k) and kept.fixed.get(k) != v}
         prelude = _prelude(code_loading, paths.words(prepend, "args.prependPath"))
         script = await self._script(argv, kept, root, prelude)
         if script is None and prelude:
@@ -352,7 +351,6 @@ class GithubHook:
     async def _step(self, hook: HookInput, env: dict[str, str], principal: Principal) -> AsyncIterator[Event]:
         kept = self._job_of(hook, principal)
         request = await self._step_request(hook, env, kept)
-        kept.steps += 1
         view = await self.jobs.step(kept.job.job_id, request, principal)
         yield {"execution_id": view.execution_id}  # the hook skips it: the answer starts once the step is taken
         async for event in self.follow(view, principal):

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from orchestrator.ci.gitlab import protocol
-from orchestrator.ci.gitlab.api import CiClient, client_from_env
+from orchestrator.ci.gitlab.api import client_from_env
 from orchestrator.ci.gitlab.protocol import ExitCodes, JobState
+from orchestrator.client.sync import Client
 from orchestrator.domain.ci import GITLAB_PREFIX, ci_from_gitlab
 from orchestrator.domain.ci_jobs import CiJobRequest, CiStepRequest
 from orchestrator.domain.errors import OrchestratorError
@@ -64,7 +65,7 @@ def prepare(env: Mapping[str, str]) -> int:
         ci = ci_from_gitlab(env)
         image = env.get(f"{GITLAB_PREFIX}CI_JOB_IMAGE") or None
         JobState.path(env)  # a missing CI_JOB_ID refused before a job is opened that nothing could close
-        view = client.open_job(CiJobRequest(ci=ci, image=image))
+        view = client.open_ci_job(CiJobRequest(ci=ci, image=image))
         JobState(view.job_id, view.container_path, view.image, view.profile).save(env)
     except OrchestratorError as err:
         return _failed(err, codes)
@@ -134,7 +135,7 @@ def run(env: Mapping[str, str], script: str, stage: str) -> int:
         )
         return codes.build_failure
     execution_id: str | None = None
-    client: CiClient | None = None
+    client: Client | None = None
     try:
         with _signals_end_the_step():
             client = client_from_env(env)
@@ -148,7 +149,7 @@ def run(env: Mapping[str, str], script: str, stage: str) -> int:
                 argv=["bash", path],  # the script sets errexit and pipefail itself (shells/bash.go)
                 script=ScriptFile.of(path, protocol.read_script(script)),
             )
-            view = client.step(state.job_id, step)
+            view = client.run_ci_step(state.job_id, step)
             execution_id = view.execution_id
             view = _followed(client, view)
     except _Terminated as stopped:
@@ -171,7 +172,7 @@ def run(env: Mapping[str, str], script: str, stage: str) -> int:
     return codes.system_failure
 
 
-def _followed(client: CiClient, view: ExecutionView) -> ExecutionView:
+def _followed(client: Client, view: ExecutionView) -> ExecutionView:
     """The step to its end, its output streamed as it comes. An approval the policy asks for is said once,
     with the execution's id and the policy's reason, so that whoever watches the job log knows what to
     decide; the output stream waits it out (and replays what ran before it was opened)."""
@@ -200,7 +201,7 @@ def cleanup(env: Mapping[str, str]) -> int:
             return 0
         client = client_from_env(env)
         try:
-            client.close_job(state.job_id)
+            client.close_ci_job(state.job_id)
         except OrchestratorError as err:
             if err.code != "RESOURCE.NOT_FOUND":
                 raise

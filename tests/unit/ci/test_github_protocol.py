@@ -1,0 +1,56 @@
+"""The GitHub hook's pure parts: what hook.js forwards is what the controller accepts, and the runner's paths
+map onto the job's workspace (what is not on it refused, the engine socket never given)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator.ci.github import hook
+from orchestrator.ci.github.protocol import HOOK_ENV, Mount
+from orchestrator.domain.errors import CiUnsupported
+
+HOOK_JS = Path(hook.__file__).with_name("hook.js").read_text(encoding="utf-8")
+
+
+def test_hook_js_forwards_exactly_the_variables_the_controller_accepts() -> None:
+    listed = re.search(r"const FORWARDED = \[(.*?)\]", HOOK_JS, re.S)
+    assert listed is not None
+    assert tuple(json.loads("[" + listed.group(1).replace("'", '"') + "]")) == HOOK_ENV
+
+
+def _mounts(work: str) -> list[Mount]:
+    pairs = [
+        (work, "/__w"),
+        ("/home/runner/externals", "/__e"),
+        (f"{work}/_temp", "/__w/_temp"),
+        (f"/{work}/_temp/_github_home", "/github/home"),  # the runner may double the leading slash
+        (f"{work}/_temp/_github_workflow", "/github/workflow"),
+        ("/var/run/docker.sock", "/var/run/docker.sock"),
+    ]
+    return [Mount(sourceVolumePath=s, targetVolumePath=t) for s, t in pairs]
+
+
+def test_the_runners_paths_land_in_the_workspace() -> None:
+    notices: list[str] = []
+    paths = hook.path_map(_mounts("/home/runner/_work"), root="/__w", externals=None, notices=notices)
+    assert paths("/github/home/.npmrc", "x") == "/__w/_temp/_github_home/.npmrc"
+    assert paths("/github/workflow/event.json", "x") == "/__w/_temp/_github_workflow/event.json"
+    assert paths("/__w/app/app", "x") == "/__w/app/app"
+    assert paths("/github/homework", "x") == "/github/homework"  # a prefix of a name is not the directory
+    assert any("engine's socket" in n for n in notices)
+    with pytest.raises(CiUnsupported, match="externals"):
+        paths("/__e/node20/bin/node", "args.entryPoint")
+
+
+def test_externals_copied_into_the_workspace_are_found_there() -> None:
+    paths = hook.path_map(_mounts("/w"), root="/__w", externals="externals", notices=[])
+    assert paths("/__e/node20/bin/node", "args.entryPoint") == "/__w/externals/node20/bin/node"
+
+
+def test_a_prelude_exports_what_the_gate_must_read() -> None:
+    text = hook._prelude({"HOME": "/__w/h o"}, ["/__w/_tool/node/bin"])
+    assert text == "export HOME='/__w/h o'\nexport PATH=/__w/_tool/node/bin\"${PATH:+:$PATH}\"\n"
