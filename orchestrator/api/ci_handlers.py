@@ -12,9 +12,7 @@ from pydantic import ValidationError
 
 from orchestrator.api.body import read_json
 from orchestrator.api.keys import CI_JOBS, GITHUB_HOOK, SERVICE, principal_of
-from orchestrator.ci.github.protocol import HookCall
-from orchestrator.domain.errors import InputInvalid
-from orchestrator.domain.requests import describe_validation_error
+from orchestrator.ci.github.protocol import HookCall, refusal
 from orchestrator.domain.routes import WAIT
 from orchestrator.domain.wire import SubmitAnswer
 
@@ -59,8 +57,7 @@ async def github_hook(request: web.Request) -> web.StreamResponse:
     try:
         call = HookCall.model_validate(raw)
     except ValidationError as err:
-        fields = [".".join(map(str, e["loc"])) or "(root)" for e in err.errors(include_input=False)]
-        raise InputInvalid(describe_validation_error(err), details={"fields": fields}) from None
+        raise refusal(err) from None
     events = request.app[GITHUB_HOOK].invoke(call, principal_of(request))
     first = await anext(events)  # a refusal raises here, before the answer starts
     response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-store"})

@@ -80,7 +80,9 @@ _REF_CLASS = f"{_UNSAFE}\\u0020~^:?*\\[\\\\"
 REF_PATTERN = f"^[^{_REF_CLASS}]+$"
 REF_MAX = 512
 #: a uses: action from a repository: owner/name, and @ref when the runner gives one
-ACTION_PATTERN = f"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(@[^{_REF_CLASS}@]+)?$"
+ACTION_REPOSITORY = "[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
+ACTION_REF = f"[^{_REF_CLASS}@]+"
+ACTION_PATTERN = f"^{ACTION_REPOSITORY}(@{ACTION_REF})?$"
 ACTION_MAX = 512
 #: a run (GitHub run, GitLab pipeline) id: the forge's number
 RUN_ID_PATTERN = r"^[0-9]{1,20}$"

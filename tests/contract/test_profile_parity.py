@@ -39,11 +39,12 @@ def expected(profile: ResolvedProfile) -> dict[str, Any]:
     }
 
 
-def docker_facts(inspect: dict[str, Any]) -> dict[str, Any]:
+def docker_facts(inspect: dict[str, Any], workspace_source: str) -> dict[str, Any]:
     config, host = inspect["Config"], inspect["HostConfig"]
     uid, gid = (int(x) for x in config["User"].split(":"))
     security = host.get("SecurityOpt") or []
-    workspace = next(m for m in host["Mounts"] if m["Type"] == "bind" and m["Target"].startswith("/workspace"))
+    # the workspace is the bind of the harness's directory, wherever the profile mounts it (/__w for ci)
+    workspace = next(m for m in host["Mounts"] if m["Type"] == "bind" and m["Source"] == workspace_source)
     tmpfs = {}
     for path, options in (host.get("Tmpfs") or {}).items():
         size = next((o.split("=", 1)[1] for o in options.split(",") if o.startswith("size=")), "0")
@@ -117,7 +118,7 @@ async def read_back(contract: Harness, name: str) -> dict[str, Any]:
 
         api = docker.APIClient(base_url=contract.backend.endpoint, version="auto")  # type: ignore[attr-defined]
         try:
-            return docker_facts(api.inspect_container(name))
+            return docker_facts(api.inspect_container(name), str(contract.workspace))
         finally:
             api.close()
     kube = await contract.backend._client()  # type: ignore[attr-defined]

@@ -29,27 +29,24 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from orchestrator.ci.github.protocol import (
-    HOOK_ENV,
+    CleanupJobCall,
     Container,
+    ContainerStepCall,
     HookCall,
-    HookInput,
     Mount,
-    PrepareJobArgs,
-    ScriptStepArgs,
+    PrepareJobCall,
+    ScriptStepCall,
 )
 from orchestrator.ci.jobs import CiJobs
 from orchestrator.domain.ci import ci_from_github
 from orchestrator.domain.ci_jobs import CiJobView
-from orchestrator.domain.errors import CiUnsupported, InputInvalid, NotFound, OrchestratorError
+from orchestrator.domain.errors import CiUnsupported, NotFound, OrchestratorError
 from orchestrator.domain.principal import Principal
-from orchestrator.domain.requests import MAX_SCRIPT_BYTES, ScriptFile, describe_validation_error
+from orchestrator.domain.requests import MAX_SCRIPT_BYTES, ScriptFile
 from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
 from orchestrator.pipeline.script_file import read_workspace_file
 from orchestrator.profiles.models import is_code_loading_env
-from orchestrator.service.workspaces import WORKSPACE_NAME
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +58,6 @@ ENGINE_SOCKET = "/var/run/docker.sock"
 _SHELLS = frozenset({"bash", "sh"})
 
 Event = dict[str, Any]
-
-
-def _parsed(model: type[BaseModel], raw: Any, what: str) -> Any:
-    try:
-        return model.model_validate(raw if raw is not None else {})
-    except ValidationError as err:
-        fields = [f"{what}.{'.'.join(map(str, e['loc']))}" for e in err.errors(include_input=False)]
-        raise InputInvalid(f"{what}: {describe_validation_error(err)}", details={"fields": fields}) from None
 
 
 def _clean(path: str) -> str:
@@ -185,26 +174,20 @@ class GithubHook:
     async def invoke(self, call: HookCall, principal: Principal) -> AsyncIterator[Event]:
         """The events of one hook command: ``{"stream", "data"}`` as produced, then ``{"exit_code", "response"}``.
         A refusal before anything ran raises (the caller answers it as an error)."""
-        unknown = sorted(set(call.env) - set(HOOK_ENV))
-        if unknown:
-            raise InputInvalid(
-                f"env: only {', '.join(HOOK_ENV)} are forwarded (not {', '.join(unknown)})",
-                details={"fields": [f"env.{k}" for k in unknown]},
-            )
-        hook_input: HookInput = _parsed(HookInput, call.input, "input")
-        if hook_input.command == "prepare_job":
-            async for event in self._prepare(hook_input, call.env, principal):
-                yield event
-        elif hook_input.command == "cleanup_job":
-            async for event in self._cleanup(hook_input, principal):
-                yield event
-        else:
-            async for event in self._step(hook_input, call.env, principal):
-                yield event
+        command = call.root
+        events = (
+            self._prepare(command, principal)
+            if isinstance(command, PrepareJobCall)
+            else self._cleanup(command, principal)
+            if isinstance(command, CleanupJobCall)
+            else self._step(command, principal)
+        )
+        async for event in events:
+            yield event
 
     # -- prepare_job / cleanup_job ---------------------------------------------------------------------
-    async def _prepare(self, hook: HookInput, env: dict[str, str], principal: Principal) -> AsyncIterator[Event]:
-        args: PrepareJobArgs = _parsed(PrepareJobArgs, hook.args, "args")
+    async def _prepare(self, call: PrepareJobCall, principal: Principal) -> AsyncIterator[Event]:
+        args, env = call.input.args, call.env
         if args.container is None or not args.container.image:
             raise CiUnsupported(
                 "the job has no container: its steps would run on the runner itself, outside any sandbox (give the"
@@ -219,20 +202,8 @@ class GithubHook:
             )
         container = args.container
         _refuse_options(container, "args.container")
-        workspace = env.get("SANDBOX_WORKSPACE") or env.get("RUNNER_NAME")
-        if not workspace or not WORKSPACE_NAME.fullmatch(workspace):
-            raise InputInvalid(
-                "SANDBOX_WORKSPACE (or RUNNER_NAME): the name of the runner's work directory below its tenant's"
-                " workspaces, 1-128 of A-Z a-z 0-9 . _ - (set SANDBOX_WORKSPACE on the runner)",
-                details={"fields": ["env.SANDBOX_WORKSPACE"]},
-            )
-        externals = env.get("SANDBOX_EXTERNALS")
-        if externals is not None and not WORKSPACE_NAME.fullmatch(externals):
-            raise InputInvalid(
-                "SANDBOX_EXTERNALS: a directory of the job's workspace, 1-128 of A-Z a-z 0-9 . _ -",
-                details={"fields": ["env.SANDBOX_EXTERNALS"]},
-            )
-        ci = ci_from_github(env, job_id=env.get("RUNNER_NAME") if env.get("RUNNER_NAME") else None)
+        workspace = env.SANDBOX_WORKSPACE or env.RUNNER_NAME
+        ci = ci_from_github(env.given(), job_id=env.RUNNER_NAME)
         notices: list[str] = []
         if container.registry is not None:
             notices.append("the job container's registry credentials are not used: nothing is ever pulled")
@@ -240,7 +211,9 @@ class GithubHook:
             {"ci": ci.model_dump(mode="json", exclude_none=True), "workspace": workspace, "image": container.image},
             principal,
         )
-        paths = path_map(container.system_mount_volumes, root=job.container_path, externals=externals, notices=notices)
+        paths = path_map(
+            container.system_mount_volumes, root=job.container_path, externals=env.SANDBOX_EXTERNALS, notices=notices
+        )
         fixed = self.jobs.profiles.named(job.profile).env
         self._jobs[job.job_id] = _HookJob(job, paths, dict(container.environment_variables), fixed)
         for notice in notices:
@@ -258,18 +231,15 @@ class GithubHook:
         }
         yield {"exit_code": 0, "response": response}
 
-    def _job_of(self, hook: HookInput, principal: Principal) -> _HookJob:
-        job_id = (hook.state or {}).get("job")
-        if not isinstance(job_id, str):
-            raise InputInvalid("state.job: missing (prepare_job gives it)", details={"fields": ["state.job"]})
+    def _job_of(self, job_id: str, principal: Principal) -> _HookJob:
         kept = self._jobs.get(job_id)
         self.jobs.get(job_id, principal)  # NOT_FOUND for another tenant's job, or one this controller forgot
         if kept is None:
             raise NotFound(f"no CI job {job_id} (the controller restarted since prepare_job?)")
         return kept
 
-    async def _cleanup(self, hook: HookInput, principal: Principal) -> AsyncIterator[Event]:
-        job_id = (hook.state or {}).get("job")
+    async def _cleanup(self, call: CleanupJobCall, principal: Principal) -> AsyncIterator[Event]:
+        job_id = (call.input.state or {}).get("job")
         if not isinstance(job_id, str):
             yield {"stream": "stderr", "data": "sandbox: no job to clean up (prepare_job did not open one)\n"}
             yield {"exit_code": 0, "response": None}
@@ -281,30 +251,27 @@ class GithubHook:
         yield {"exit_code": 0, "response": None}
 
     # -- steps ---------------------------------------------------------------------------------------------
-    async def _step_request(self, hook: HookInput, env: dict[str, str], kept: _HookJob) -> dict[str, Any]:
+    async def _step_request(self, call: ScriptStepCall | ContainerStepCall, kept: _HookJob) -> dict[str, Any]:
         """The job step's request (``CiStepRequest``) for a run_script_step or run_container_step."""
         paths = kept.paths
         root = kept.job.container_path
         image: str | None = None
-        if hook.command == "run_container_step":
-            container: Container = _parsed(Container, hook.args, "args")
-            _refuse_options(container, "args")
-            if not container.image:
+        args = call.input.args
+        if isinstance(args, Container):
+            _refuse_options(args, "args")
+            if not args.image:
                 raise CiUnsupported("args.image: a container step without an image", details={"fields": ["args.image"]})
-            if not container.entry_point:
+            if not args.entry_point:
                 raise CiUnsupported(
                     "args.entryPoint: a container step must name its entrypoint (the image's own is not read)",
                     details={"fields": ["args.entryPoint"]},
                 )
-            image = container.image
-            entry, words = container.entry_point, container.entry_point_args
-            step_env, prepend = container.environment_variables, container.prepend_path
-            workdir = container.working_directory
+            image, entry = args.image, args.entry_point
+            step_env = args.environment_variables
         else:
-            args: ScriptStepArgs = _parsed(ScriptStepArgs, hook.args, "args")
-            entry, words = args.entry_point, args.entry_point_args
-            step_env, prepend, workdir = args.environment_variables, args.prepend_path, args.working_directory
-            step_env = {**kept.env, **step_env}
+            entry = args.entry_point
+            step_env = {**kept.env, **args.environment_variables}
+        words, prepend, workdir = args.entry_point_args, args.prepend_path, args.working_directory
         argv = [paths(entry, "args.entryPoint"), *paths.words(words, "args.entryPointArgs")]
         mapped_env = {k: paths(v, f"args.environmentVariables.{k}") for k, v in step_env.items()}
         plain = {k: v for k, v in mapped_env.items() if not is_code_loading_env(k)}
@@ -316,8 +283,9 @@ class GithubHook:
             content = prelude + "exec " + shlex.join(argv) + "\n"
             script = ScriptFile.of(wrapper, content)
             argv = ["bash", "--noprofile", "--norc", "-e", wrapper]
-        ci_step = env.get("GITHUB_ACTION") or None
-        repository, ref = env.get("GITHUB_ACTION_REPOSITORY"), env.get("GITHUB_ACTION_REF")
+        env = call.env
+        ci_step = env.GITHUB_ACTION
+        repository, ref = env.GITHUB_ACTION_REPOSITORY, env.GITHUB_ACTION_REF
         action = None if not repository else f"{repository}@{ref}" if ref else repository
         request: dict[str, Any] = {
             "step": ci_step,
@@ -348,9 +316,9 @@ class GithubHook:
         content = await asyncio.to_thread(read_workspace_file, job_path, parts, limit=MAX_SCRIPT_BYTES - len(prelude))
         return ScriptFile(path=path, content_base64=base64.b64encode(prelude.encode() + content).decode("ascii"))
 
-    async def _step(self, hook: HookInput, env: dict[str, str], principal: Principal) -> AsyncIterator[Event]:
-        kept = self._job_of(hook, principal)
-        request = await self._step_request(hook, env, kept)
+    async def _step(self, call: ScriptStepCall | ContainerStepCall, principal: Principal) -> AsyncIterator[Event]:
+        kept = self._job_of(call.input.state.job, principal)
+        request = await self._step_request(call, kept)
         view = await self.jobs.step(kept.job.job_id, request, principal)
         yield {"execution_id": view.execution_id}  # the hook skips it: the answer starts once the step is taken
         async for event in self.follow(view, principal):

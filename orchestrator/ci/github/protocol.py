@@ -7,15 +7,35 @@ hook, reads it after, and fails the step when the hook exits non-zero) and ``act
 (``packages/hooklib/src/interfaces.ts``, ``examples/*.json``).
 
 What reaches the controller is the hook's stdin as the runner wrote it, and a few of the hook's environment
-variables (the job's context: ``HOOK_ENV``). The models refuse what they do not know in a container's options
-(a future field with a meaning the controller cannot honour must not pass unseen).
+variables (the job's context: ``HOOK_ENV``). The models say exactly what the controller takes — one shape per
+command, the job's context typed as the CI context is, no NUL where a value reaches the kernel — so the API's
+document is as strict as the controller (``tests/api/test_openapi_conformance.py``). They refuse what they do
+not know in a container's options (a future field with a meaning the controller cannot honour must not pass
+unseen); the runner's ``null`` for an empty list or map reads as empty (Newtonsoft writes it so).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    RootModel,
+    StringConstraints,
+    Tag,
+    ValidationError,
+)
+
+from orchestrator.domain.ci import ACTION_REF, ACTION_REPOSITORY, Actor, Event, Label, Ref, Repository, RunId
+from orchestrator.domain.ci_jobs import WORKSPACE_NAME_PATTERN
+from orchestrator.domain.errors import InputInvalid
+from orchestrator.domain.images import IMAGE_MAX, IMAGE_PATTERN
+from orchestrator.domain.requests import ENV_NAME, MAX_ARG_BYTES, MAX_PATH_BYTES
 
 Command = Literal["prepare_job", "run_script_step", "run_container_step", "cleanup_job"]
 
@@ -38,6 +58,35 @@ HOOK_ENV: tuple[str, ...] = (
     "SANDBOX_EXTERNALS",
 )
 
+_NO_NUL = "^[^\\x00]*$"
+#: a word handed to the kernel (argv, an environment value)
+Word = Annotated[str, StringConstraints(max_length=MAX_ARG_BYTES, pattern=_NO_NUL)]
+#: a path inside the job container
+PathWord = Annotated[str, StringConstraints(max_length=MAX_PATH_BYTES, pattern=_NO_NUL)]
+Image = Annotated[str, StringConstraints(min_length=1, max_length=IMAGE_MAX, pattern=IMAGE_PATTERN)]
+WorkspaceName = Annotated[str, StringConstraints(pattern=WORKSPACE_NAME_PATTERN)]
+
+
+def _empty(kind: type[list[Any]] | type[dict[str, Any]]) -> BeforeValidator:
+    return BeforeValidator(lambda value: kind() if value is None else value)
+
+
+def _env_names(env: dict[str, str]) -> dict[str, str]:
+    for number, name in enumerate(env, start=1):
+        if ENV_NAME.fullmatch(name) is None:
+            raise ValueError(f"variable #{number} is not a valid name ([A-Za-z_][A-Za-z0-9_]*)")  # never its text
+    return env
+
+
+#: environment variables: names a shell takes, values without NUL (the runner writes null for none)
+Env = Annotated[
+    dict[str, Word],
+    _empty(dict),
+    AfterValidator(_env_names),
+    Field(json_schema_extra={"propertyNames": {"pattern": ENV_NAME.pattern}}),
+]
+Words = Annotated[list[Word], _empty(list)]
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
@@ -56,73 +105,178 @@ class Registry(_Model):
 
 
 class Container(_Model):
-    """``HookContainer``: the job container (prepare_job), a service, or a container step's."""
+    """``HookContainer``: the job container (prepare_job), or a container step's."""
 
-    image: str | None = None
+    image: Image | None = None
     dockerfile: str | None = None
-    entry_point: str | None = Field(default=None, alias="entryPoint")
-    entry_point_args: list[str] = Field(default_factory=list, alias="entryPointArgs")
-    working_directory: str | None = Field(default=None, alias="workingDirectory")
+    entry_point: PathWord | None = Field(default=None, alias="entryPoint")
+    entry_point_args: Words = Field(default_factory=list, alias="entryPointArgs")
+    working_directory: PathWord | None = Field(default=None, alias="workingDirectory")
     create_options: str | None = Field(default=None, alias="createOptions")
     registry: Registry | None = None
-    environment_variables: dict[str, str] = Field(default_factory=dict, alias="environmentVariables")
-    port_mappings: list[str] = Field(default_factory=list, alias="portMappings")
-    system_mount_volumes: list[Mount] = Field(default_factory=list, alias="systemMountVolumes")
-    user_mount_volumes: list[Mount] = Field(default_factory=list, alias="userMountVolumes")
-    prepend_path: list[str] = Field(default_factory=list, alias="prependPath")  # container steps
-
-    def __init__(self, **data: Any) -> None:
-        # the runner writes null for an empty list or map (Newtonsoft): read as empty
-        for key in ("entryPointArgs", "environmentVariables", "portMappings", "systemMountVolumes",
-                    "userMountVolumes", "prependPath"):  # fmt: skip
-            if key in data and data[key] is None:
-                data[key] = [] if key != "environmentVariables" else {}
-        super().__init__(**data)
+    environment_variables: Env = Field(default_factory=dict, alias="environmentVariables")
+    port_mappings: Annotated[list[str], _empty(list)] = Field(default_factory=list, alias="portMappings")
+    system_mount_volumes: Annotated[list[Mount], _empty(list)] = Field(default_factory=list, alias="systemMountVolumes")
+    user_mount_volumes: Annotated[list[Mount], _empty(list)] = Field(default_factory=list, alias="userMountVolumes")
+    prepend_path: Annotated[list[PathWord], _empty(list)] = Field(default_factory=list, alias="prependPath")
 
 
 class PrepareJobArgs(_Model):
     container: Container | None = None
     # refused whatever they hold (no sandbox runs services): read only for their names, as written (the
     # hooks repository's example spells a service's "entrypoint" in lower case)
-    services: list[dict[str, Any]] = Field(default_factory=list)
-
-    def __init__(self, **data: Any) -> None:
-        if data.get("services") is None:
-            data["services"] = []
-        super().__init__(**data)
+    services: Annotated[list[dict[str, Any]], _empty(list)] = Field(default_factory=list)
 
 
 class ScriptStepArgs(_Model):
-    entry_point: str = Field(alias="entryPoint")
-    entry_point_args: list[str] = Field(default_factory=list, alias="entryPointArgs")
-    environment_variables: dict[str, str] = Field(default_factory=dict, alias="environmentVariables")
-    prepend_path: list[str] = Field(default_factory=list, alias="prependPath")
-    working_directory: str | None = Field(default=None, alias="workingDirectory")
-
-    def __init__(self, **data: Any) -> None:
-        for key, empty in (("entryPointArgs", []), ("environmentVariables", {}), ("prependPath", [])):
-            if key in data and data[key] is None:
-                data[key] = empty
-        super().__init__(**data)
+    entry_point: PathWord = Field(alias="entryPoint")
+    entry_point_args: Words = Field(default_factory=list, alias="entryPointArgs")
+    environment_variables: Env = Field(default_factory=dict, alias="environmentVariables")
+    prepend_path: Annotated[list[PathWord], _empty(list)] = Field(default_factory=list, alias="prependPath")
+    working_directory: PathWord | None = Field(default=None, alias="workingDirectory")
 
 
-class HookInput(BaseModel):
-    """The hook's stdin. ``args`` and ``state`` are read per command (``hook.py``)."""
+class JobState(BaseModel):
+    """The state prepare_job answered, handed back by the runner on every later command: the job's id."""
 
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    job: str = Field(min_length=1, max_length=128, description="The CI job's id (job-...).")
+
+
+class _Input(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
-    command: Command
     response_file: str | None = Field(default=None, alias="responseFile")
-    args: dict[str, Any] | None = None
+
+
+class PrepareJobInput(_Input):
+    command: Literal["prepare_job"]
+    args: PrepareJobArgs
     state: dict[str, Any] | None = None
 
 
-class HookCall(BaseModel):
-    """``POST /v1/ci/github/hook``: what the hook forwards."""
+class ScriptStepInput(_Input):
+    command: Literal["run_script_step"]
+    args: ScriptStepArgs
+    state: JobState
+
+
+class ContainerStepInput(_Input):
+    command: Literal["run_container_step"]
+    args: Container
+    state: JobState
+
+
+class CleanupJobInput(_Input):
+    command: Literal["cleanup_job"]
+    args: dict[str, Any] | None = None
+    state: dict[str, Any] | None = None  # a job prepare_job never opened: nothing to clean up
+
+
+def _text(pattern: str, length: int) -> Any:
+    return Annotated[str, StringConstraints(min_length=1, max_length=length, pattern=pattern)]
+
+
+class HookEnv(BaseModel):
+    """The hook's own variables, typed as the CI context takes them (``domain.ci``); an empty one is not sent."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    input: dict[str, Any] = Field(description="The hook's stdin, exactly as the runner wrote it (one JSON object).")
-    env: dict[str, str] = Field(
-        default_factory=dict, description=f"The hook's own environment, only these names: {', '.join(HOOK_ENV)}."
+    GITHUB_REPOSITORY: Repository | None = None
+    GITHUB_WORKFLOW: Label | None = None
+    GITHUB_JOB: Label | None = None
+    GITHUB_ACTION: Label | None = None
+    GITHUB_ACTION_REPOSITORY: _text(f"^{ACTION_REPOSITORY}$", 255) | None = None  # type: ignore[valid-type]
+    GITHUB_ACTION_REF: _text(f"^{ACTION_REF}$", 255) | None = None  # type: ignore[valid-type]
+    GITHUB_RUN_ID: RunId | None = None
+    GITHUB_RUN_ATTEMPT: _text("^(?:[1-9][0-9]{0,3}|10000)$", 5) | None = None  # type: ignore[valid-type]
+    GITHUB_REF: Ref | None = None
+    GITHUB_EVENT_NAME: Event | None = None
+    GITHUB_ACTOR: Actor | None = None
+    RUNNER_NAME: WorkspaceName | None = Field(
+        default=None, description="The runner's name: the job's workspace unless SANDBOX_WORKSPACE names it."
     )
+    SANDBOX_WORKSPACE: WorkspaceName | None = None
+    SANDBOX_EXTERNALS: WorkspaceName | None = None
+
+    def given(self) -> dict[str, str]:
+        """The variables as the CI context reads them (``ci_from_github``)."""
+        return {name: value for name, value in self.model_dump().items() if value is not None}
+
+
+class _PrepareEnv(HookEnv):
+    """prepare_job opens the job: its context and its workspace are needed."""
+
+    GITHUB_REPOSITORY: Repository
+    GITHUB_JOB: Label
+    GITHUB_RUN_ID: RunId
+    RUNNER_NAME: WorkspaceName
+
+
+class _Call(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    env: HookEnv = Field(
+        default_factory=HookEnv, description=f"The hook's own environment, only these names: {', '.join(HOOK_ENV)}."
+    )
+
+
+class PrepareJobCall(_Call):
+    input: PrepareJobInput = Field(description="The hook's stdin, exactly as the runner wrote it.")
+    env: _PrepareEnv = Field(description="The hook's own environment: the job's context and the runner's name.")
+
+
+class ScriptStepCall(_Call):
+    input: ScriptStepInput = Field(description="The hook's stdin, exactly as the runner wrote it.")
+
+
+class ContainerStepCall(_Call):
+    input: ContainerStepInput = Field(description="The hook's stdin, exactly as the runner wrote it.")
+
+
+class CleanupJobCall(_Call):
+    input: CleanupJobInput = Field(description="The hook's stdin, exactly as the runner wrote it.")
+
+
+def _command(value: Any) -> Any:
+    """Which call this is: the runner's command (the calls differ in what they need)."""
+    inner = value.get("input") if isinstance(value, dict) else getattr(value, "input", None)
+    return inner.get("command") if isinstance(inner, dict) else getattr(inner, "command", None)
+
+
+class HookCall(
+    RootModel[
+        Annotated[
+            Annotated[PrepareJobCall, Tag("prepare_job")]
+            | Annotated[ScriptStepCall, Tag("run_script_step")]
+            | Annotated[ContainerStepCall, Tag("run_container_step")]
+            | Annotated[CleanupJobCall, Tag("cleanup_job")],
+            Discriminator(
+                _command,
+                custom_error_type="command",
+                custom_error_message="input.command: one of "
+                "prepare_job, run_script_step, run_container_step, cleanup_job",
+            ),
+        ]
+    ]
+):
+    """``POST /v1/ci/github/hook``: what the hook forwards — the runner's stdin (``input``) and the hook's own
+    variables (``env``), one shape per command."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+_COMMANDS = ("prepare_job", "run_script_step", "run_container_step", "cleanup_job")
+
+
+def refusal(err: ValidationError) -> InputInvalid:
+    """INPUT.INVALID naming each field as the hook's body has it (``input.args.entryPoint``, not under the name
+    of the command's shape), with pydantic's message but never the value (it may be a secret)."""
+    fields, problems = [], []
+    for item in err.errors(include_input=False, include_url=False):
+        loc = item["loc"][1:] if item["loc"] and item["loc"][0] in _COMMANDS else item["loc"]
+        path = ".".join(str(p) for p in loc) or "(root)"
+        fields.append(path)
+        problems.append(item["msg"] if item["type"] == "command" else f"{path}: {item['msg']}")
+    return InputInvalid("; ".join(problems), details={"fields": fields})
