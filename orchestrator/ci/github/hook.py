@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import logging
 import posixpath
 import re
 import shlex
@@ -47,8 +46,6 @@ from orchestrator.domain.requests import MAX_SCRIPT_BYTES, ScriptFile
 from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
 from orchestrator.pipeline.script_file import read_workspace_file
 from orchestrator.profiles.models import is_code_loading_env
-
-log = logging.getLogger(__name__)
 
 #: the runner's work directory inside job containers (``ContainerInfo.cs``: /__w)
 RUNNER_WORK = "/__w"
