@@ -205,7 +205,9 @@ class ResourceUsage:
     memory_peak_bytes: int | None = None
     cpu_total_ns: int | None = None
     pids_peak: int | None = None
-    pids_limit_hits: int | None = None  # process (or thread) creations refused at the pids limit
+    # process (or thread) creations refused at the pids limit; a lower bound when the sandbox ended before
+    # its cgroup could be read once more (the runtime removes it within milliseconds)
+    pids_limit_hits: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -374,6 +374,12 @@ async def run_in_sandbox(
         error = SideEffectsIncomplete(why or "the workspace side-effect record is incomplete")
     elif pids_hits:
         error = SandboxPidsLimit(f"{pids_hits} process creation(s) refused at the limit of {profile.pids_limit}")
+    elif usage is not None and usage.pids_peak is not None and usage.pids_peak >= profile.pids_limit:
+        # the refusals are counted only in the container's cgroup, which the runtime removes within ms of
+        # its exit: a short run may end uncounted, but a peak at the limit is itself the kernel's word
+        error = SandboxPidsLimit(
+            f"the sandbox reached its limit of {profile.pids_limit} processes (a process creation beyond it is refused)"
+        )
     stdout = keep_output(captures[0], profile.stdout_max_bytes, redactor) if captures else None
     stderr = keep_output(captures[1], profile.stderr_max_bytes, redactor) if captures else None
     return RunOutcome(

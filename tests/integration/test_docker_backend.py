@@ -725,7 +725,10 @@ async def test_the_pids_limit_is_read_as_the_sandbox_exits(
         await backend.destroy(handle)
     hit = argv[0] == "python3"
     assert state.pids_limit_killed is killed
-    assert (usage.pids_limit_hits or 0) >= 1 if hit else usage.pids_limit_hits == 0, usage
+    # counted as it exited; or, when the runtime removed its cgroup before that last reading (a race the
+    # kernel wins on a busy host, see exit_watch), its peak at the limit, which is what the pipeline reports
+    reached = (usage.pids_limit_hits or 0) >= 1 or (usage.pids_peak or 0) >= 64
+    assert reached if hit else usage.pids_limit_hits == 0, usage
     if profile.runtime == "runc" and hit:
         assert (code, out.data.split()[0]) == (0, b"11")  # EAGAIN, and the command went on to exit 0
         assert usage.pids_peak == 64
@@ -733,6 +736,23 @@ async def test_the_pids_limit_is_read_as_the_sandbox_exits(
         assert (code, state.exit_code, state.oom_killed) == (2, 2, False)
     if not hit:
         assert code == 2
+
+
+@integration
+@pytest.mark.skipif(not CGROUP_ROOT.is_dir(), reason="the engine's cgroups are not visible here")
+async def test_forks_refused_at_the_limit_are_counted_while_the_sandbox_lives(sandboxes: Sandboxes) -> None:
+    """No race here: the command outlives its refused forks, so sampling reads the kernel's count."""
+    profile = resolved("workspace-write", max_pids=64)
+    argv = ["python3", "-c", FORK_TO_THE_LIMIT + "import time; time.sleep(1)"]
+    handle = await sandboxes.backend.create(sandboxes.spec(argv, profile=profile))
+    try:
+        await sandboxes.backend.start(handle)
+        assert await sandboxes.backend.wait(handle) == 0
+        usage = await sandboxes.backend.usage(handle)
+    finally:
+        await sandboxes.backend.destroy(handle)
+    assert usage.pids_peak == 64, usage
+    assert usage.pids_limit_hits is not None and usage.pids_limit_hits >= 1, usage
 
 
 # -- what the engine cannot give ------------------------------------------------------------------------

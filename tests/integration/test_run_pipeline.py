@@ -392,6 +392,34 @@ def test_cli_fork_bomb_reports_the_pids_limit(tmp_path: Path, profile: str) -> N
     assert verify(evidence).ok
 
 
+# exactly the limit (itself and 15 children of a 16-process cap), never a fork beyond it
+FILL_TO_THE_LIMIT = (
+    "import os, time\n"
+    "for _ in range(15):\n"
+    "    if os.fork() == 0:\n"
+    '        os.execv("/bin/sleep", ["sleep", "30"])\n'
+    "time.sleep(0.5)\n"
+    'print("full")\n'
+)
+
+
+def test_a_run_at_its_pids_limit_is_noted_even_with_no_fork_refused(tmp_path: Path) -> None:
+    """The refused-fork count can be lost when a run ends at once (see exit_watch); the peak, kept in the
+    sandbox's own parent cgroup, cannot: a run that filled its limit gets the note, its exit status stands."""
+    ws = workspace_dir(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text(ALLOW_ALL + "caps:\n  max_pids: 16\n")
+    evidence = tmp_path / "e.jsonl"
+    args = ["run", "--config", str(config), "--evidence", str(evidence), "--profile", "workspace-write", "--json"]
+    done = cli(*args, "--", "python3", "-c", FILL_TO_THE_LIMIT, cwd=ws)
+    out = json.loads(done.stdout)
+    assert (done.returncode, out["exit_code"], out["stdout"]) == (0, 0, "full\n"), done.stderr
+    assert out["error"]["code"] == "SANDBOX.PIDS_LIMIT"
+    assert "reached its limit of 16 processes" in out["error"]["message"]
+    (finished,) = [r for r in iter_records(evidence) if r.event == "execution_finished"]
+    assert finished.data["usage"]["pids_peak"] == 16 and finished.data["usage"]["pids_limit_hits"] == 0
+
+
 async def test_a_run_whose_workspace_holds_its_policy_is_refused_and_recorded(tmp_path: Path) -> None:
     """Built without a workspace (a library user, the service), each run checks the workspace it is
     given: the policy file inside it is refused before a sandbox exists, and recorded."""

@@ -123,6 +123,7 @@ class _Sandbox:
     stdin: bytes | None
     tty: bool
     runtime: str
+    pids_limit: int
     start_done: asyncio.Event = field(default_factory=asyncio.Event)
     started: bool = False
     capturing: bool = False
@@ -389,6 +390,7 @@ class DockerBackend:
             stdin=spec.stdin,
             tty=spec.tty,
             runtime=profile.runtime,
+            pids_limit=profile.pids_limit,
             pooled=spec.pooled,
             cgroup_parent=parent,
         )
@@ -613,8 +615,10 @@ class DockerBackend:
         sandbox = self._sandboxes.get(handle.sandbox_id)
         if sandbox is None or state.exit_code is None or sandbox.runtime not in DIES_AT_PIDS_LIMIT:
             return state
-        hits = (await self._usage_now(sandbox)).pids_limit_hits
-        if hits and state.exit_code != 0:
+        usage = await self._usage_now(sandbox)
+        # the refusals, or (their last reading missed: see exit_watch) a peak at the limit
+        reached = usage.pids_limit_hits or (usage.pids_peak is not None and usage.pids_peak >= sandbox.pids_limit)
+        if reached and state.exit_code != 0:
             state = dataclasses.replace(state, pids_limit_killed=True)
         return state
 

@@ -48,12 +48,16 @@ def _read_keyed(path: Path, key: bytes) -> int | None:
     """The value of ``key`` in a flat keyed file (``cpu.stat``'s usage_usec, ``pids.events``' max)."""
     try:
         with open(path, "rb") as f:
-            for line in f.read(4096).splitlines():
-                name, _, value = line.partition(b" ")
-                if name == key and value.strip().isdigit():
-                    return int(value)
+            return keyed_value(f.read(4096), key)
     except OSError:
         return None
+
+
+def keyed_value(text: bytes, key: bytes) -> int | None:
+    for line in text.splitlines():
+        name, _, value = line.partition(b" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
     return None
 
 
@@ -165,6 +169,12 @@ class UsageSampler:
         if hits is not None:
             self.pids_limit_hits = max(hits, self.pids_limit_hits or 0)
         return True
+
+    def note_limit_hits(self, hits: int | None) -> None:
+        """A ``pids.events`` max read on its own (``exit_watch``: the one reading that cannot wait)."""
+        if hits is not None:
+            with self._lock:
+                self.pids_limit_hits = max(hits, self.pids_limit_hits or 0)
 
     def usage(self) -> ResourceUsage:
         with self._lock:
