@@ -33,7 +33,7 @@ def render_prompt(request: ApprovalRequest) -> str:
     if what is not None:
         lines.append(f"  command: {p(what)}")
     if s.script is not None:
-        lines.append(f"  script:  {p(s.script.path)} ({s.script.bytes} bytes, sha256 {s.script.sha256[:16]}…)")
+        lines.append(f"  script:  {p(s.script.path)} ({s.script.bytes} bytes, {s.script.shown()})")
     if s.path is not None:
         lines.append(f"  path:    {p(s.path)} ({s.content.bytes if s.content else 0} bytes)")
     if s.patch_paths:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.domain.ci import CiRecord
 
@@ -58,12 +58,28 @@ class ContentDigest(_Frozen):
 
 
 class ScriptDigest(_Frozen):
-    """A script file a command runs (ShellExecRequest.script): where, and its size and sha256, never its
-    content."""
+    """A script file a command runs (ShellExecRequest.script): where, and its size and digest, never its
+    content. The runner wrote a workflow's interpolated secrets into it, in a text its readers can otherwise
+    guess (the workflow file is in the repository): a plain sha256 would let them try secrets until one
+    matches. So where there is evidence the digest is keyed as a session's input is (evidence.input_key);
+    a plain sha256 only where there is no key (``sandboxctl check``, a gate with no evidence)."""
 
     path: str = Field(description="The script's path as the argv names it.")
     bytes: int = Field(ge=0, description="Size of the script in bytes.")
-    sha256: str = Field(description="sha256 of the script's bytes, hex.")
+    sha256: str | None = Field(default=None, description="sha256 of the script's bytes, hex (no key: no evidence).")
+    hmac_sha256: str | None = Field(
+        default=None, description="HMAC-SHA256 of the script's bytes under the evidence's input key, hex."
+    )
+
+    @model_validator(mode="after")
+    def _one_digest(self) -> ScriptDigest:
+        if (self.sha256 is None) == (self.hmac_sha256 is None):
+            raise ValueError("a script digest is either sha256 or hmac_sha256")
+        return self
+
+    def shown(self) -> str:
+        """The digest as people read it: its kind and its first 16 hex digits."""
+        return f"hmac-sha256 {self.hmac_sha256[:16]}…" if self.hmac_sha256 else f"sha256 {(self.sha256 or '')[:16]}…"
 
 
 class KeyedDigest(_Frozen):

@@ -116,7 +116,7 @@ def sanitize(
     profile_egress: Sequence[str] = (),
 ) -> tuple[SanitizedRequest, ShellAnalysis | None]:
     """The sanitized request and, for exec tools, the full shell analysis the policy needs.
-    ``input_key``: the key of write_stdin's digest (keyed_digest); without one, a plain sha256.
+    ``input_key``: the key of write_stdin's and a script's digests (keyed_digest); without one, a plain sha256.
     ``profile_egress``: the canonical egress patterns of the profile the request runs with."""
     analysis = analysis_of(request)
     findings: list[Finding] = []
@@ -135,8 +135,14 @@ def sanitize(
             fields["skill"] = request.skill
         elif request.script is not None:
             data = request.script.content
-            fields["script"] = ScriptDigest(
-                path=request.script.path, bytes=len(data), sha256=hashlib.sha256(data).hexdigest()
+            fields["script"] = (
+                ScriptDigest(path=request.script.path, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+                if input_key is None
+                else ScriptDigest(
+                    path=request.script.path,
+                    bytes=len(data),
+                    hmac_sha256=hmac.new(input_key(), data, hashlib.sha256).hexdigest(),
+                )
             )
             # it is written where the sandbox reads it: in the workspace (the run refuses any other place, so
             # an absolute path inside the sandbox's mount is no escape), where a credential path is one still

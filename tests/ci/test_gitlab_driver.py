@@ -213,6 +213,8 @@ async def test_a_whole_job_replayed_as_the_runner_calls_the_driver(ci_service: H
     ]
     assert len({c["job_key"] for c in contexts}) == 1 and contexts[0]["job_id"] == runner.job_id
     assert all(v.request["script"]["path"].startswith("/__w/_sandbox/") for v in page.items)
+    # keyed under the evidence's input key: a stage script holds the job's variables
+    assert all(set(v.request["script"]) == {"path", "bytes", "hmac_sha256"} for v in page.items)
 
 
 async def test_sigterm_during_a_stage_cancels_its_step(ci_service: Harness, tmp_path: Path) -> None:

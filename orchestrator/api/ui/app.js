@@ -196,8 +196,10 @@
   function scriptFact(request) {
     const s = request && request.script;
     if (!s || typeof s !== "object") return [];
-    const digest = code(String(s.sha256).slice(0, 16));
-    return [["Script", el("span", null, code(s.path), ` (${s.bytes} bytes, sha256 `, digest, "…)")]];
+    const keyed = typeof s.hmac_sha256 === "string";
+    const digest = code(String(keyed ? s.hmac_sha256 : s.sha256).slice(0, 16));
+    const kind = keyed ? "hmac-sha256" : "sha256";
+    return [["Script", el("span", null, code(s.path), ` (${s.bytes} bytes, ${kind} `, digest, "…)")]];
   }
 
   // ---- pending approvals -------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 from typing import Any
 
@@ -88,6 +89,20 @@ def test_only_the_script_s_size_and_digest_are_recorded() -> None:
     assert result.public["script"] == {"path": PATH, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     assert SECRET not in json.dumps(result.public)
     assert base64.b64encode(data).decode() not in json.dumps(result.public)
+
+
+def test_with_an_evidence_key_the_script_s_digest_is_keyed() -> None:
+    """A workflow file is public, the secret interpolated into its script is not: with the evidence's key the
+    digest cannot be used to try secrets; whoever holds the key can still check a script against it."""
+    content = f"export TOKEN={SECRET}\n./build.sh\n"
+    key = b"k" * 32
+    sanitized, _ = sanitize(parse_request(step(content)), input_key=lambda: key)
+    assert sanitized.script is not None
+    recorded = sanitized.public()["script"]
+    expected = hmac.new(key, content.encode(), hashlib.sha256).hexdigest()
+    assert recorded == {"path": PATH, "bytes": len(content.encode()), "hmac_sha256": expected}
+    assert hashlib.sha256(content.encode()).hexdigest() not in json.dumps(sanitized.public())
+    assert sanitized.script.shown() == f"hmac-sha256 {expected[:16]}…"
 
 
 def test_the_approval_key_covers_the_content() -> None:
