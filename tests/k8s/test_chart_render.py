@@ -681,6 +681,54 @@ def test_custom_profiles_load_from_the_mounted_layout(tmp_path: Path) -> None:
     assert "SANDBOX_PROFILES_PATH" not in {e["name"] for e in controller_container(render())["env"]}
 
 
+def test_ci_values_size_the_ci_profile_and_allow_the_job_images(tmp_path: Path) -> None:
+    """ci.images join the caps' allowed images (never replacing them); ci.profile is the `ci` profile laid over
+    the built-in one, as the project's loader resolves it from the mounted layout."""
+    values = {
+        "config": {"caps": {"allowed_images": ["sandbox-orchestrator/default:*"], "max_pids": 4096}},
+        "ci": {
+            "images": ["ci/node:20", "sandbox-orchestrator/default:*"],
+            "profile": {"limits": {"cpus": 4, "memory": "6g", "wall_timeout_s": 3600}},
+        },
+    }
+    docs = render(values)
+    caps = config_of(docs)["caps"]
+    assert caps == {"allowed_images": ["sandbox-orchestrator/default:*", "ci/node:20"], "max_pids": 4096}
+    configmap = one(docs, "ConfigMap")
+    items = next(v for v in controller_pod(docs)["spec"]["volumes"] if v["name"] == "config")["configMap"]["items"]
+    root = tmp_path / "etc"
+    for item in items:
+        (root / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (root / item["path"]).write_text(configmap["data"][item["key"]], encoding="utf-8")
+    env = {e["name"]: e.get("value") for e in controller_container(docs)["env"]}
+    mount = next(m for m in controller_container(docs)["volumeMounts"] if m["name"] == "config")["mountPath"]
+    registry = ProfileRegistry([root / Path(env["SANDBOX_PROFILES_PATH"]).relative_to(mount)])
+    builtin, sized = ProfileRegistry([]).resolve("ci"), registry.resolve("ci")
+    assert (sized.cpus, sized.memory_bytes, sized.wall_timeout_s) == (4, 6 * 1024**3, 3600)
+    # the rest is the built-in's: the job's workspace, its home, its environment
+    assert (sized.workspace.container_path, sized.env, sized.pids_limit) == (
+        builtin.workspace.container_path,
+        builtin.env,
+        builtin.pids_limit,
+    )
+    # without ci values, nothing changes: no caps, no profile directory
+    plain = render()
+    assert "caps" not in config_of(plain)
+    assert "SANDBOX_PROFILES_PATH" not in {e["name"] for e in controller_container(plain)["env"]}
+
+
+def test_the_ci_guide_s_chart_values_render() -> None:
+    """docs/ci.md's values for our chart, as written: the runners' token, their images, the sized profile."""
+    guide = (REPO / "docs" / "ci.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", guide, flags=re.S)
+    [values] = [yaml.safe_load(b) for b in blocks if b.startswith("tokens:")]
+    docs = render(values)
+    assert config_of(docs)["caps"]["allowed_images"] == values["ci"]["images"]
+    assert json.loads(one(docs, "ConfigMap")["data"]["profile.ci.yaml"]) == {"extends": "ci", **values["ci"]["profile"]}
+    [runner] = config_of(docs)["service"]["tokens"]
+    assert (runner["subject"], runner["role"], runner["tenants"]) == ("ci-runner", "agent", ["ci-runners"])
+
+
 # -- refusals ----------------------------------------------------------------------------------------
 
 SCHEMA_REFUSALS = [
@@ -721,6 +769,8 @@ SCHEMA_REFUSALS = [
     ),
     ({"profiles": {"custom": {"Bad Name": {}}}}, "invalid propertyName 'Bad Name'"),
     ({"replicaCount": 3}, "replicaCount"),
+    ({"ci": {"images": "ci/node:20"}}, "/ci/images"),
+    ({"ci": {"runners": 3}}, "runners"),
 ]
 
 
@@ -745,6 +795,10 @@ TEMPLATE_REFUSALS = [
             {"subject": "b", "role": "admin", "key": "k", "value": "y" * 16},
         ]}},
         'the Secret key "k" is used twice',
+    ),
+    (
+        {"ci": {"profile": {"limits": {"cpus": 4}}}, "profiles": {"custom": {"ci": {"extends": "ci"}}}},
+        "ci.profile and profiles.custom.ci both define the ci profile",
     ),
 ]  # fmt: skip
 

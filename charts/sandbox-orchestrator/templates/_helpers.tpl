@@ -79,7 +79,7 @@ app.kubernetes.io/part-of: sandbox-orchestrator
 {{- end -}}
 
 {{- define "so.customProfiles" -}}
-{{- if or .Values.profiles.custom .Values.profiles.seccomp -}}true{{- end -}}
+{{- if or .Values.profiles.custom .Values.profiles.seccomp .Values.ci.profile -}}true{{- end -}}
 {{- end -}}
 
 {{/* The token entries with their Secret keys (default: the subject), checked for duplicates. */}}
@@ -131,5 +131,23 @@ app.kubernetes.io/part-of: sandbox-orchestrator
 {{- $_ := set $config $section $value -}}
 {{- end -}}
 {{- end -}}
+{{- /* the CI runners' job images join the caps' (a copy: the values are never changed) */ -}}
+{{- if .Values.ci.images -}}
+{{- $caps := deepCopy (default dict $c.caps) -}}
+{{- $_ := set $caps "allowed_images" (concat (default list $caps.allowed_images) .Values.ci.images | uniq) -}}
+{{- $_ := set $config "caps" $caps -}}
+{{- end -}}
 {{- toPrettyJson $config -}}
+{{- end -}}
+
+{{- /* The custom profiles: profiles.custom, and the `ci` profile laid over the built-in one (ci.profile). */ -}}
+{{- define "so.profiles" -}}
+{{- $profiles := deepCopy .Values.profiles.custom -}}
+{{- if .Values.ci.profile -}}
+{{- if hasKey $profiles "ci" -}}
+{{- fail "ci.profile and profiles.custom.ci both define the ci profile: keep one" -}}
+{{- end -}}
+{{- $_ := set $profiles "ci" (merge (dict "extends" "ci") (deepCopy .Values.ci.profile)) -}}
+{{- end -}}
+{{- toJson $profiles -}}
 {{- end -}}
