@@ -40,7 +40,7 @@ from orchestrator.ci.github.protocol import (
 from orchestrator.ci.jobs import CiJobs
 from orchestrator.domain.ci import ci_from_github
 from orchestrator.domain.ci_jobs import CiJobView
-from orchestrator.domain.errors import CiUnsupported, NotFound, OrchestratorError
+from orchestrator.domain.errors import CiUnsupported, InputInvalid, NotFound, OrchestratorError
 from orchestrator.domain.principal import Principal
 from orchestrator.domain.requests import MAX_SCRIPT_BYTES, ScriptFile
 from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
@@ -114,6 +114,18 @@ def path_map(mounts: list[Mount], *, root: str, externals: str | None, notices: 
             notices.append(f"{target} (the runner's {source}) is not on the job's storage: a step using it is refused")
     ordered = tuple(sorted(pairs.items(), key=lambda kv: -len(kv[0])))
     return PathMap(ordered, tuple(missing))
+
+
+def work_file(mounts: list[Mount], path: str | None) -> list[str] | None:
+    """A file of the runner's work directory (the source of the mount at /__w) as parts below it, where the job's
+    workspace holds it when the two are the same storage; None when ``path`` is not in that directory."""
+    work = next((_clean(m.source) for m in mounts if _clean(m.target) == RUNNER_WORK), None)
+    if work is None or not path:
+        return None
+    path, prefix = _clean(path), work.rstrip("/") + "/"
+    if not path.startswith(prefix) or len(path) == len(prefix):
+        return None
+    return path[len(prefix) :].split("/")
 
 
 def _inside(path: str, root: str) -> str:
@@ -208,6 +220,11 @@ class GithubHook:
             {"ci": ci.model_dump(mode="json", exclude_none=True), "workspace": workspace, "image": container.image},
             principal,
         )
+        try:
+            await self._check_shared(call, job)
+        except CiUnsupported:
+            await self.jobs.close(job.job_id, principal)  # the workspace, when it made one, goes with it
+            raise
         paths = path_map(
             container.system_mount_volumes, root=job.container_path, externals=env.SANDBOX_EXTERNALS, notices=notices
         )
@@ -227,6 +244,34 @@ class GithubHook:
             "isAlpine": False,
         }
         yield {"exit_code": 0, "response": response}
+
+    async def _check_shared(self, call: PrepareJobCall, job: CiJobView) -> None:
+        """CI.UNSUPPORTED unless the runner's work directory is the job's workspace: the runner made the (empty)
+        response file in it just before it ran the hook, so the workspace holds that file when both are the same
+        storage. Otherwise (a runner's volume that is not the workspace claim, another sub-path of it) no step
+        would find the script the runner wrote, and the runner would never see what steps write for it
+        (GITHUB_ENV, GITHUB_OUTPUT): refused at prepare_job, never run with a half-shared job."""
+        container = call.input.args.container
+        assert container is not None
+        mounts, response = container.system_mount_volumes, call.input.response_file
+        parts = work_file(mounts, response)
+        place = f"{job.tenant}/{job.workspace} of the controller's workspaces"
+        if parts is None:
+            raise CiUnsupported(
+                f"the runner's work directory cannot be matched with the job's workspace ({place}): the response file"
+                " is not in the directory the runner mounts at /__w",
+                details={"fields": ["input.responseFile"]},
+            )
+        try:
+            await asyncio.to_thread(read_workspace_file, self.jobs.workspace_of(job.job_id), parts, limit=1 << 16)
+        except InputInvalid:
+            raise CiUnsupported(
+                f"the runner's work directory is not the job's workspace ({place}): the response file the runner"
+                f" made in it ({'/'.join(parts)}) is not there. The runner's _work must be that directory on"
+                " storage the controller sees too (Kubernetes: the workspace claim, mounted in the runner pod with"
+                " subPathExpr <tenant>/$(POD_NAME) and SANDBOX_WORKSPACE=$(POD_NAME); docs/ci.md)",
+                details={"fields": ["input.responseFile"]},
+            ) from None
 
     def _job_of(self, job_id: str, principal: Principal) -> _HookJob:
         kept = self._jobs.get(job_id)

@@ -54,3 +54,18 @@ def test_externals_copied_into_the_workspace_are_found_there() -> None:
 def test_a_prelude_exports_what_the_gate_must_read() -> None:
     text = hook._prelude({"HOME": "/__w/h o"}, ["/__w/_tool/node/bin"])
     assert text == "export HOME='/__w/h o'\nexport PATH=/__w/_tool/node/bin\"${PATH:+:$PATH}\"\n"
+
+
+def test_the_response_file_is_found_below_the_runners_work_directory() -> None:
+    """prepare_job proves the runner's work directory is the job's workspace by the response file the runner made
+    in it (``ContainerHookManager.cs``: <work>/_temp/_runner_hook_responses/<guid>.json, made empty before the
+    hook runs); a file elsewhere, or no mount at /__w, cannot prove it."""
+    mounts = _mounts("/home/runner/_work")
+    response = "/home/runner/_work/_temp/_runner_hook_responses/0b1c.json"
+    assert hook.work_file(mounts, response) == ["_temp", "_runner_hook_responses", "0b1c.json"]
+    assert hook.work_file(mounts, "/home/runner//_work/_temp/r.json") == ["_temp", "r.json"]
+    assert hook.work_file(mounts, "/home/runner/_work/../elsewhere/r.json") is None
+    assert hook.work_file(mounts, "/home/runner/_workspace/r.json") is None  # a prefix of a name
+    assert hook.work_file(mounts, "/home/runner/_work") is None
+    assert hook.work_file(mounts, None) is None
+    assert hook.work_file([m for m in mounts if m.target != "/__w"], response) is None

@@ -1,0 +1,147 @@
+"""A whole GitHub Actions job through the container hook on the Kubernetes backend: the hook file run by node
+exactly as the runner runs it (tests/support/github_runner.py), the controller a real service whose backend is
+the test cluster, every step one governed execution in a fresh pod that mounts the job's workspace — the
+runner's work directory, ``<service.workspaces>/<tenant>/<name>`` on the workspace claim (pvc mode: the pod
+mounts its sub-path of the claim, the controller and the runner see the same storage).
+
+What a deployment on a cluster gets: a step's files are the next step's (the claim's sub-path, not a copy), a
+failing step's code is the step's, a container step runs another allowed image on the same workspace, and after
+cleanup_job no pod of the job is left on the cluster, nor a directory the job made on the claim.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.backends._support.labels import LABEL_MANAGED_BY, MANAGED_BY
+from orchestrator.evidence import iter_records, verify
+from tests.ci.conftest import CI_POLICY
+from tests.support.github_runner import Runner
+from tests.support.images import SANDBOX_UID
+from tests.support.kube import SandboxSpace
+from tests.support.service import Harness, start_service, token_of, write_config
+
+pytestmark = pytest.mark.k8s
+
+IMAGE = "sandbox-orchestrator/default:latest"
+#: another image the caps allow, for the container step (the job's workspace mounted all the same)
+STEP_IMAGE = "sandbox-orchestrator/minimal:latest"
+TENANT = "team-a"
+#: the test node has 2 CPUs: the ci profile's 2 would hold the node for one step; the caps narrow it (a
+#: deployment sizes them for its nodes)
+CAPS = {"max_cpus": 0.5, "max_memory": "512m"}
+
+
+def ci_config(tmp_path: Path, space: SandboxSpace) -> Path:
+    """The CI tier's policy with the Kubernetes backend: the service's workspaces on the claim (below its root)."""
+    policy: dict[str, Any] = json.loads(json.dumps(CI_POLICY))
+    policy["caps"] = {**policy["caps"], **CAPS}
+    backend = {"kind": "kubernetes", "kubernetes": space.settings().model_dump(mode="json", exclude_none=True)}
+    return write_config(
+        tmp_path,
+        **policy,
+        backend=backend,
+        service={"workspaces": str(space.root / "ci-workspaces")},
+    )
+
+
+@pytest.fixture
+async def k8s_ci_service(tmp_path: Path, sandbox_space: SandboxSpace) -> AsyncIterator[Harness]:
+    h = await start_service(ci_config(tmp_path, sandbox_space))
+    try:
+        yield h
+    finally:
+        await h.stop()
+
+
+def pods_of(space: SandboxSpace) -> list[dict[str, Any]]:
+    listed = space.cluster.kubectl(
+        "get", "pods", "-n", space.namespace, "-l", f"{LABEL_MANAGED_BY}={MANAGED_BY}", "-o", "json"
+    )
+    return list(json.loads(listed.stdout)["items"])
+
+
+def runner_of(h: Harness, space: SandboxSpace, name: str) -> Runner:
+    """The runner's work directory where the runner pod's mount puts it (subPathExpr <tenant>/$(POD_NAME) of
+    the claim: the kubelet makes it), as the sandbox's user leaves it."""
+    work = space.root / "ci-workspaces" / TENANT / name
+    work.mkdir(parents=True)
+    return Runner(url=h.url, token=token_of("agent-a"), work=work, name=name)
+
+
+async def test_a_whole_job_runs_each_step_in_a_pod_on_the_jobs_claim(
+    k8s_ci_service: Harness, sandbox_space: SandboxSpace
+) -> None:
+    config = yaml.safe_load(k8s_ci_service.config.read_text())
+    assert config["backend"]["kind"] == "kubernetes"
+    runner = runner_of(k8s_ci_service, sandbox_space, "runner-k8s-1")
+    prepared = await runner.invoke(runner.prepare_job(IMAGE))
+    assert prepared.exit_code == 0, prepared.stderr
+    assert prepared.response is not None and prepared.response["isAlpine"] is False
+    job_id = prepared.response["state"]["job"]
+    assert f"workspace {runner.name} at /__w" in prepared.stdout, prepared.stdout
+    runner.own_work()
+
+    first = await runner.invoke(
+        runner.script_step('echo "hello from $PWD on $(hostname)"; echo built > out.txt; echo "home $HOME"')
+    )
+    assert first.exit_code == 0, first.stderr
+    assert "hello from /__w/app/app on sandbox" in first.stdout, first.stdout  # a pod (hostname: sandbox)
+    assert "home /__w/_temp/_github_home" in first.stdout, first.stdout
+    written = runner.work / "app" / "app" / "out.txt"
+    assert written.read_text() == "built\n"  # on the claim, as the runner sees it
+    assert written.stat().st_uid == SANDBOX_UID
+
+    second = await runner.invoke(runner.script_step("cat out.txt; echo again >> out.txt"))
+    assert second.exit_code == 0 and second.stdout.endswith("built\n"), second
+
+    failing = await runner.invoke(runner.script_step("echo before; exit 3"))
+    assert failing.exit_code == 3 and "before" in failing.stdout, failing
+
+    contained = await runner.invoke(runner.container_step(STEP_IMAGE, "cat", ["/__w/app/app/out.txt"]))
+    assert contained.exit_code == 0 and contained.stdout.endswith("built\nagain\n"), contained
+
+    agent = k8s_ci_service.client("agent-a")
+    steps = (await agent.get_ci_job(job_id)).steps
+    assert len(steps) == 4
+    cleaned = await runner.invoke(runner.cleanup_job())
+    assert cleaned.exit_code == 0, cleaned.stderr
+    assert f"job {job_id} closed after 4 step(s)" in cleaned.stdout
+
+    assert pods_of(sandbox_space) == []  # every step's pod deleted
+    assert runner.work.is_dir()  # the runner's own work directory (its pod's mount): not the job's to remove
+    evidence = Path(config["evidence"]["path"])
+    assert verify(evidence).ok
+    for execution_id in steps:
+        records = list(iter_records(evidence, execution_id=execution_id))
+        started = next(r for r in records if r.event == "execution_started")
+        assert started.data is not None and started.data["ci"]["repository"] == "org/app", started.data
+        scheduled = next(r for r in records if r.event == "container_scheduled")  # the API server's lifecycle
+        assert scheduled.data is not None and scheduled.data["node"], scheduled
+        assert "container_destroyed" in [r.event for r in records]
+
+
+async def test_a_runner_whose_work_directory_is_not_the_jobs_workspace_is_refused(
+    k8s_ci_service: Harness, sandbox_space: SandboxSpace
+) -> None:
+    """SANDBOX_WORKSPACE naming another directory than the runner's _work (a runner pod mounting another sub-path
+    of the claim, or another volume): its steps would not find the runner's scripts, and the runner would not see
+    GITHUB_ENV/GITHUB_OUTPUT. prepare_job refuses it (CI.UNSUPPORTED), and the workspace it would have used is
+    not left on the claim, nor any pod."""
+    runner = runner_of(k8s_ci_service, sandbox_space, "runner-k8s-2")
+    runner.context["SANDBOX_WORKSPACE"] = "elsewhere-2"
+    elsewhere = sandbox_space.root / "ci-workspaces" / TENANT / "elsewhere-2"
+    refused = await runner.invoke(runner.prepare_job(IMAGE))
+    assert refused.exit_code == 1 and refused.response is None, refused
+    assert "CI.UNSUPPORTED" in refused.stderr and "is not the job's workspace" in refused.stderr, refused.stderr
+    assert f"{TENANT}/elsewhere-2" in refused.stderr, refused.stderr
+    assert not elsewhere.exists()
+    assert pods_of(sandbox_space) == []
+    agent = k8s_ci_service.client("agent-a")
+    assert (await agent.list()).items == []  # nothing ran
