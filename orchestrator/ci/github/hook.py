@@ -216,10 +216,9 @@ class GithubHook:
         notices: list[str] = []
         if container.registry is not None:
             notices.append("the job container's registry credentials are not used: nothing is ever pulled")
-        job = await self.jobs.open(
-            {"ci": ci.model_dump(mode="json", exclude_none=True), "workspace": workspace, "image": container.image},
-            principal,
-        )
+        opened: dict[str, object] = {"ci": ci.model_dump(mode="json", exclude_none=True), "workspace": workspace}
+        opened.update(image=container.image, profile=env.SANDBOX_PROFILE)
+        job = await self.jobs.open(opened, principal)
         try:
             await self._check_shared(call, job)
         except CiUnsupported:

@@ -35,12 +35,14 @@ from orchestrator.domain.ci import ACTION_REF, ACTION_REPOSITORY, Actor, Event, 
 from orchestrator.domain.ci_jobs import WORKSPACE_NAME_PATTERN
 from orchestrator.domain.errors import InputInvalid
 from orchestrator.domain.images import IMAGE_MAX, IMAGE_PATTERN
-from orchestrator.domain.requests import ENV_NAME, MAX_ARG_BYTES, MAX_PATH_BYTES
+from orchestrator.domain.requests import ENV_NAME, MAX_ARG_BYTES, MAX_PATH_BYTES, ProfileName
 
 Command = Literal["prepare_job", "run_script_step", "run_container_step", "cleanup_job"]
 
 #: the hook's own environment variables it forwards: the job's context (``domain.ci.ci_from_github``), the
-#: runner's name, and the deployment's two settings (where the job's workspace and the runner's externals are)
+#: runner's name, and the deployment's settings (where the job's workspace and the runner's externals are, the
+#: job's profile). The runner gives its hook its own process environment and the github and runner contexts,
+#: never a workflow's ``env:`` (actions/runner ``ScriptHandler.cs``): SANDBOX_* are the runner pod's, not the job's.
 HOOK_ENV: tuple[str, ...] = (
     "GITHUB_REPOSITORY",
     "GITHUB_WORKFLOW",
@@ -56,6 +58,7 @@ HOOK_ENV: tuple[str, ...] = (
     "RUNNER_NAME",
     "SANDBOX_WORKSPACE",
     "SANDBOX_EXTERNALS",
+    "SANDBOX_PROFILE",
 )
 
 _NO_NUL = "^[^\\x00]*$"
@@ -199,6 +202,9 @@ class HookEnv(BaseModel):
     )
     SANDBOX_WORKSPACE: WorkspaceName | None = None
     SANDBOX_EXTERNALS: WorkspaceName | None = None
+    SANDBOX_PROFILE: ProfileName | None = Field(
+        default=None, description="The job's profile (default: ci): a runner set's, e.g. one with egress to the forge."
+    )
 
     def given(self) -> dict[str, str]:
         """The variables as the CI context reads them (``ci_from_github``)."""

@@ -58,14 +58,17 @@ def config(env: Mapping[str, str], version: str) -> int:
 # -- prepare_exec --------------------------------------------------------------------------------------
 def prepare(env: Mapping[str, str]) -> int:
     """Open the job (its CI context from ``CUSTOM_ENV_*``, its image ``CUSTOM_ENV_CI_JOB_IMAGE`` when the job
-    names one: checked against the controller's caps now, before any stage runs) and keep its id."""
+    names one: checked against the controller's caps now, before any stage runs; its profile ``SANDBOX_PROFILE``
+    when the runner's environment names one) and keep its id."""
     codes = ExitCodes.of(env)
     try:
         client = client_from_env(env)
         ci = ci_from_gitlab(env)
         image = env.get(f"{GITLAB_PREFIX}CI_JOB_IMAGE") or None
         JobState.path(env)  # a missing CI_JOB_ID refused before a job is opened that nothing could close
-        view = client.open_ci_job(CiJobRequest(ci=ci, image=image))
+        # the runner's own environment (config.toml's environment), never a job's variable (those are CUSTOM_ENV_*)
+        profile = env.get("SANDBOX_PROFILE") or None
+        view = client.open_ci_job(CiJobRequest(ci=ci, image=image, profile=profile))
         JobState(view.job_id, view.container_path, view.image, view.profile).save(env)
     except OrchestratorError as err:
         return _failed(err, codes)
