@@ -32,11 +32,12 @@ from orchestrator.budgets.ledger import (
     GrantLedger,
     Limits,
     NewBudgetGrant,
+    StoredBound,
     StoredBudgetGrant,
     StoredCharge,
     StoredReservation,
 )
-from orchestrator.domain.errors import InputInvalid, NotFound
+from orchestrator.domain.errors import GrantExhausted, InputInvalid, NotFound
 from orchestrator.domain.grants import (
     GRANT_ID_PREFIX,
     GRANT_STATES,
@@ -110,6 +111,8 @@ class Reservation:
     cpu_seconds: float
     output_bytes: int
     wall_seconds: float
+    # its grant bounds what it matches (on_exhausted: refuse): a run stopped at its end is SANDBOX.GRANT_LIMIT
+    bounding: bool = False
 
     def timeout_s(self, cpus: float) -> float:
         """The run's timeout: within the reserved wall seconds and the reserved CPU seconds at ``cpus``."""
@@ -152,7 +155,7 @@ class GrantBook:
         self.min_run_s = min_run_s
         self._clock = clock
         self._owns_store = owns_store
-        self._matchers: dict[str, Matcher | None] = {}  # grant id -> its conditions, compiled once
+        self._matchers: dict[str, GrantMatcher | None] = {}  # grant id -> its conditions, compiled once
 
     async def aclose(self) -> None:
         if self._owns_store:
@@ -183,6 +186,7 @@ class GrantBook:
                 created_at=now,
                 expires_at=expires_at,
                 limits=_limits(request.budgets),
+                on_exhausted=request.on_exhausted,
             )
         )
         return self._view(stored)
@@ -211,10 +215,11 @@ class GrantBook:
     async def reserve(
         self, *, tenant: str, facts: RequestFacts, execution_id: str, caps: RunCaps
     ) -> Reservation | None:
-        """The reservation of the oldest live grant of ``tenant`` whose conditions match ``facts`` (every
-        command of a compound one) and that has room for the run; None when none covers it (and when
-        ``facts`` are another tenant's request: fails closed). Calling it again for an execution that holds
-        a reservation answers with that one."""
+        """The reservation of the live grant of ``tenant`` whose conditions match ``facts`` (every command of a
+        compound one) and that has room for the run — a bounding grant's (on_exhausted: refuse) first, else the
+        oldest's; None when none covers it (and when ``facts`` are another tenant's request: fails closed).
+        GRANT.EXHAUSTED when a bounding grant matches it and has no room left for it. Calling it again for an
+        execution that holds a reservation answers with that one."""
         if facts.sanitized.context.tenant != tenant:
             return None
 
@@ -225,6 +230,11 @@ class GrantBook:
         held = await self.store.reserve_budget_grant(
             tenant=tenant, execution_id=execution_id, now=self._clock(), covers=covers, fit=self._fit(caps)
         )
+        if isinstance(held, StoredBound):
+            raise GrantExhausted(
+                f"grant {held.grant_id} bounds this request and has no room left for it (its budget is spent)",
+                details={"grant_id": held.grant_id},
+            )
         return None if held is None else _reservation(held)
 
     async def settle(self, reservation: Reservation, used: Usage) -> GrantCharge:
@@ -276,21 +286,21 @@ class GrantBook:
 
         return fit
 
-    def _matcher(self, grant_id: str, conditions: str) -> Matcher | None:
+    def _matcher(self, grant_id: str, conditions: str) -> GrantMatcher | None:
         """The grant's conditions compiled (once per grant: a grant's conditions never change)."""
         try:  # (one lookup: the cache is also filled from the event loop's thread)
             return self._matchers[grant_id]
         except KeyError:
             pass
         try:
-            matcher: Matcher | None = compile_conditions(GrantConditions.model_validate_json(conditions))
+            matcher: GrantMatcher | None = compile_conditions(GrantConditions.model_validate_json(conditions))
         except (InputInvalid, ValidationError):  # checked when it was issued: a store edited by hand
             log.warning("grant %s has conditions that do not compile: it covers nothing", grant_id)
             matcher = None
         self._remember(grant_id, matcher)
         return matcher
 
-    def _remember(self, grant_id: str, matcher: Matcher | None) -> None:
+    def _remember(self, grant_id: str, matcher: GrantMatcher | None) -> None:
         if len(self._matchers) >= _MATCHERS_KEPT:
             self._matchers.clear()
         self._matchers[grant_id] = matcher
@@ -309,17 +319,35 @@ class GrantBook:
         return [_view(row, now) for row in rows]
 
 
-def compile_conditions(conditions: GrantConditions) -> Matcher:
+@dataclass(frozen=True, slots=True)
+class GrantMatcher:
+    """A grant's conditions compiled: a policy rule's (``matcher``), and the one job run it names, if any."""
+
+    matcher: Matcher
+    job_key: str | None
+
+    def matches(self, facts: RequestFacts, *, every_command: bool) -> bool:
+        if self.job_key is not None:
+            ci = facts.sanitized.context.ci
+            if ci is None or ci.job_key != self.job_key:
+                return False
+        return self.matcher.matches(facts, every_command=every_command)
+
+
+def compile_conditions(conditions: GrantConditions) -> GrantMatcher:
     """The conditions as a policy rule's, compiled: INPUT.INVALID naming ``conditions.<field>`` for
     anything a rule would refuse (an unknown tool, a command pattern without a program...)."""
+    fields_given = conditions.model_dump(exclude_none=True)
+    if conditions.ci is not None:  # a rule's ci: condition, and the job run apart (rules have no job_key)
+        fields_given["ci"] = conditions.ci.rule_fields()
     try:
-        match = MatchConditions.model_validate(conditions.model_dump(exclude_none=True))
+        match = MatchConditions.model_validate(fields_given)
     except ValidationError as err:
         problems = err.errors(include_input=False, include_url=False)
         fields = ["conditions." + ".".join(map(str, e["loc"])) for e in problems]
         message = "; ".join(f"{field}: {e['msg']}" for field, e in zip(fields, problems, strict=True))
         raise InputInvalid(message, details={"fields": fields}) from None
-    return Matcher.compile(match)
+    return GrantMatcher(Matcher.compile(match), conditions.ci.job_key if conditions.ci is not None else None)
 
 
 def _limits(budgets: Budgets) -> Limits:
@@ -356,6 +384,7 @@ def _view(stored: StoredBudgetGrant, now: float) -> GrantView:
         id=stored.id,
         tenant=stored.tenant,
         conditions=GrantConditions.model_validate_json(stored.conditions),
+        on_exhausted="refuse" if stored.on_exhausted == "refuse" else "ask",
         budgets=Budgets(
             executions=limits.executions,
             cpu_seconds=None if limits.cpu_us is None else _seconds(limits.cpu_us),
@@ -401,4 +430,5 @@ def _reservation(held: StoredReservation) -> Reservation:
         cpu_seconds=_seconds(a.cpu_us),
         output_bytes=a.output_bytes,
         wall_seconds=_seconds(a.wall_us),
+        bounding=held.bounding,
     )

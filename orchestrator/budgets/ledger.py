@@ -48,6 +48,7 @@ class NewBudgetGrant:
     created_at: float
     expires_at: float | None
     limits: Limits
+    on_exhausted: str = "ask"  # ask | refuse
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,7 @@ class StoredBudgetGrant:
     revoked_by: str | None
     revoked_at: float | None
     revoke_reason: str | None
+    on_exhausted: str = "ask"  # ask | refuse
 
     def state_at(self, now: float) -> str:
         """The state as read at ``now``: an active grant past its expiry is expired."""
@@ -85,6 +87,14 @@ class StoredReservation:
     grant_id: str
     amounts: Amounts
     reserved_at: float
+    bounding: bool = False  # its grant refuses what it matches once it has no room (on_exhausted: refuse)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBound:
+    """No reservation: ``grant_id`` bounds the request (on_exhausted: refuse), matches it, and has no room."""
+
+    grant_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +136,7 @@ class GrantLedger(Protocol):
         now: float,
         covers: Callable[[str, str], bool],
         fit: Callable[[Limits], Amounts | None],
-    ) -> StoredReservation | None: ...
+    ) -> StoredReservation | StoredBound | None: ...
 
     async def settle_budget_grant(
         self, execution_id: str, used: Amounts | None, *, at: float

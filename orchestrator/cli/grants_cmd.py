@@ -53,6 +53,16 @@ def register(sub: Subparsers) -> None:
     create.add_argument("--argv-glob", metavar="GLOB", help="fnmatch glob over each command's words")
     create.add_argument("--subject", action="append", metavar="GLOB", help="subject glob it covers (repeatable)")
     create.add_argument("--profile", action="append", metavar="NAME", help="profile it covers (repeatable)")
+    create.add_argument("--ci-job-key", metavar="KEY", help="one CI job run it covers: its job_key (64 hex digits)")
+    create.add_argument(
+        "--ci-repository", action="append", metavar="GLOB", help="CI repository glob it covers (repeatable)"
+    )
+    create.add_argument(
+        "--on-exhausted",
+        choices=["ask", "refuse"],
+        default=None,
+        help="a request it matches once it has no room: asked (default) or refused, GRANT.EXHAUSTED (a bound)",
+    )
     expiry = create.add_mutually_exclusive_group()
     expiry.add_argument("--ttl", metavar="DURATION", help="expires after this long: 3600, 90s, 30m, 8h, 7d")
     expiry.add_argument("--expires", metavar="TIME", help="expires at this ISO 8601 time with a zone (…Z, …+02:00)")
@@ -171,13 +181,16 @@ def _request(args: argparse.Namespace) -> dict[str, object]:
 
     from orchestrator.domain.errors import InputInvalid
 
-    conditions = {
+    conditions: dict[str, object] = {
         "tool": args.tool,
         "argv_prefix": args.argv_prefix,
         "argv_glob": args.argv_glob,
         "subject": args.subject,
         "profile": args.profile,
     }
+    ci = {"job_key": args.ci_job_key, "repository": args.ci_repository}
+    if any(v is not None for v in ci.values()):
+        conditions["ci"] = {k: v for k, v in ci.items() if v is not None}
     budgets: dict[str, object] = {}
     if args.executions is not None:
         budgets["executions"] = _count(args.executions, "--executions")
@@ -193,6 +206,8 @@ def _request(args: argparse.Namespace) -> dict[str, object]:
         "budgets": budgets,
         "reason": args.reason,
     }
+    if args.on_exhausted is not None:
+        body["on_exhausted"] = args.on_exhausted
     if args.ttl is not None:
         body["ttl_s"] = _seconds(args.ttl, "--ttl")
     if args.expires is not None:
@@ -332,6 +347,8 @@ def _show_grant(args: argparse.Namespace, g: GrantView) -> None:
     say(f"  expires:    {g.expires_at.isoformat(timespec='seconds') if g.expires_at else 'never'}")
     say(f"  conditions: {', '.join(f'{k}={v}' for k, v in conditions.items()) or 'any request of the tenant'}")
     say(f"  left:       {_left(g)}")
+    if g.on_exhausted == "refuse":
+        say("  a bound:    what it matches is refused (GRANT.EXHAUSTED) once it has no room left")
     u, h = g.used, g.reserved
     say(
         f"  used:       {u.executions} runs, {u.cpu_seconds:g} cpu s, {u.wall_seconds:g} wall s,"

@@ -59,6 +59,14 @@ class PolicyDenied(OrchestratorError):
     http_status = 403
 
 
+class GrantExhausted(OrchestratorError):
+    """A grant that bounds what it matches (``on_exhausted: refuse``, e.g. a CI job's) matches the request and
+    has no room left for it: refused, never asked. ``details["grant_id"]`` names it."""
+
+    code = "GRANT.EXHAUSTED"
+    http_status = 403
+
+
 class ApprovalDenied(OrchestratorError):
     code = "APPROVAL.DENIED"
     http_status = 403
@@ -130,6 +138,14 @@ class SandboxPidsLimit(OrchestratorError):
 
 class SandboxOutputLimit(OrchestratorError):
     code = "SANDBOX.OUTPUT_LIMIT"
+    http_status = None
+
+
+class SandboxGrantLimit(OrchestratorError):
+    """The run reached the end of what its bounding grant (``on_exhausted: refuse``) had left for it — its wall
+    or CPU time, before its own timeout — and was stopped."""
+
+    code = "SANDBOX.GRANT_LIMIT"
     http_status = None
 
 

@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from orchestrator.domain.ci import CI_FIELDS, CiProvider
 from orchestrator.domain.globs import check_glob
 from orchestrator.domain.requests import Name, ProfileName
 
@@ -36,6 +37,11 @@ GRANT_ID_PREFIX = "grt_"
 GrantState = Literal["active", "revoked", "exhausted", "expired"]
 GRANT_STATES: tuple[GrantState, ...] = ("active", "revoked", "exhausted", "expired")
 ChargeKind = Literal["settled", "released"]
+#: what a grant does with a request its conditions match once it has no room left for it: ``ask`` (it does not
+#: cover it: the request is asked as if there were no grant), ``refuse`` (GRANT.EXHAUSTED: the grant bounds what
+#: it matches, e.g. a CI job)
+OnExhausted = Literal["ask", "refuse"]
+ON_EXHAUSTED: tuple[OnExhausted, ...] = ("ask", "refuse")
 
 #: the largest figures a budget may hold (ten years of seconds; a pebibyte): far past any real grant,
 #: small enough that sums in the store never overflow
@@ -94,6 +100,37 @@ class Budgets(_Model):
         return any(v is not None for v in (self.executions, self.cpu_seconds, self.output_bytes, self.wall_seconds))
 
 
+_CiGlobs = Annotated[list[_GlobText], Field(min_length=1, max_length=MAX_LIST)]
+
+
+class GrantCiConditions(_Model):
+    """A grant's ``ci:`` condition: what a request's CI context must hold — the fields of a policy rule's ``ci:``
+    condition (lists of globs, meaning the same), and ``job_key``: one job run exactly (``CiJobView.ci.job_key``). A
+    request without CI context never matches."""
+
+    provider: Annotated[list[CiProvider], Field(min_length=1, max_length=2)] | None = Field(
+        default=None, description="github | gitlab."
+    )
+    repository: _CiGlobs | None = Field(default=None, description="owner/name or group/…/project globs: 'org/*'.")
+    workflow: _CiGlobs | None = Field(default=None, description="Workflow (GitHub) or pipeline name (GitLab) globs.")
+    job: _CiGlobs | None = Field(default=None, description="Job name globs.")
+    stage: _CiGlobs | None = Field(default=None, description="GitLab: the job's pipeline stage globs.")
+    step: _CiGlobs | None = Field(default=None, description="Step globs (GitHub's step id, GitLab's stage).")
+    action: _CiGlobs | None = Field(default=None, description="GitHub: the uses: action, owner/name@ref globs.")
+    ref: _CiGlobs | None = Field(default=None, description="Ref globs: 'refs/heads/main', 'refs/tags/v*'.")
+    event: _CiGlobs | None = Field(default=None, description="Event globs: GitHub's event name, GitLab's source.")
+    actor: _CiGlobs | None = Field(default=None, description="Who started the run: user name globs.")
+    job_key: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="One job run: its job_key (the same for every step of it; GET /v1/ci/jobs/{id} shows it).",
+    )
+
+    def rule_fields(self) -> dict[str, Any]:
+        """The fields a policy rule's ``ci:`` condition has (all but job_key), as given."""
+        return {name: getattr(self, name) for name in CI_FIELDS if getattr(self, name) is not None}
+
+
 class GrantConditions(_Model):
     """Which requests a grant covers: every condition given must hold (all of a compound command's
     commands, for the command conditions); a condition left out means 'any'. The same meaning and
@@ -118,6 +155,11 @@ class GrantConditions(_Model):
     )
     profile: list[Annotated[ProfileName, StringConstraints(min_length=1)]] | None = Field(
         default=None, min_length=1, max_length=MAX_LIST, description="Profile names it covers."
+    )
+    ci: GrantCiConditions | None = Field(
+        default=None,
+        description="The request's CI context (a policy rule's ci: fields, and job_key: one job run); a request"
+        " without CI context never matches.",
     )
 
 
@@ -152,6 +194,12 @@ class GrantRequest(_Model):
         default=None, gt=0, le=MAX_SECONDS, description="Or: it stops covering this many seconds after it is issued."
     )
     budgets: Budgets = Field(default_factory=Budgets, description="What it may cover at most.")
+    on_exhausted: OnExhausted = Field(
+        default="ask",
+        description="A request its conditions match once it has no room left for it: ask (asked as if there were"
+        " no grant) or refuse (GRANT.EXHAUSTED, and a run it covers that reaches the end of its reservation is"
+        " stopped with SANDBOX.GRANT_LIMIT): a bound, e.g. of a CI job.",
+    )
     reason: Annotated[str, StringConstraints(min_length=1, max_length=MAX_REASON)] = Field(
         description="Why it is issued (kept with it, shown with it)."
     )
@@ -199,6 +247,9 @@ class GrantView(_Model):
     tenant: str = Field(description="The tenant whose requests it covers.")
     conditions: GrantConditions = Field(description="Which of the tenant's requests it covers.")
     budgets: Budgets = Field(description="What it may cover at most.")
+    on_exhausted: OnExhausted = Field(
+        default="ask", description="ask | refuse: what a request it matches gets once it has no room left."
+    )
     expires_at: datetime | None = Field(default=None, description="When it stops covering; None: never.")
     reason: str = Field(description="Why it was issued.")
     created_by: str = Field(description="Who issued it (api:<subject>, or a library caller's name).")

@@ -2,7 +2,8 @@
 
 parse → gate (sanitize, intent, risk, policy, key) → when the policy asks: an approval rule's no (final) →
 session approvals (approved earlier in the session; a session's own input) → auto-approve (trusted tenants
-or tools) → a budget grant with room (its reservation is held for the run) → the approval provider. Every
+or tools) → a budget grant with room (its reservation is held for the run; a bounding grant without room
+refuses it, GRANT.EXHAUSTED) → the approval provider. Every
 refusal is recorded with its stable code (durable) and raised; a yes is an ``Authorization``, its last
 record durable before anything may run (or queued in order, see ``authorize``'s ``durable``).
 """
@@ -29,6 +30,7 @@ from orchestrator.domain.errors import (
     ApprovalTimeout,
     ConfigInvalid,
     ExecutionCancelled,
+    GrantExhausted,
     InputInvalid,
     NoApprovalProvider,
     OrchestratorError,
@@ -236,7 +238,17 @@ class Authorizer:
         if auto is not None:  # a trusted tenant's or tool's ask: approved without anyone, on the record as such
             await settled(auto, durable=durable)
             return auto
-        granted = await self._grant(execution_id, request, gate, ask.network_asked)
+        try:
+            granted = await self._grant(execution_id, request, gate, ask.network_asked)
+        except GrantExhausted as bound:  # a grant bounding this ask has nothing left for it: its no is final
+            await settled(
+                ApprovalResult(
+                    outcome=ApprovalOutcome.DENIED,
+                    approver=f"grant:{bound.details.get('grant_id')}",
+                    reason=bound.message,
+                )
+            )
+            raise await records.refuse(bound) from None
         if granted is not None:  # a live grant covers it, with room for this run: its reservation is held
             try:
                 await settled(granted, durable=durable)

@@ -33,9 +33,11 @@ from orchestrator.domain.errors import (
     InputInvalid,
     InternalError,
     OrchestratorError,
+    SandboxGrantLimit,
     SandboxOutputLimit,
     SandboxRestricted,
     SandboxStartFailed,
+    SandboxTimeout,
     SandboxUnavailable,
 )
 from orchestrator.domain.ids import new_execution_id
@@ -126,6 +128,7 @@ class Runner:
             self.check_workspace(workspace)
             refuse_unavailable_escalations(request)
             profile = self.profiles.resolve(request, session=session)
+            own_timeout_s = profile.wall_timeout_s
             if auth.reservation is not None:  # within what its grant reserved for it
                 profile = cover.narrowed(profile, auth.reservation)
             spec = launch_spec(execution_id, request, profile, workspace, session=session)
@@ -260,6 +263,17 @@ class Runner:
                 self.pool.want(pool_key, spec)  # the route is the run's own: never in the spec kept
 
         error = outcome.error
+        if (
+            isinstance(error, SandboxTimeout)
+            and auth.reservation is not None
+            and auth.reservation.bounding
+            and profile.wall_timeout_s < own_timeout_s - 0.001  # (not a rounding of the same deadline)
+        ):  # stopped where its bounding grant's budget ended, not at its own timeout
+            error = SandboxGrantLimit(
+                f"stopped after {profile.wall_timeout_s:g}s: what grant {auth.reservation.grant_id} had left for it"
+                f" (its own timeout: {own_timeout_s:g}s)",
+                details={"grant_id": auth.reservation.grant_id},
+            )
         if error is None:
             error = restriction(outcome, profile, route, execution_id, names)
             if error is not None:  # a retry of it is linked to what it was refused

@@ -36,6 +36,7 @@ from orchestrator.budgets.ledger import (
     Amounts,
     Limits,
     NewBudgetGrant,
+    StoredBound,
     StoredBudgetGrant,
     StoredCharge,
     StoredReservation,
@@ -128,6 +129,10 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX budget_grant_charges_by_grant ON budget_grant_charges(grant_id, seq);
     """,
+    # what a grant does with a request it matches once it has no room: 'ask' (as before) or 'refuse' (a bound)
+    """
+    ALTER TABLE budget_grants ADD COLUMN on_exhausted TEXT NOT NULL DEFAULT 'ask';
+    """,
 )
 
 
@@ -187,8 +192,8 @@ _SELECT_GRANT = (
     "SELECT seq, id, tenant, conditions, reason, created_by, created_at, expires_at, state,"
     " max_executions, max_cpu_us, max_output_bytes, max_wall_us,"
     " used_executions, used_cpu_us, used_output_bytes, used_wall_us,"
-    " res_executions, res_cpu_us, res_output_bytes, res_wall_us, revoked_by, revoked_at, revoke_reason"
-    " FROM budget_grants"
+    " res_executions, res_cpu_us, res_output_bytes, res_wall_us, revoked_by, revoked_at, revoke_reason,"
+    " on_exhausted FROM budget_grants"
 )
 _SELECT_CHARGE = (
     "SELECT seq, grant_id, execution_id, kind, executions, cpu_us, output_bytes, wall_us, state_after, at"
@@ -208,16 +213,18 @@ _RESERVE = (
 
 # an execution's open reservation (grant id set), or a mark that it already ended (grant id NULL)
 _HELD = (
-    "SELECT grant_id, executions, cpu_us, output_bytes, wall_us, reserved_at FROM budget_grant_reservations"
-    " WHERE execution_id = ? UNION ALL SELECT NULL, 0, 0, 0, 0, 0 FROM budget_grant_charges WHERE execution_id = ?"
-    " LIMIT 1"
+    "SELECT r.grant_id, r.executions, r.cpu_us, r.output_bytes, r.wall_us, r.reserved_at, g.on_exhausted"
+    " FROM budget_grant_reservations r JOIN budget_grants g ON g.id = r.grant_id WHERE r.execution_id = ?"
+    " UNION ALL SELECT NULL, 0, 0, 0, 0, 0, NULL FROM budget_grant_charges WHERE execution_id = ? LIMIT 1"
 )
-# what a reservation looks at: the tenant's live grants, oldest first
+# what a reservation looks at: the tenant's unexpired grants that may cover (active) or bound (exhausted, refusing)
+# a run; the bounding ones first (a run a bound matches is charged to it), then oldest first
 _LIVE_GRANTS = (
-    "SELECT id, conditions, max_executions, max_cpu_us, max_output_bytes, max_wall_us,"
+    "SELECT id, conditions, state, on_exhausted, max_executions, max_cpu_us, max_output_bytes, max_wall_us,"
     " used_executions, used_cpu_us, used_output_bytes, used_wall_us,"
     " res_executions, res_cpu_us, res_output_bytes, res_wall_us FROM budget_grants"
-    " WHERE tenant = ? AND state = 'active' AND (expires_at IS NULL OR expires_at > ?) ORDER BY seq"
+    " WHERE tenant = ? AND (state = 'active' OR (state = 'exhausted' AND on_exhausted = 'refuse'))"
+    " AND (expires_at IS NULL OR expires_at > ?) ORDER BY on_exhausted = 'refuse' DESC, seq"
 )
 # a settlement: charged added, reserved freed, and exhausted once a bounded budget is fully spent (SET reads the
 # row as it was: used + charged is the new total)
@@ -237,7 +244,7 @@ _SETTLE = (
 
 def _grant_row(row: tuple[Any, ...]) -> StoredBudgetGrant:
     seq, ident, tenant, conditions, reason, created_by, created_at, expires_at, state = row[:9]
-    revoked_by, revoked_at, revoke_reason = row[21:24]
+    revoked_by, revoked_at, revoke_reason, on_exhausted = row[21:25]
     return StoredBudgetGrant(
         seq=seq,
         id=ident,
@@ -254,6 +261,7 @@ def _grant_row(row: tuple[Any, ...]) -> StoredBudgetGrant:
         revoked_by=revoked_by,
         revoked_at=revoked_at,
         revoke_reason=revoke_reason,
+        on_exhausted=on_exhausted,
     )
 
 
@@ -462,8 +470,8 @@ class StateStore:
         def write() -> StoredBudgetGrant:
             self._db.execute(
                 "INSERT INTO budget_grants (id, tenant, conditions, reason, created_by, created_at, expires_at,"
-                " state, max_executions, max_cpu_us, max_output_bytes, max_wall_us)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 'active', ?, ?, ?, ?)",
+                " state, max_executions, max_cpu_us, max_output_bytes, max_wall_us, on_exhausted)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'active', ?, ?, ?, ?, ?)",
                 (
                     grant.id,
                     grant.tenant,
@@ -473,6 +481,7 @@ class StateStore:
                     grant.created_at,
                     grant.expires_at,
                     *grant.limits,
+                    grant.on_exhausted,
                 ),
             )
             stored = self._grant(grant.id)
@@ -530,33 +539,38 @@ class StateStore:
         now: float,
         covers: Callable[[str, str], bool],
         fit: Callable[[Limits], Amounts | None],
-    ) -> StoredReservation | None:
-        """Reserve for ``execution_id`` on the oldest live grant of ``tenant`` that ``covers`` it (given the
-        grant's id and conditions) and has room: ``fit`` says what to take given what is left (None: it does
-        not fit). Both are called on the store's thread, inside the transaction. The execution's open
-        reservation again if it has one; None when no grant covers it, or when it already ended under one
-        (a reservation is never taken twice)."""
+    ) -> StoredReservation | StoredBound | None:
+        """Reserve for ``execution_id`` on the live grant of ``tenant`` that ``covers`` it (given the grant's
+        id and conditions) and has room — a bounding one (on_exhausted 'refuse') first, else the oldest:
+        ``fit`` says what to take given what is left (None: it does not fit). Both are called on the store's
+        thread, inside the transaction. A bounding grant that covers it and has no room (or is exhausted)
+        answers StoredBound: no other grant is looked at. The execution's open reservation again if it has
+        one; None when no grant covers it, or when it already ended under one (a reservation is never taken
+        twice)."""
 
-        def write() -> StoredReservation | None:
+        def write() -> StoredReservation | StoredBound | None:
             held = self._db.execute(_HELD, (execution_id, execution_id)).fetchone()
             if held is not None:  # reserved already (the same again), or ended (never again)
                 if held[0] is None:
                     return None
-                return StoredReservation(execution_id, held[0], Amounts(*held[1:5]), held[5])
+                return StoredReservation(
+                    execution_id, held[0], Amounts(*held[1:5]), held[5], bounding=held[6] == "refuse"
+                )
             rows = self._db.execute(_LIVE_GRANTS, (tenant, now)).fetchall()
-            for grant_id, conditions, *figures in rows:
-                take = fit(room(figures[0:4], figures[4:8], figures[8:12]))
-                if take is None or not covers(grant_id, conditions):
+            for grant_id, conditions, state, on_exhausted, *figures in rows:
+                bounding = on_exhausted == "refuse"
+                take = fit(room(figures[0:4], figures[4:8], figures[8:12])) if state == "active" else None
+                if (take is None and not bounding) or not covers(grant_id, conditions):
                     continue
                 # the guard holds whatever fit said: no budget is ever passed
-                cursor = self._db.execute(_RESERVE, (*take, grant_id, now, *take))
-                if cursor.rowcount != 1:
-                    continue
-                self._db.execute(
-                    "INSERT INTO budget_grant_reservations VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (execution_id, grant_id, *take, now),
-                )
-                return StoredReservation(execution_id, grant_id, take, now)
+                if take is not None and self._db.execute(_RESERVE, (*take, grant_id, now, *take)).rowcount == 1:
+                    self._db.execute(
+                        "INSERT INTO budget_grant_reservations VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (execution_id, grant_id, *take, now),
+                    )
+                    return StoredReservation(execution_id, grant_id, take, now, bounding=bounding)
+                if bounding:  # it matches and has no room: a bound, whatever another grant would cover
+                    return StoredBound(grant_id)
             return None
 
         return await self._call(self._transaction(write))

@@ -276,7 +276,14 @@ async def test_sandboxctl_grants_against_the_service(
     assert code == 0 and err == "", err
     created = json.loads(out)
     budgets = {"executions": 10, "cpu_seconds": 90.0, "output_bytes": 10 * 1024 * 1024, "wall_seconds": None}
-    conditions = {"tool": ["exec"], "argv_prefix": "pytest", "argv_glob": None, "subject": ["ci-*"], "profile": None}
+    conditions = {
+        "tool": ["exec"],
+        "argv_prefix": "pytest",
+        "argv_glob": None,
+        "subject": ["ci-*"],
+        "profile": None,
+        "ci": None,
+    }
     assert created["budgets"] == budgets and created["conditions"] == conditions
     grant_id = created["id"]
 

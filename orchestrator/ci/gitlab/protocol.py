@@ -94,6 +94,9 @@ BUILD_FAILURE_CODES = frozenset(
         "INPUT.INVALID",
         "REQUEST.TOO_LARGE",
         "EXECUTION.CANCELLED",
+        # the job used what its bounding grant allowed (a runaway job): stopped, its own doing
+        "GRANT.EXHAUSTED",
+        "SANDBOX.GRANT_LIMIT",
         # the script ran and hit the profile's limits: its own doing
         "SANDBOX.TIMEOUT",
         "SANDBOX.OOM",
