@@ -289,3 +289,17 @@ async def test_a_stage_the_policy_asks_about_waits_for_an_approver(ci_service: H
     assert "sandbox: POLICY.DENIED: " in denied.stderr
     assert not (runner.tempdir / "build_exit_code").exists()  # nothing ran: no exit code of the script's
     assert (await runner.stage("cleanup")).exit_code == 0
+
+
+async def test_the_runner_s_sandbox_profile_names_the_job_s_profile(ci_service: Harness, tmp_path: Path) -> None:
+    """SANDBOX_PROFILE from the runner's own environment (config.toml's `environment`), never a job variable."""
+    runner = _runner(ci_service.url, tmp_path)
+    runner.extra = {"SANDBOX_PROFILE": "no-such-profile"}
+    refused = await runner.stage("prepare")
+    assert refused.exit_code in (BUILD_FAILURE, SYSTEM_FAILURE) and "no-such-profile" in refused.stderr, refused
+    assert not (runner.tempdir / "sandbox-gitlab" / f"{runner.job_id}.json").exists()
+
+    runner.extra = {"CUSTOM_ENV_SANDBOX_PROFILE": "no-such-profile"}  # a job's variable: not the runner's setting
+    prepared = await runner.stage("prepare")
+    assert prepared.exit_code == 0 and "profile ci," in prepared.stdout, prepared
+    assert (await runner.stage("cleanup")).exit_code == 0
