@@ -174,6 +174,12 @@ class Orchestrator:
         would be refused (the run says why, on the record)."""
         return self.runner is not None and self.runner.prestart(raw, workspace=workspace)
 
+    def retire_workspace(self, workspace: Path) -> int:
+        """``workspace`` is about to be removed: the pool's sandboxes started for it are destroyed, unclaimed
+        (none will ever be claimed: a new directory is a new key), and its keys forgotten. How many were ready."""
+        pool = self.pool
+        return 0 if pool is None else pool.retire(str(Path(workspace).resolve()))
+
     async def aclose(self) -> None:
         await self.background.cancel_all()
         if self.runner is not None:

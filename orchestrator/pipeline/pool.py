@@ -8,7 +8,10 @@ the run's command in it. After that run it is destroyed like any sandbox: it nev
 The key is everything fixed when a sandbox starts: the resolved profile (its hash covers image, runtime,
 user, limits, mounts), the workspace, the tenant. A claim can only ever receive a sandbox built for
 exactly its own. The pool is bounded per key and in total; an unclaimed sandbox is destroyed after its
-TTL; a key is filled on demand (its first run, cold, asks for it) and again after each claim.
+TTL; a key is filled on demand (its first run, cold, asks for it, or ``Orchestrator.prestart``) and again
+after each claim; a claim that finds none ready waits for a fill of its key already under way. A workspace
+about to be removed (a CI job's, at its cleanup) is ``retire``d: its ready sandboxes are destroyed and its keys
+forgotten, so that neither they nor the key table outlive it.
 
 Evidence: a pooled sandbox has records of its own under its pool id (an execution id that no request
 has): the engine's ``container_created`` / ``container_started`` as they happened at fill time,
@@ -44,6 +47,10 @@ SWEEP_S = 1.0
 #: sandbox whose start is not on the record within it is destroyed, never handed out)
 FILL_EVENTS_WAIT_S = 5.0
 SERVED_KEPT = 10_000
+#: how long a claim waits for a sandbox of its key being filled when none is ready (the fill began before the
+#: claim, so it is ready sooner than a cold start would be, and the engine does not start two at once); past
+#: it the run starts cold
+CLAIM_WAIT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +81,13 @@ class _Demand:
     template: LaunchSpec  # a run's spec of this key: what a sandbox for it is created from
     ready: collections.deque[PooledSandbox] = field(default_factory=collections.deque)
     filling: int = 0
+    waiting: int = 0  # claims waiting for a fill under way (each waits for one fill of its own)
+    settled: asyncio.Event = field(default_factory=asyncio.Event)  # set (and replaced) when a fill ends
+    retired: bool = False  # its workspace went away: a fill that ends now destroys its sandbox
+
+    def fill_ended(self) -> None:
+        settled, self.settled = self.settled, asyncio.Event()
+        settled.set()
 
 
 class SandboxPool:
@@ -98,18 +112,35 @@ class SandboxPool:
     async def claim(self, key: PoolKey) -> PooledSandbox | None:
         """A ready sandbox of exactly ``key``, removed from the pool (never handed out again) and seen
         still waiting (its init alive: one that died meanwhile is discarded, never handed out); None if
-        none is (the caller starts one cold). The caller ``release``s it once it was destroyed."""
+        none is (the caller starts one cold). When none is ready but one is being filled for the key (and no
+        other claim waits for it), the claim waits for that fill, within ``CLAIM_WAIT_S``. The caller
+        ``release``s it once it was destroyed."""
         demand = self._keys.get(key)
-        while demand is not None and demand.ready:
-            pooled = demand.ready.popleft()  # popped before any await: no other claim can take it
-            if pooled.expires <= time.monotonic():
-                self._spawn(self._discard(pooled, "expired"))
-                continue
-            if not await self._waiting(pooled):
-                continue
-            self.served.append(pooled.handle.sandbox_id)
-            return pooled
-        return None
+        if demand is None:
+            return None
+        deadline = time.monotonic() + CLAIM_WAIT_S
+        while True:
+            while demand.ready:
+                pooled = demand.ready.popleft()  # popped before any await: no other claim can take it
+                if pooled.expires <= time.monotonic():
+                    self._spawn(self._discard(pooled, "expired"))
+                    continue
+                if not await self._waiting(pooled):
+                    continue
+                self.served.append(pooled.handle.sandbox_id)
+                return pooled
+            left = deadline - time.monotonic()
+            if self._closed or demand.retired or demand.waiting >= demand.filling or left <= 0:
+                return None
+            settled = demand.settled
+            demand.waiting += 1
+            try:
+                async with asyncio.timeout(left):
+                    await settled.wait()
+            except TimeoutError:
+                return None
+            finally:
+                demand.waiting -= 1
 
     async def _waiting(self, pooled: PooledSandbox) -> bool:
         """Whether its init still waits (the backend's own watch, else the engine's state); one that
@@ -170,7 +201,7 @@ class SandboxPool:
         THIS_PROCESS.hold(pool_id)
         handle: SandboxHandle | None = None
         events = asyncio.create_task(self._record_start(key, pool_id))
-        ready = False
+        kept = False  # in the pool, or handed to _discard (which destroys it and records why)
         try:
             handle = await self.backend.create(spec)
             await self.backend.start(handle)
@@ -188,15 +219,18 @@ class SandboxPool:
                 profile_hash=key.profile_hash,
                 data={"sandbox_id": handle.sandbox_id, "profile_hash": key.profile_hash, "ttl_s": ttl},
             )
-            if not self._closed:
+            kept = True
+            if not self._closed and not demand.retired:
                 demand.ready.append(pooled)
-                ready = True
+            else:  # the pool closed or the key's workspace went away while it was filled
+                self._spawn(self._discard(pooled, "closed" if self._closed else "workspace_retired"))
         except Exception as exc:  # the key stays cold; the next run asks again
             log.warning("pre-starting a sandbox failed: %s: %s", type(exc).__name__, exc)
         finally:
             demand.filling -= 1
+            demand.fill_ended()  # a claim waiting for it takes it (or, if it failed, starts cold)
             events.cancel()
-            if not ready:  # whatever stopped it: its sandbox is destroyed, never left running unlisted
+            if not kept:  # whatever stopped it: its sandbox is destroyed, never left running unlisted
                 if handle is not None:
                     with contextlib.suppress(Exception):
                         await asyncio.shield(self.backend.destroy(handle))
@@ -260,6 +294,20 @@ class SandboxPool:
             data={"sandbox_id": pooled.handle.sandbox_id, "reason": reason},
         )
 
+    def retire(self, workspace: str) -> int:
+        """The workspace at ``workspace`` (a local path, as keys hold it) is about to be removed: its ready
+        sandboxes are destroyed (``sandbox_discarded``, reason ``workspace_retired``), fills under way destroy
+        theirs when they end, and its keys are forgotten (a later run there fills anew). How many were ready."""
+        destroyed = 0
+        for key in [k for k in self._keys if k.workspace == workspace]:
+            demand = self._keys.pop(key)
+            demand.retired = True
+            demand.fill_ended()  # a claim waiting for one of its fills starts cold
+            while demand.ready:
+                self._spawn(self._discard(demand.ready.popleft(), "workspace_retired"))
+                destroyed += 1
+        return destroyed
+
     async def _sweep(self) -> None:
         while not self._closed:
             await asyncio.sleep(SWEEP_S)
@@ -288,6 +336,8 @@ class SandboxPool:
         self._closed = True
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for demand in self._keys.values():
+            demand.fill_ended()  # no claim waits for a fill of a closed pool
         for demand in self._keys.values():
             while demand.ready:
                 self._spawn(self._discard(demand.ready.popleft(), "closed"))

@@ -173,6 +173,17 @@ async def test_no_sandbox_is_ever_served_twice(tmp_path: Path) -> None:
     assert len(set(o.pool.served)) == len(o.pool.served) == len(pooled_runs)
 
 
+async def test_a_run_takes_the_sandbox_being_filled_for_its_key(orch: Orchestrator, tmp_path: Path) -> None:
+    """A run that finds none ready while one is being filled for its key waits for that one (started before
+    it, ready sooner than a cold start), rather than starting a second sandbox beside it."""
+    ws = workspace(tmp_path)
+    first = await orch.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=ws)
+    assert orch.pool is not None and orch.pool.describe()["filling"] == 1  # its key, filled again as it ended
+    second = await orch.execute({"tool": "shell_exec", "argv": ["echo", "next"]}, workspace=ws)
+    assert "pooled" not in started(tmp_path, first) and "pooled" in started(tmp_path, second)
+    assert second.to_json()["stdout"] == "next\n"
+
+
 async def test_a_claim_only_ever_gets_a_sandbox_of_its_own_key(orch: Orchestrator, tmp_path: Path) -> None:
     first, second = workspace(tmp_path, "a"), workspace(tmp_path, "b")
     await orch.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=first)
