@@ -107,6 +107,19 @@ class CiJobs:
             created_at=_now(),
         )
         self._jobs[job_id] = _Job(view=view, request=request, path=path)
+        # the pool (when on) starts the first step's sandbox now, not when the step comes: nothing is decided,
+        # recorded or run by it (each step still goes through the gate, and takes a fresh sandbox)
+        like_a_step = {
+            "tool": "shell_exec",
+            "argv": ["true"],
+            "profile": profile_name,
+            "image": request.image,
+            "ci": request.ci.model_dump(mode="json", exclude_none=True),
+            "tenant": tenant,
+            "subject": subject,
+            "session_id": name,
+        }
+        self.manager.orchestrator.prestart(like_a_step, workspace=path)
         log.info("CI job %s opened (%s %s, job %s)", job_id, view.ci.provider, view.ci.repository, view.ci.job)
         return view
 
@@ -172,6 +185,8 @@ class CiJobs:
                     with contextlib.suppress(OrchestratorError, TimeoutError):
                         await self.manager.wait(execution_id, principal, 30.0)
             if job.view.workspace_created:
+                # no pre-started sandbox outlives the workspace it mounts
+                self.manager.orchestrator.retire_workspace(job.path)
                 # rmtree never follows a link the workspace holds (fd-based on Linux)
                 await asyncio.to_thread(shutil.rmtree, job.path, True)
             self._closed.append(job.view.job_id)
