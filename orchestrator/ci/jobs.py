@@ -29,6 +29,7 @@ from orchestrator.domain.ids import new_execution_id
 from orchestrator.domain.principal import Principal, Role
 from orchestrator.domain.requests import describe_validation_error
 from orchestrator.domain.wire import ExecutionView
+from orchestrator.evidence import EventType
 from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.service.executions import ExecutionManager
 from orchestrator.service.workspaces import Workspaces
@@ -59,6 +60,8 @@ class _Job:
     request: CiJobRequest
     path: Path
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # steps refused before they ran (execution id, code): on the job's close record beside the steps that ran
+    refused: list[dict[str, str]] = field(default_factory=list)
 
 
 class CiJobs:
@@ -79,6 +82,10 @@ class CiJobs:
         if principal.role is Role.APPROVER:
             raise Forbidden("an approver token cannot open CI jobs")
         request: CiJobRequest = _validated(CiJobRequest, raw)
+        if request.ci.controller_job is not None:
+            raise InputInvalid(
+                "ci.controller_job: the controller names its jobs itself", details={"fields": ["ci.controller_job"]}
+            )
         asked = {k: v for k, v in (("tenant", request.tenant), ("subject", request.subject)) if v is not None}
         owned = self.manager.owned(asked, principal)
         tenant, subject = owned["tenant"] or "default", owned["subject"]
@@ -90,7 +97,7 @@ class CiJobs:
         for other in list(self._jobs.values()):
             if other.view.state == "open" and other.path == path:
                 log.warning("job %s takes workspace %s over from job %s (closed)", job_id, name, other.view.job_id)
-                await self._close(other, principal)
+                await self._close(other, principal, ended=f"taken over by job {job_id} (its workspace)")
         created = not path.is_dir()
         await self.workspaces.ensure(tenant, name)
         view = CiJobView(
@@ -107,6 +114,20 @@ class CiJobs:
             created_at=_now(),
         )
         self._jobs[job_id] = _Job(view=view, request=request, path=path)
+        await self._record(
+            EventType.CI_JOB_OPENED,
+            view,
+            principal,
+            reason=f"opened by {principal.label}",
+            data={
+                "ci": view.ci.model_dump(mode="json", exclude_none=True),
+                "profile": view.profile,
+                "image": view.image,
+                "workspace": view.workspace,
+                "workspace_created": view.workspace_created,
+                "container_path": view.container_path,
+            },
+        )
         # the pool (when on) starts the first step's sandbox now, not when the step comes: nothing is decided,
         # recorded or run by it (each step still goes through the gate, and takes a fresh sandbox)
         like_a_step = {
@@ -158,7 +179,13 @@ class CiJobs:
         request = {k: v for k, v in request.items() if v is not None}
         if step.image is not None:
             self.profiles.named(job.view.profile, image=step.image)  # refused now, before anything is asked
-        view = await self.manager.submit(request, principal, wait_s=wait_s)
+        try:
+            view = await self.manager.submit(request, principal, wait_s=wait_s, ci_job=job.view.job_id)
+        except OrchestratorError as err:
+            refused = err.details.get("execution_id")
+            if isinstance(refused, str):  # decided and refused (on the record): the job's close record names it
+                job.refused.append({"execution_id": refused, "error_code": err.code})
+            raise
         job.view = job.view.model_copy(update={"steps": [*job.view.steps, view.execution_id]})
         return view
 
@@ -171,17 +198,19 @@ class CiJobs:
         """Close the job: steps still running are cancelled (their sandboxes removed), the workspace removed
         when the job made it. Closing again answers the closed job."""
         job = self._job(job_id, principal)
-        await self._close(job, principal)
+        await self._close(job, principal, ended=f"closed by {principal.label}")
         return job.view
 
-    async def _close(self, job: _Job, principal: Principal) -> None:
+    async def _close(self, job: _Job, principal: Principal, *, ended: str) -> None:
         async with job.lock:
             if job.view.state == "closed":
                 return
             job.view = job.view.model_copy(update={"state": "closed", "closed_at": _now()})
+            cancelled = []
             for execution_id in job.view.steps:  # what still runs is stopped, its sandbox removed
                 with contextlib.suppress(ExecutionNotRunning, NotFound):
                     await self.manager.cancel(execution_id, principal)
+                    cancelled.append(execution_id)
                     with contextlib.suppress(OrchestratorError, TimeoutError):
                         await self.manager.wait(execution_id, principal, 30.0)
             if job.view.workspace_created:
@@ -189,7 +218,54 @@ class CiJobs:
                 self.manager.orchestrator.retire_workspace(job.path)
                 # rmtree never follows a link the workspace holds (fd-based on Linux)
                 await asyncio.to_thread(shutil.rmtree, job.path, True)
+            await self._record(
+                EventType.CI_JOB_CLOSED,
+                job.view,
+                principal,
+                reason=ended,
+                status="closed",
+                data={
+                    "ci": job.view.ci.model_dump(mode="json", exclude_none=True),
+                    "steps": [await self._step_end(e, principal) for e in job.view.steps],
+                    "refused": list(job.refused),
+                    "cancelled": cancelled,
+                    "workspace": job.view.workspace,
+                    "workspace_removed": job.view.workspace_created,
+                },
+            )
             self._closed.append(job.view.job_id)
             while len(self._closed) > _KEEP_CLOSED:
                 self._jobs.pop(self._closed.pop(0), None)
         log.info("CI job %s closed", job.view.job_id)
+
+    # -- evidence --------------------------------------------------------------------------------------
+    async def _record(
+        self, event: EventType, view: CiJobView, principal: Principal, *, data: dict[str, Any], **fields: Any
+    ) -> None:
+        """One durable record of the job, under its id: who (the job's tenant and subject; who acted, in the
+        reason), never a secret (the CI context, names and ids only)."""
+        await self.manager.orchestrator.evidence.append(
+            {
+                "event": event,
+                "execution_id": view.job_id,
+                "tenant": view.tenant,
+                "subject": view.subject,
+                "data": data,
+                **fields,
+            },
+            durable=True,
+        )
+
+    async def _step_end(self, execution_id: str, principal: Principal) -> dict[str, Any]:
+        """How a step of the job ended, as its close record says it: its state, exit code and error code."""
+        try:
+            step = await self.manager.get(execution_id, principal)
+        except NotFound:
+            return {"execution_id": execution_id, "state": "unknown"}
+        error = step.error or (step.result.error if step.result is not None else None)
+        out: dict[str, Any] = {"execution_id": execution_id, "state": step.state.value}
+        if step.result is not None and step.result.exit_code is not None:
+            out["exit_code"] = step.result.exit_code
+        if error is not None:
+            out["error_code"] = error.code
+        return out

@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic.json_schema import SkipJsonSchema
 
 from orchestrator.domain.canonical import canonical_sha256
 from orchestrator.domain.errors import InputInvalid
@@ -88,6 +89,8 @@ ACTION_MAX = 512
 RUN_ID_PATTERN = r"^[0-9]{1,20}$"
 #: what tells one job run apart: GitLab's CI_JOB_ID, or a name the GitHub hook gives it
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+#: the controller's own id of an open job (``CiJobView.job_id``: ``job-`` and an execution id)
+CONTROLLER_JOB_PATTERN = r"^job-ex-[0-9a-f]{1,16}-[0-9a-f]{16}$"
 #: GitHub event names and GitLab pipeline sources (push, pull_request_target, merge_request_event …)
 EVENT_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 #: a GitHub login (bots as name[bot]) or a GitLab username
@@ -210,6 +213,13 @@ class CiContext(BaseModel):
         default=None, description="GitHub: GITHUB_EVENT_NAME (push, pull_request …); GitLab: CI_PIPELINE_SOURCE."
     )
     actor: Actor | None = Field(default=None, description="GitHub: GITHUB_ACTOR; GitLab: GITLAB_USER_LOGIN.")
+    # set by the controller only (a step of POST /v1/ci/jobs/{id}/steps): refused from any caller, so not in the
+    # requests' schema; shown in the recorded form (CiRecord), where the evidence links the step to its job
+    controller_job: SkipJsonSchema[str | None] = Field(
+        default=None,
+        pattern=CONTROLLER_JOB_PATTERN,
+        description="The controller's job this step is one of (CiJobView.job_id): set by the controller.",
+    )
 
     def recorded(self) -> CiRecord:
         """The form a sanitized request, the approvers and the evidence see: the same values and the key of
@@ -236,6 +246,12 @@ class CiRecord(CiContext):
     """A request's CI context as recorded: with the key of its job run."""
 
     job_key: str = Field(pattern=r"^[0-9a-f]{64}$", description="job_key(): the same for every step of one job run.")
+    controller_job: str | None = Field(
+        default=None,
+        pattern=CONTROLLER_JOB_PATTERN,
+        description="The controller's job this step is one of (CiJobView.job_id; its ci_job_opened and "
+        "ci_job_closed records in the evidence): set by the controller for the steps of POST /v1/ci/jobs.",
+    )
 
 
 #: the fields a rule's ``ci:`` condition may match (gate.matching.CiConditions), in the order shown

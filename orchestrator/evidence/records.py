@@ -66,6 +66,10 @@ class EventType(StrEnum):
     EGRESS_SUMMARY = "egress_summary"
     # grants with budgets: what an execution's real usage took from the grant that covered it
     GRANT_CHARGED = "grant_charged"
+    # a CI job (ci/jobs.py), under its own id (job-…): opened (who, its CI context, workspace, profile, image),
+    # then closed (its steps, each one's end, how the job ended); its steps' records carry its id (data.ci)
+    CI_JOB_OPENED = "ci_job_opened"
+    CI_JOB_CLOSED = "ci_job_closed"
     # written by the evidence writer itself (no execution): a torn last line was quarantined
     EVIDENCE_RECOVERED = "evidence_recovered"
 

@@ -177,13 +177,24 @@ class ExecutionManager(Observer):
         live.notify()
 
     # -- submitting --------------------------------------------------------------------------------
-    async def submit(self, raw: Any, principal: Principal, *, wait_s: float | None = None) -> ExecutionView:
+    async def submit(
+        self, raw: Any, principal: Principal, *, wait_s: float | None = None, ci_job: str | None = None
+    ) -> ExecutionView:
         """Accept ``raw`` for ``principal``; returns once it is decided (refusals raise) — or, with
-        ``wait_s``, once it finished or that time passed."""
+        ``wait_s``, once it finished or that time passed. ``ci_job``: the controller's CI job the request is a
+        step of (ci.jobs only), put in its CI context; a request never names one itself."""
         if principal.role is Role.APPROVER:
             raise Forbidden("an approver token cannot submit executions")
         if not isinstance(raw, dict):
             raise InputInvalid("the body must be a JSON object (a request)", details={"fields": ["(root)"]})
+        ci = raw.get("ci")
+        if isinstance(ci, dict) and "controller_job" in ci:
+            raise InputInvalid(
+                "ci.controller_job: set by the controller for the steps of its CI jobs, never by a request",
+                details={"fields": ["ci.controller_job"]},
+            )
+        if ci_job is not None and isinstance(ci, dict):
+            raw = {**raw, "ci": {**ci, "controller_job": ci_job}}
         raw = self.owned(raw, principal)
         execution_id = new_execution_id()
         workspace = self.workspaces.path(raw["tenant"], raw.get("session_id"))  # created once it runs
