@@ -169,6 +169,7 @@ class CiJobs:
             "timeout_ms": step.timeout_ms,
             "profile": job.view.profile,
             "image": step.image or job.request.image,
+            "externals": step.externals or None,
             "ci": ci.model_dump(mode="json", exclude_none=True),
             "tenant": job.view.tenant,
             "subject": job.view.subject,

@@ -67,6 +67,11 @@ class CiStepRequest(_Model):
         default=None, description="A container step's image; default: the job's. Checked like the job's."
     )
     timeout_ms: int | None = Field(default=None, ge=1, le=_MAX_TIMEOUT_MS, description="Wall-clock limit.")
+    externals: bool = Field(
+        default=False,
+        description="The runner's externals the controller took from the job's workspace, read-only at /__e "
+        "(a GitHub job whose runner set SANDBOX_EXTERNALS).",
+    )
 
 
 class CiJobView(_Model):

@@ -298,6 +298,11 @@ class ShellExecRequest(_RequestBase):
         description="The script file the argv runs (a CI step), with its content: decided on by the gate, written "
         "at its path in the workspace before the run.",
     )
+    externals: bool = Field(
+        default=False,
+        description="A CI job's step: the runner's externals the controller took from the job's workspace "
+        "(SANDBOX_EXTERNALS) mounted read-only at /__e, where the runner's JavaScript actions find their node.",
+    )
     _v = field_validator("argv")(_argv_ok)
 
     @model_validator(mode="after")

@@ -18,6 +18,7 @@ from orchestrator.domain.requests import (
     SkillExecRequest,
 )
 from orchestrator.gate.interactive import is_interactive_shell
+from orchestrator.pipeline import externals
 from orchestrator.pipeline.this_process import owner_label
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.profiles.models import env_admitted, is_code_loading_env
@@ -115,6 +116,8 @@ def launch_spec(
     session: bool = False,
 ) -> LaunchSpec:
     """The spec of ``request``'s command: a one-shot command, or with ``session`` one whose input stays open."""
+    if isinstance(request, ShellExecRequest) and request.externals:  # a CI job's runner externals, read-only
+        profile = profile.with_read_only_mounts((externals.mount(workspace),))
     started = time.time() if now is None else now
     deadline = started + profile.wall_timeout_s + DEADLINE_GRACE_S
     return LaunchSpec(

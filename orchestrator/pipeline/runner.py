@@ -132,6 +132,7 @@ class Runner:
             if auth.reservation is not None:  # within what its grant reserved for it
                 profile = cover.narrowed(profile, auth.reservation)
             spec = launch_spec(execution_id, request, profile, workspace, session=session)
+            profile = spec.profile  # with the read-only mounts it asked for (a CI job's externals): what launches
             if set(profile.egress_allow) != set(gate.sanitized.egress or ()):
                 # the profile changed while its request waited (an approval): never hosts nobody decided about
                 raise SandboxUnavailable(

@@ -574,6 +574,14 @@ class ResolvedTmpfs(_Model):
         return ",".join([*flags, f"size={self.size_bytes}", f"mode={self.mode}"])
 
 
+class ResolvedMount(_Model):
+    """A directory of the controller's host a sandbox sees read-only (a CI job's runner externals at /__e:
+    ``pipeline.externals``); never one a request names."""
+
+    source: str = Field(description="The directory on the controller's host.")
+    target: str = Field(description="Absolute mount point inside the sandbox.")
+
+
 class ResolvedWorkspace(_Model):
     """The workspace mount of a resolved profile."""
 
@@ -645,6 +653,11 @@ class ResolvedProfile(_Model):
         default=3600.0, gt=0, description="A session's deadline (its sandbox's wall_timeout_s when it is one)."
     )
     pool_enabled: bool = Field(default=True, description="Whether a run may take a pre-started sandbox.")
+    read_only_mounts: tuple[ResolvedMount, ...] = Field(
+        default=(),
+        description="Host directories mounted read-only: a CI job's runner externals at /__e, for a request that "
+        "asks for them (none otherwise; a profile file never names one).",
+    )
     profile_hash: str = Field(
         default="",
         pattern=r"^([0-9a-f]{64})?$",
@@ -670,6 +683,14 @@ class ResolvedProfile(_Model):
     def compute_hash(self) -> str:
         """sha256 of the canonical JSON of every field but ``profile_hash`` and ``seccomp_json``."""
         return canonical_sha256(self.model_dump(mode="json", exclude=set(_HASH_EXCLUDED)))
+
+    def with_read_only_mounts(self, mounts: tuple[ResolvedMount, ...]) -> ResolvedProfile:
+        """This profile with ``mounts`` too (a new hash: the evidence names what was launched)."""
+        if not mounts:
+            return self
+        fields: dict[str, Any] = self.model_dump()
+        fields.update(read_only_mounts=(*self.read_only_mounts, *mounts), profile_hash="")
+        return ResolvedProfile.model_validate(fields)
 
     @property
     def user(self) -> str:

@@ -175,6 +175,52 @@ class Runner:
             },
         }
 
+    def js_action_step(
+        self, action: str, ref: str, source: str, *, inputs: dict[str, str] | None = None
+    ) -> tuple[dict[str, Any], dict[str, str], Path]:
+        """A JavaScript action (``uses: <action>@<ref>``, ``runs.using: node20``) as the runner runs it: the action
+        downloaded into _actions/<owner>/<repo>/<ref>, run with the runner's externals' node
+        (``NodeScriptActionHandler.cs``: ``externals/node20/bin/node``, the script's path in double quotes, both
+        translated to the job container's paths; ``ContainerHookManager.cs`` splits the argument string at
+        spaces), its inputs as ``INPUT_<NAME>``, ``GITHUB_OUTPUT`` a file of _temp/_runner_file_commands. Returns
+        the hook's input, the hook process's own variables for the step (``GITHUB_ACTION_REPOSITORY``/``_REF``) and
+        the output file on the runner's side."""
+        directory = self.work / "_actions" / action / ref
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "index.js").write_text(source)
+        commands = self.work / "_temp" / "_runner_file_commands"
+        commands.mkdir(parents=True, exist_ok=True)
+        output = commands / f"set_output_{uuid.uuid4()}"
+        output.write_text("")
+        for path in (directory, directory / "index.js", commands, output):
+            os.chown(path, 1000, 1000)
+        env = {
+            "CI": "true",
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_WORKSPACE": "/__w/app/app",
+            "GITHUB_REPOSITORY": "org/app",
+            "GITHUB_OUTPUT": f"/__w/_temp/_runner_file_commands/{output.name}",
+            **{f"INPUT_{name.replace(' ', '_').upper()}": value for name, value in (inputs or {}).items()},
+        }
+        payload = {
+            "command": "run_script_step",
+            "responseFile": None,
+            "state": {},
+            "args": {
+                "entryPointArgs": f'"/__w/_actions/{action}/{ref}/index.js"'.split(" "),
+                "entryPoint": "/__e/node20/bin/node",
+                "environmentVariables": env,
+                "prependPath": [],
+                "workingDirectory": "/__w/app/app",
+            },
+        }
+        step_env = {
+            "GITHUB_ACTION": "__" + action.replace("/", "_"),
+            "GITHUB_ACTION_REPOSITORY": action,
+            "GITHUB_ACTION_REF": ref,
+        }
+        return payload, step_env, output
+
     def container_step(self, image: str, entry: str, args: list[str], **more: Any) -> dict[str, Any]:
         return {
             "command": "run_container_step",

@@ -23,6 +23,8 @@ Decisions beyond a one-to-one mapping of the resolved profile:
 * ``LogConfig: none`` — output is captured through the attach stream only; the engine keeps no log
   file of sandbox output (an unbounded json-file log could fill the engine's disk).
 * ``Healthcheck: NONE`` — the engine never execs an image's health check inside the sandbox.
+* ``read_only_mounts`` (a CI job's runner externals at /__e) are read-only, non-recursive binds of directories
+  the controller took out of every workspace (``pipeline.externals``).
 * Read-only workspace mounts are non-recursive: this engine cannot make sub-mounts read-only, so a
   writable sub-mount under a read-only workspace is hidden rather than left writable.
 * ``Hostname: sandbox`` — fixed, so HOSTNAME (which the engine always adds) reveals nothing; and
@@ -77,6 +79,16 @@ def container_config(spec: LaunchSpec, *, etc_dir: str, cgroup_parent: str = "")
                     "NonRecursive": profile.workspace.mode == "ro",
                 },
             },
+            *(
+                {
+                    "Type": "bind",
+                    "Source": mount.source,
+                    "Target": mount.target,
+                    "ReadOnly": True,
+                    "BindOptions": {"Propagation": "rprivate", "NonRecursive": True},
+                }
+                for mount in profile.read_only_mounts
+            ),
             *etc_mounts(etc_dir),
         ],
         "CapDrop": list(profile.cap_drop),  # ["ALL"]

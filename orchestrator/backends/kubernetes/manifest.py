@@ -112,6 +112,11 @@ PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
         "the egress proxy's route for the pod's IP; NetworkPolicy egress to the proxy only; HTTP(S)_PROXY",
     ),
     ("workspace", "HostConfig.Mounts (bind)", "volume: the claim's sub-path (pvc) or an emptyDir (copy)"),
+    (
+        "read_only_mounts",
+        "HostConfig.Mounts (bind, read-only, non-recursive)",
+        "refused (SANDBOX.UNAVAILABLE): a directory of the controller's host",
+    ),
     ("tmpfs", "HostConfig.Tmpfs", "emptyDir medium: Memory, sizeLimit"),
     ("cpus", "HostConfig.NanoCpus", "resources.requests/limits.cpu, the pod's total (the stdio sidecar's share in it)"),
     ("memory_bytes", "HostConfig.Memory", "resources.requests/limits.memory"),
@@ -279,6 +284,12 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
         raise SandboxUnavailable(
             "the Kubernetes backend runs one-shot commands without a terminal (a session can have one)",
             details={"field": "tty"},
+        )
+    if profile.read_only_mounts:  # a directory of the controller's host: no pod reaches it
+        raise SandboxUnavailable(
+            "the Kubernetes backend cannot mount a CI runner's externals into a pod (a directory of the controller's"
+            " host): JavaScript actions run on the Docker backend in this release",
+            details={"field": "externals"},
         )
     if spec.pooled:
         check_poolable(settings)

@@ -44,6 +44,7 @@ from orchestrator.domain.errors import CiUnsupported, InputInvalid, NotFound, Or
 from orchestrator.domain.principal import Principal
 from orchestrator.domain.requests import MAX_SCRIPT_BYTES, ScriptFile
 from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
+from orchestrator.pipeline import externals
 from orchestrator.pipeline.script_file import read_workspace_file
 from orchestrator.profiles.models import is_code_loading_env
 
@@ -76,7 +77,8 @@ class PathMap:
                 raise CiUnsupported(
                     f"{what} uses {missing}, which no sandbox of this job has"
                     + (
-                        " (the runner's externals: set SANDBOX_EXTERNALS to where the deployment puts a copy of them"
+                        " (the runner's externals: set SANDBOX_EXTERNALS to the directory of the work directory where"
+                        " the deployment puts a copy of them"
                         " in the job's workspace, docs/ci.md)"
                         if missing == RUNNER_EXTERNALS
                         else ""
@@ -92,10 +94,11 @@ class PathMap:
         return [self(v, what) for v in values]
 
 
-def path_map(mounts: list[Mount], *, root: str, externals: str | None, notices: list[str]) -> PathMap:
+def path_map(mounts: list[Mount], *, root: str, externals: bool, notices: list[str]) -> PathMap:
     """The map of a job's ``systemMountVolumes``: the runner's work directory (the mount at /__w) is the job's
     workspace at ``root``; a mount of a directory below it is that directory there; the runner's externals are
-    ``externals`` (a directory of the workspace) or missing; the engine's socket is never given."""
+    at /__e when the controller took a copy of them (``externals``: mounted read-only there, ``pipeline.externals``)
+    or missing; the engine's socket is never given."""
     work = next((_clean(m.source) for m in mounts if _clean(m.target) == RUNNER_WORK), None)
     pairs: dict[str, str] = {RUNNER_WORK: root}
     missing: list[str] = []
@@ -107,8 +110,8 @@ def path_map(mounts: list[Mount], *, root: str, externals: str | None, notices: 
             pairs[target] = root + source[len(work) :]
         elif target == ENGINE_SOCKET:
             notices.append(f"the engine's socket ({ENGINE_SOCKET}) is never given to a sandbox: not mounted")
-        elif target == RUNNER_EXTERNALS and externals is not None:
-            pairs[target] = posixpath.join(root, externals)
+        elif target == RUNNER_EXTERNALS and externals:
+            pairs[target] = RUNNER_EXTERNALS
         else:
             missing.append(target)
             notices.append(f"{target} (the runner's {source}) is not on the job's storage: a step using it is refused")
@@ -126,6 +129,22 @@ def work_file(mounts: list[Mount], path: str | None) -> list[str] | None:
     if not path.startswith(prefix) or len(path) == len(prefix):
         return None
     return path[len(prefix) :].split("/")
+
+
+def _command_line(entry: str, words: list[str]) -> list[str]:
+    """The argv the runner means: it splits its argument string at spaces (``ContainerHookManager.cs``:
+    ``entryPointArgs.Split(' ')``) and quotes a JavaScript action's path (``NodeScriptActionHandler.cs``:
+    ``"\"{0}\""``), so the words are joined and split again as a shell would, as the hooks repository's own docker
+    hook does (``fixArgs``: ``shlex.split(args.join(' '))``)."""
+    try:
+        argv = shlex.split(" ".join([entry, *words]))
+    except ValueError as err:
+        raise InputInvalid(
+            f"args.entryPointArgs: not a command line ({err})", details={"fields": ["args.entryPointArgs"]}
+        ) from None
+    if not argv:
+        raise InputInvalid("args.entryPoint: nothing to run", details={"fields": ["args.entryPoint"]})
+    return argv
 
 
 def _inside(path: str, root: str) -> str:
@@ -163,6 +182,8 @@ class _HookJob:
     env: dict[str, str]
     #: the profile's own environment: a runner value equal to it (HOME) is no change
     fixed: dict[str, str]
+    #: the runner's externals were taken from the workspace: every step has them read-only at /__e
+    externals: bool = False
 
 
 def _prelude(code_loading: dict[str, str], prepend: list[str]) -> str:
@@ -221,14 +242,13 @@ class GithubHook:
         job = await self.jobs.open(opened, principal)
         try:
             await self._check_shared(call, job)
+            taken = await self._take_externals(job, env.SANDBOX_EXTERNALS, notices)
         except CiUnsupported:
             await self.jobs.close(job.job_id, principal)  # the workspace, when it made one, goes with it
             raise
-        paths = path_map(
-            container.system_mount_volumes, root=job.container_path, externals=env.SANDBOX_EXTERNALS, notices=notices
-        )
+        paths = path_map(container.system_mount_volumes, root=job.container_path, externals=taken, notices=notices)
         fixed = self.jobs.profiles.named(job.profile).env
-        self._jobs[job.job_id] = _HookJob(job, paths, dict(container.environment_variables), fixed)
+        self._jobs[job.job_id] = _HookJob(job, paths, dict(container.environment_variables), fixed, taken)
         for notice in notices:
             yield {"stream": "stderr", "data": f"sandbox: {notice}\n"}
         yield {
@@ -243,6 +263,19 @@ class GithubHook:
             "isAlpine": False,
         }
         yield {"exit_code": 0, "response": response}
+
+    async def _take_externals(self, job: CiJobView, name: str | None, notices: list[str]) -> bool:
+        """The runner's externals (``SANDBOX_EXTERNALS``, a directory of the work directory) taken out of the
+        workspace, for every step of the job read-only at /__e; what an earlier job of the workspace left removed.
+        False when there are none (a step using /__e is then refused)."""
+        workspace = self.jobs.workspace_of(job.job_id)
+        if name is None:
+            await asyncio.to_thread(externals.drop, workspace)
+            return False
+        if await asyncio.to_thread(externals.take, workspace, name):
+            return True
+        notices.append(f"SANDBOX_EXTERNALS {name!r} is not in the work directory: a step using /__e is refused")
+        return False
 
     async def _check_shared(self, call: PrepareJobCall, job: CiJobView) -> None:
         """CI.UNSUPPORTED unless the runner's work directory is the job's workspace: the runner made the (empty)
@@ -288,7 +321,9 @@ class GithubHook:
         with contextlib.suppress(NotFound):
             view = await self.jobs.close(job_id, principal)
             yield {"stream": "stdout", "data": f"sandbox: job {job_id} closed after {len(view.steps)} step(s)\n"}
-        self._jobs.pop(job_id, None)
+        kept = self._jobs.pop(job_id, None)
+        if kept is not None and kept.externals:  # its steps are over: the externals taken for them go
+            await asyncio.to_thread(externals.drop, self.jobs.workspace_of(job_id))
         yield {"exit_code": 0, "response": None}
 
     # -- steps ---------------------------------------------------------------------------------------------
@@ -313,7 +348,8 @@ class GithubHook:
             entry = args.entry_point
             step_env = {**kept.env, **args.environment_variables}
         words, prepend, workdir = args.entry_point_args, args.prepend_path, args.working_directory
-        argv = [paths(entry, "args.entryPoint"), *paths.words(words, "args.entryPointArgs")]
+        program, *rest = _command_line(entry, words)
+        argv = [paths(program, "args.entryPoint"), *paths.words(rest, "args.entryPointArgs")]
         mapped_env = {k: paths(v, f"args.environmentVariables.{k}") for k, v in step_env.items()}
         plain = {k: v for k, v in mapped_env.items() if not is_code_loading_env(k)}
         code_loading = {k: v for k, v in mapped_env.items() if is_code_loading_env(k) and kept.fixed.get(k) != v}
@@ -335,6 +371,7 @@ class GithubHook:
             "env": plain,
             "cwd": _inside(paths(workdir, "args.workingDirectory"), root) if workdir else None,
             "image": image,
+            "externals": kept.externals or None,
         }
         if script is not None:
             request["script"] = script.model_dump(mode="json")

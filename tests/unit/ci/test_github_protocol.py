@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.ci.github import hook
 from orchestrator.ci.github.protocol import HOOK_ENV, Mount
-from orchestrator.domain.errors import CiUnsupported
+from orchestrator.domain.errors import CiUnsupported, InputInvalid
 
 HOOK_JS = Path(hook.__file__).with_name("hook.js").read_text(encoding="utf-8")
 
@@ -36,7 +36,7 @@ def _mounts(work: str) -> list[Mount]:
 
 def test_the_runners_paths_land_in_the_workspace() -> None:
     notices: list[str] = []
-    paths = hook.path_map(_mounts("/home/runner/_work"), root="/__w", externals=None, notices=notices)
+    paths = hook.path_map(_mounts("/home/runner/_work"), root="/__w", externals=False, notices=notices)
     assert paths("/github/home/.npmrc", "x") == "/__w/_temp/_github_home/.npmrc"
     assert paths("/github/workflow/event.json", "x") == "/__w/_temp/_github_workflow/event.json"
     assert paths("/__w/app/app", "x") == "/__w/app/app"
@@ -46,9 +46,42 @@ def test_the_runners_paths_land_in_the_workspace() -> None:
         paths("/__e/node20/bin/node", "args.entryPoint")
 
 
-def test_externals_copied_into_the_workspace_are_found_there() -> None:
-    paths = hook.path_map(_mounts("/w"), root="/__w", externals="externals", notices=[])
-    assert paths("/__e/node20/bin/node", "args.entryPoint") == "/__w/externals/node20/bin/node"
+def test_externals_taken_from_the_workspace_are_at_their_own_place() -> None:
+    """Mounted read-only at /__e (pipeline.externals), never reached through the writable workspace."""
+    paths = hook.path_map(_mounts("/w"), root="/__w", externals=True, notices=[])
+    assert paths("/__e/node20/bin/node", "args.entryPoint") == "/__e/node20/bin/node"
+
+
+@pytest.mark.parametrize(
+    ("entry", "words", "argv"),
+    [
+        # a JavaScript action as the runner gives it: its path quoted (NodeScriptActionHandler.cs), split at spaces
+        (
+            "/__e/node20/bin/node",
+            ['"/__w/_actions/o/r/v1/index.js"'],
+            ["/__e/node20/bin/node", "/__w/_actions/o/r/v1/index.js"],
+        ),
+        (
+            "/__e/node20/bin/node",
+            ['"/__w/_actions/o/r/v1/my', 'dir/index.js"'],
+            ["/__e/node20/bin/node", "/__w/_actions/o/r/v1/my dir/index.js"],
+        ),
+        # the hooks repository's own case (packages/docker/tests/run-script-step-test.ts)
+        ("echo", ['"Mona', "the", 'Octocat"'], ["echo", "Mona the Octocat"]),
+        (
+            "bash",
+            ["--noprofile", "--norc", "-e", "/__w/_temp/x.sh"],
+            ["bash", "--noprofile", "--norc", "-e", "/__w/_temp/x.sh"],
+        ),
+    ],
+)
+def test_the_runners_argument_string_is_split_as_the_hooks_do(entry: str, words: list[str], argv: list[str]) -> None:
+    assert hook._command_line(entry, words) == argv
+
+
+def test_an_argument_string_that_is_no_command_line_is_refused() -> None:
+    with pytest.raises(InputInvalid, match=r"args\.entryPointArgs"):
+        hook._command_line("node", ['"/__w/_actions/unclosed'])
 
 
 def test_a_prelude_exports_what_the_gate_must_read() -> None:

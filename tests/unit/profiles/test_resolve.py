@@ -75,6 +75,7 @@ def test_resolved_workspace_write_is_fully_explicit(registry: ProfileRegistry) -
         "session_idle_timeout_s": 600.0,
         "session_lifetime_s": 300.0,
         "pool_enabled": True,
+        "read_only_mounts": [],
     }
     assert r.seccomp_json == seccomp.json_text
     assert r.seccomp_sha256 == hashlib.sha256(r.seccomp_json.encode()).hexdigest() == seccomp.sha256
