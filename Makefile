@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants bench-ci clean
+.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants bench-ci bench-ci-k8s clean
 
 all: test
 
@@ -95,6 +95,10 @@ bench-sandbox: $(STAMP) setup
 
 bench-ci: $(STAMP) setup
 	$(BIN)/python benchmarks/ci_hook.py $(BENCH_ARGS)
+
+# the same step on the test cluster: through the hook vs exec'd into an already-running job pod
+bench-ci-k8s: $(STAMP) setup
+	$(BIN)/python benchmarks/ci_hook_k8s.py $(BENCH_ARGS)
 
 bench-service: $(STAMP) setup
 	$(BIN)/python benchmarks/service_overhead.py $(BENCH_ARGS)
