@@ -399,7 +399,7 @@ def step_fields(sanitized: SanitizedRequest) -> dict[str, object]:
     if sanitized.context.ci is not None:
         fields["ci"] = sanitized.context.ci.model_dump(mode="json", exclude_none=True)
     if sanitized.script is not None:
-        fields["script"] = sanitized.script.model_dump(mode="json")
+        fields["script"] = sanitized.script.model_dump(mode="json", exclude_none=True)
     return fields
 
 
