@@ -82,6 +82,7 @@ def build_app(service: Service) -> web.Application:
 
     async def lifecycle(app: web.Application) -> object:
         await service.start()
+        await jobs.recover()  # the CI jobs a previous controller left open (after the executions' recovery)
         yield
         await service.close()
 

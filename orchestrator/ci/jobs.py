@@ -6,16 +6,19 @@ job's CI context (with the step's name), its profile, its image and its workspac
 own per-tenant directory named for the job (``Workspaces.path(tenant, name)``: the name is the request's
 ``session_id``, so "approve for the session" covers the rest of the job and nothing else).
 
-Jobs live in this process: a controller restarted mid-job answers the job's next step NOT_FOUND and the runner
-fails the job (its steps that ran are in the evidence and the store).
+An open job is kept in the service's state store (``ci_jobs``) as well as here: a controller restarted mid-job
+finds it again at start-up (``recover``), so the job's next step runs and its cleanup removes its workspace (a
+step that was running when the controller stopped ended with it, abandoned, as every execution then).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,11 +36,14 @@ from orchestrator.evidence import EventType
 from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.service.executions import ExecutionManager
 from orchestrator.service.workspaces import Workspaces
+from orchestrator.state.store import StoredCiJob
 
 log = logging.getLogger(__name__)
 
 #: closed jobs kept for late readers (GET /v1/ci/jobs/{id}) before they are forgotten
 _KEEP_CLOSED = 256
+#: closed jobs' rows kept in the store this long (the evidence keeps their records)
+_KEEP_CLOSED_S = 7 * 24 * 3600.0
 
 
 def _now() -> datetime:
@@ -73,6 +79,40 @@ class CiJobs:
         self.profiles = profiles
         self._jobs: dict[str, _Job] = {}
         self._closed: list[str] = []
+
+    # -- the store -------------------------------------------------------------------------------------
+    async def recover(self) -> int:
+        """At start-up (after the executions' own recovery): the jobs a previous controller left open, open here
+        again. Returns how many. A row that no longer reads as a job is left closed out, logged."""
+        rows = await self.manager.store.open_ci_jobs(forget_closed_before=time.time() - _KEEP_CLOSED_S)
+        for row in rows:
+            try:
+                job = _Job(
+                    view=CiJobView.model_validate_json(row.view),
+                    request=CiJobRequest.model_validate_json(row.request),
+                    path=Path(row.path),
+                    refused=[dict(item) for item in json.loads(row.refused)],
+                )
+            except (ValidationError, ValueError, TypeError) as err:
+                log.warning("CI job %s in the store does not read back (%s): not resumed", row.job_id, err)
+                continue
+            self._jobs[job.view.job_id] = job
+        if rows:
+            log.info("%d open CI job(s) resumed from the store", len(self._jobs))
+        return len(rows)
+
+    async def _save(self, job: _Job) -> None:
+        await self.manager.store.put_ci_job(
+            StoredCiJob(
+                job_id=job.view.job_id,
+                tenant=job.view.tenant,
+                state=job.view.state,
+                view=job.view.model_dump_json(),
+                request=job.request.model_dump_json(),
+                path=str(job.path),
+                refused=json.dumps(job.refused),
+            )
+        )
 
     # -- opening ---------------------------------------------------------------------------------------
     async def open(self, raw: Any, principal: Principal) -> CiJobView:
@@ -113,7 +153,8 @@ class CiJobs:
             container_path=profile.workspace.container_path,
             created_at=_now(),
         )
-        self._jobs[job_id] = _Job(view=view, request=request, path=path)
+        self._jobs[job_id] = job = _Job(view=view, request=request, path=path)
+        await self._save(job)
         await self._record(
             EventType.CI_JOB_OPENED,
             view,
@@ -186,8 +227,10 @@ class CiJobs:
             refused = err.details.get("execution_id")
             if isinstance(refused, str):  # decided and refused (on the record): the job's close record names it
                 job.refused.append({"execution_id": refused, "error_code": err.code})
+                await self._save(job)
             raise
         job.view = job.view.model_copy(update={"steps": [*job.view.steps, view.execution_id]})
+        await self._save(job)
         return view
 
     def workspace_of(self, job_id: str) -> Path:
@@ -234,6 +277,7 @@ class CiJobs:
                     "workspace_removed": job.view.workspace_created,
                 },
             )
+            await self._save(job)
             self._closed.append(job.view.job_id)
             while len(self._closed) > _KEEP_CLOSED:
                 self._jobs.pop(self._closed.pop(0), None)

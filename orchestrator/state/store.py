@@ -2,10 +2,11 @@
 
 Tables: ``executions`` (one row per accepted execution, its state and outcome, sanitized), the approval
 queue's ``approvals`` (approvals.queue owns it), ``grants`` (approved_for_session, which outlive a
-restart) and the budget grants: ``budget_grants`` (terms, used and reserved amounts), their open
-``budget_grant_reservations`` (one per run under a grant) and ledger ``budget_grant_charges`` (one row
-per reservation that ended). Every change of a budget grant is one transaction on the store's thread,
-so a reservation cannot pass a budget however many runs ask at once.
+restart), ``ci_jobs`` (the CI jobs of ci/jobs.py: an open one outlives a restart) and the budget grants:
+``budget_grants`` (terms, used and reserved amounts), their open ``budget_grant_reservations`` (one per run
+under a grant) and ledger ``budget_grant_charges`` (one row per reservation that ended). Every change of a
+budget grant is one transaction on the store's thread, so a reservation cannot pass a budget however many runs
+ask at once.
 
 A request that waits for approval keeps its full form in ``executions.pending_request`` until the
 approval settles: it is what runs once approved, after a restart too. That column holds the request's
@@ -133,6 +134,21 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE budget_grants ADD COLUMN on_exhausted TEXT NOT NULL DEFAULT 'ask';
     """,
+    # CI jobs (ci/jobs.py): an open job outlives a restart of the controller; view and request as JSON (no
+    # secret: a job's CI context, image, profile and workspace), refused: the steps refused before they ran
+    """
+    CREATE TABLE ci_jobs (
+        job_id     TEXT PRIMARY KEY,
+        tenant     TEXT NOT NULL,
+        state      TEXT NOT NULL,
+        view       TEXT NOT NULL,
+        request    TEXT NOT NULL,
+        path       TEXT NOT NULL,
+        refused    TEXT NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX ci_jobs_by_state ON ci_jobs(state, updated_at);
+    """,
 )
 
 
@@ -177,6 +193,19 @@ class StoredExecution:
     view: dict[str, Any]
     pending_request: dict[str, Any] | None
     workspace: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCiJob:
+    """A CI job as the store keeps it (ci.jobs reads the JSON back into its models)."""
+
+    job_id: str
+    tenant: str
+    state: str  # open | closed
+    view: str  # CiJobView as JSON
+    request: str  # CiJobRequest as JSON
+    path: str  # the workspace on this host
+    refused: str  # JSON list of {execution_id, error_code}
 
 
 @dataclass(frozen=True, slots=True)
@@ -630,6 +659,32 @@ class StateStore:
             return [_charge_row(r) for r in rows]
 
         return await self._call(read)
+
+    # -- CI jobs -----------------------------------------------------------------------------------
+    async def put_ci_job(self, job: StoredCiJob) -> None:
+        """Insert or replace a job's row (opened, a step taken, closed)."""
+
+        def write() -> None:
+            self._db.execute(
+                "INSERT OR REPLACE INTO ci_jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (job.job_id, job.tenant, job.state, job.view, job.request, job.path, job.refused, time.time()),
+            )
+
+        await self._call(write)
+
+    async def open_ci_jobs(self, *, forget_closed_before: float) -> list[StoredCiJob]:
+        """The jobs still open, oldest first; closed jobs last changed before ``forget_closed_before`` are
+        deleted (their records are the evidence's)."""
+
+        def read() -> list[StoredCiJob]:
+            self._db.execute("DELETE FROM ci_jobs WHERE state = 'closed' AND updated_at < ?", (forget_closed_before,))
+            rows = self._db.execute(
+                "SELECT job_id, tenant, state, view, request, path, refused FROM ci_jobs WHERE state = 'open'"
+                " ORDER BY updated_at"
+            ).fetchall()
+            return [StoredCiJob(*row) for row in rows]
+
+        return await self._call(self._transaction(read))
 
     # -- health ------------------------------------------------------------------------------------
     async def writable(self) -> None:
