@@ -142,7 +142,28 @@ def _list(args: argparse.Namespace) -> int:
             f"    risk {p(str(risk.get('risk_level')))} ({p(str(risk.get('reason')))});"
             f" asked because: {p(ask.policy_reason)}; expires in {ask.deadline - time.time():.0f}s"
         )
+        for label, text in _ci_lines(s):  # a CI step: its job's context, as /ui and the terminal prompt show it
+            print(f"    {label + ':':<5} {text}")
     return 0
+
+
+def _ci_lines(sanitized: dict[str, Any]) -> list[tuple[str, str]]:
+    """The CI context of a stored ask (its request's context.ci) as an approver reads it (every value escaped);
+    none for an ask without one, and a line saying so for one that does not read back."""
+    from pydantic import ValidationError
+
+    from orchestrator.approvals.terminal import ci_lines
+    from orchestrator.domain.ci import CiRecord
+
+    context = sanitized.get("context")
+    ci = context.get("ci") if isinstance(context, dict) else None
+    if ci is None:
+        return []
+    try:
+        record = CiRecord.model_validate(ci)
+    except ValidationError:
+        return [("ci", "(a CI context that does not read back)")]
+    return ci_lines(record)
 
 
 def _decide(args: argparse.Namespace) -> int:
