@@ -81,6 +81,7 @@ async def test_a_whole_job_runs_each_step_in_a_pod_on_the_jobs_claim(
     config = yaml.safe_load(k8s_ci_service.config.read_text())
     assert config["backend"]["kind"] == "kubernetes"
     runner = runner_of(k8s_ci_service, sandbox_space, "runner-k8s-1")
+    on_claim = set(sandbox_space.root.rglob("*"))  # the claim: the runner's directory, its tenant's
     prepared = await runner.invoke(runner.prepare_job(IMAGE))
     assert prepared.exit_code == 0, prepared.stderr
     assert prepared.response is not None and prepared.response["isAlpine"] is False
@@ -116,6 +117,7 @@ async def test_a_whole_job_runs_each_step_in_a_pod_on_the_jobs_claim(
 
     assert pods_of(sandbox_space) == []  # every step's pod deleted
     assert runner.work.is_dir()  # the runner's own work directory (its pod's mount): not the job's to remove
+    assert set(sandbox_space.root.rglob("*")) - set(runner.work.rglob("*")) == on_claim
     evidence = Path(config["evidence"]["path"])
     assert verify(evidence).ok
     for execution_id in steps:
