@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from orchestrator.budgets.book import GrantBook, RunCaps
+from orchestrator.ci.gitlab.protocol import failure_kind
 from orchestrator.domain.ci import CiContext
 from orchestrator.domain.errors import GrantExhausted
 from orchestrator.domain.grants import GrantRequest, Usage
@@ -126,6 +127,10 @@ def test_a_bad_ci_condition_is_refused_naming_the_field() -> None:
         grant(conditions={"ci": {"branch": ["main"]}}, budgets={"executions": 1})
     with pytest.raises(ValueError, match="on_exhausted"):
         grant(budgets={"executions": 1}, on_exhausted="stop")
+
+
+def test_a_gitlab_job_stopped_by_its_bound_fails_as_the_builds_own_doing() -> None:
+    assert failure_kind("GRANT.EXHAUSTED") == "build" and failure_kind("SANDBOX.GRANT_LIMIT") == "build"
 
 
 def test_grants_of_an_older_store_read_as_asking(tmp_path: Path) -> None:
