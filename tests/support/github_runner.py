@@ -72,21 +72,7 @@ class Runner:
         grace_s: float = 5.0,
     ) -> HookRun:
         """The hook run once, as the runner runs it (the payload's responseFile replaced by a fresh one)."""
-        responses = self.work / "_temp" / "_runner_hook_responses"
-        responses.mkdir(parents=True, exist_ok=True)
-        response_file = responses / f"{uuid.uuid4()}.json"
-        response_file.write_text("")
-        payload = {**payload, "responseFile": str(response_file)}
-        if self.state is not None and payload["command"] != "prepare_job":
-            payload["state"] = self.state
-        process = await asyncio.create_subprocess_exec(
-            NODE,
-            str(HOOK),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=self.env(step_env),
-        )
+        process, payload, response_file = await self.spawn(payload, step_env=step_env)
         communicate = asyncio.ensure_future(process.communicate(json.dumps(payload).encode() + b"\n"))
         try:
             out, err = await asyncio.wait_for(asyncio.shield(communicate), timeout_s)
@@ -104,6 +90,28 @@ class Runner:
             self.state = response.get("state")
         assert process.returncode is not None
         return HookRun(process.returncode, out.decode(), err.decode(), response)
+
+    async def spawn(
+        self, payload: dict[str, Any], *, step_env: dict[str, str] | None = None
+    ) -> tuple[asyncio.subprocess.Process, dict[str, Any], Path]:
+        """The hook started as the runner starts it (an empty response file made first), not waited for: the
+        process, the input to write to its stdin (then close it, as the runner does), its response file."""
+        responses = self.work / "_temp" / "_runner_hook_responses"
+        responses.mkdir(parents=True, exist_ok=True)
+        response_file = responses / f"{uuid.uuid4()}.json"
+        response_file.write_text("")
+        payload = {**payload, "responseFile": str(response_file)}
+        if self.state is not None and payload["command"] != "prepare_job":
+            payload["state"] = self.state
+        process = await asyncio.create_subprocess_exec(
+            NODE,
+            str(HOOK),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.env(step_env),
+        )
+        return process, payload, response_file
 
     def own_work(self, uid: int = 1000, gid: int = 1000) -> None:
         """The work directory as the sandbox's user's (the profiles' 1000), as a runner running as that user

@@ -186,6 +186,10 @@ class _HookJob:
     externals: bool = False
 
 
+def _same_workspace(one: CiJobView, other: CiJobView) -> bool:
+    return (one.tenant, one.workspace) == (other.tenant, other.workspace)
+
+
 def _prelude(code_loading: dict[str, str], prepend: list[str]) -> str:
     """export lines for the values a request's environment never carries (read by the gate with the script)."""
     lines = [f"export {name}={shlex.quote(value)}" for name, value in sorted(code_loading.items())]
@@ -240,6 +244,8 @@ class GithubHook:
         opened: dict[str, object] = {"ci": ci.model_dump(mode="json", exclude_none=True), "workspace": workspace}
         opened.update(image=container.image, profile=env.SANDBOX_PROFILE)
         job = await self.jobs.open(opened, principal)
+        for other in [k for k, kept in self._jobs.items() if _same_workspace(kept.job, job)]:
+            del self._jobs[other]  # closed by the takeover (its runner is gone): nothing more of it is kept
         try:
             await self._check_shared(call, job)
             taken = await self._take_externals(job, env.SANDBOX_EXTERNALS, notices)
@@ -318,12 +324,13 @@ class GithubHook:
             yield {"stream": "stderr", "data": "sandbox: no job to clean up (prepare_job did not open one)\n"}
             yield {"exit_code": 0, "response": None}
             return
+        self._jobs.pop(job_id, None)
         with contextlib.suppress(NotFound):
             view = await self.jobs.close(job_id, principal)
             yield {"stream": "stdout", "data": f"sandbox: job {job_id} closed after {len(view.steps)} step(s)\n"}
-        kept = self._jobs.pop(job_id, None)
-        if kept is not None and kept.externals:  # its steps are over: the externals taken for them go
-            await asyncio.to_thread(externals.drop, self.jobs.workspace_of(job_id))
+            # its steps are over: the externals taken for them go (not those a later job of the workspace took)
+            if not any(_same_workspace(other.job, view) for other in self._jobs.values()):
+                await asyncio.to_thread(externals.drop, self.jobs.workspace_of(job_id))
         yield {"exit_code": 0, "response": None}
 
     # -- steps ---------------------------------------------------------------------------------------------
