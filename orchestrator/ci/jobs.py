@@ -257,9 +257,11 @@ class CiJobs:
                     cancelled.append(execution_id)
                     with contextlib.suppress(OrchestratorError, TimeoutError):
                         await self.manager.wait(execution_id, principal, 30.0)
+            # no pre-started sandbox outlives the job, whoever made its workspace (a runner's work directory stays
+            # the runner's, but a pod waiting on it would hold its node's CPU until its TTL; ephemeral runners
+            # never come back to it): the next job there fills anew
+            self.manager.orchestrator.retire_workspace(job.path)
             if job.view.workspace_created:
-                # no pre-started sandbox outlives the workspace it mounts
-                self.manager.orchestrator.retire_workspace(job.path)
                 # rmtree never follows a link the workspace holds (fd-based on Linux)
                 await asyncio.to_thread(shutil.rmtree, job.path, True)
             await self._record(

@@ -47,6 +47,8 @@ SWEEP_S = 1.0
 #: sandbox whose start is not on the record within it is destroyed, never handed out)
 FILL_EVENTS_WAIT_S = 5.0
 SERVED_KEPT = 10_000
+#: what of an engine event's attributes a pooled sandbox's records keep (as executor.RECORDED_ATTRIBUTES)
+_FACTS = ("reason", "node")
 #: how long a claim waits for a sandbox of its key being filled when none is ready (the fill began before the
 #: claim, so it is ready sooner than a cold start would be, and the engine does not start two at once); past
 #: it the run starts cold
@@ -260,7 +262,8 @@ class SandboxPool:
                 tenant=key.tenant,
                 profile_hash=key.profile_hash,
                 engine_ts=event.engine_ts.isoformat(),
-                data={"sandbox_id": event.sandbox_id},
+                # the facts a run's own lifecycle records keep (executor.RECORDED_ATTRIBUTES): a pod's node
+                data={"sandbox_id": event.sandbox_id, **{k: v for k, v in event.attributes.items() if k in _FACTS}},
             )
 
     # -- ends ----------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ cleanup_job no pod of the job is left on the cluster, nor a directory the job ma
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,8 @@ def ci_config(tmp_path: Path, space: SandboxSpace) -> Path:
         **policy,
         backend=backend,
         service={"workspaces": str(space.root / "ci-workspaces")},
+        # steps may claim pods pre-started for the job (pvc mode): none of them outlives the job either
+        pool={"enabled": True, "per_key": 1, "ttl_s": 600},
     )
 
 
@@ -65,6 +69,15 @@ def pods_of(space: SandboxSpace) -> list[dict[str, Any]]:
         "get", "pods", "-n", space.namespace, "-l", f"{LABEL_MANAGED_BY}={MANAGED_BY}", "-o", "json"
     )
     return list(json.loads(listed.stdout)["items"])
+
+
+async def pods_gone(space: SandboxSpace, within_s: float = 60.0) -> list[dict[str, Any]]:
+    """The sandbox pods still there once none is, or ``within_s`` passed: a pre-started pod of the job is
+    deleted right after cleanup_job, one still being filled once its start ended."""
+    deadline = time.monotonic() + within_s
+    while (left := pods_of(space)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+    return left
 
 
 def runner_of(h: Harness, space: SandboxSpace, name: str) -> Runner:
@@ -115,7 +128,7 @@ async def test_a_whole_job_runs_each_step_in_a_pod_on_the_jobs_claim(
     assert cleaned.exit_code == 0, cleaned.stderr
     assert f"job {job_id} closed after 4 step(s)" in cleaned.stdout
 
-    assert pods_of(sandbox_space) == []  # every step's pod deleted
+    assert await pods_gone(sandbox_space) == []  # every step's pod deleted, and every pre-started one
     assert runner.work.is_dir()  # the runner's own work directory (its pod's mount): not the job's to remove
     assert set(sandbox_space.root.rglob("*")) - set(runner.work.rglob("*")) == on_claim
     evidence = Path(config["evidence"]["path"])
@@ -124,7 +137,9 @@ async def test_a_whole_job_runs_each_step_in_a_pod_on_the_jobs_claim(
         records = list(iter_records(evidence, execution_id=execution_id))
         started = next(r for r in records if r.event == "execution_started")
         assert started.data is not None and started.data["ci"]["repository"] == "org/app", started.data
-        scheduled = next(r for r in records if r.event == "container_scheduled")  # the API server's lifecycle
+        pooled = started.data.get("pooled")  # a pod pre-started for the job: its start is on its pool id's records
+        lifecycle = [*records, *(iter_records(evidence, execution_id=pooled["pool_id"]) if pooled else [])]
+        scheduled = next(r for r in lifecycle if r.event == "container_scheduled")  # the API server's lifecycle
         assert scheduled.data is not None and scheduled.data["node"], scheduled
         assert "container_destroyed" in [r.event for r in records]
 
@@ -144,6 +159,6 @@ async def test_a_runner_whose_work_directory_is_not_the_jobs_workspace_is_refuse
     assert "CI.UNSUPPORTED" in refused.stderr and "is not the job's workspace" in refused.stderr, refused.stderr
     assert f"{TENANT}/elsewhere-2" in refused.stderr, refused.stderr
     assert not elsewhere.exists()
-    assert pods_of(sandbox_space) == []
+    assert await pods_gone(sandbox_space) == []
     agent = k8s_ci_service.client("agent-a")
     assert (await agent.list()).items == []  # nothing ran
