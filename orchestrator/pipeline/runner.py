@@ -129,9 +129,19 @@ class Runner:
             refuse_unavailable_escalations(request)
             profile = self.profiles.resolve(request, session=session)
             own_timeout_s = profile.wall_timeout_s
+            unbounded = profile
             if auth.reservation is not None:  # within what its grant reserved for it
                 profile = cover.narrowed(profile, auth.reservation)
             spec = launch_spec(execution_id, request, profile, workspace, session=session)
+            # the pool's key, and what it fills the key from: the profile before a grant narrowed it (a grant narrows
+            # only what this process enforces, the wall time and the output caps, never a sandbox's own settings),
+            # so that the steps of a job its grant bounds share one key while the grant's budget goes down; a
+            # sandbox filled so has its backstop deadline from the profile's own wall time (never an earlier one)
+            pool_spec = (
+                spec
+                if profile is unbounded
+                else launch_spec(execution_id, request, unbounded, workspace, session=session)
+            )
             profile = spec.profile  # with the read-only mounts it asked for (a CI job's externals): what launches
             if set(profile.egress_allow) != set(gate.sanitized.egress or ()):
                 # the profile changed while its request waited (an approval): never hosts nobody decided about
@@ -185,7 +195,7 @@ class Runner:
             workspace=workspace,
             redactor=redactor,
         )
-        pool_key = self._pool_key(spec, gate.sanitized.context.tenant, session=session)
+        pool_key = self._pool_key(pool_spec, gate.sanitized.context.tenant, session=session)
         pooled = None if pool_key is None or self.pool is None else await self.pool.claim(pool_key)
         handed: PooledSandbox | None = None
         # From the begin record on, every way out ends with an end record: execution_finished below,
@@ -261,7 +271,7 @@ class Runner:
             if pool_key is not None and self.pool is not None:
                 # the key filled again once this run is over: a fill beside it would slow it down (the
                 # engine's work is most of a run), and the next command of an agent comes later than that
-                self.pool.want(pool_key, spec)  # the route is the run's own: never in the spec kept
+                self.pool.want(pool_key, pool_spec)  # the route is the run's own: never in the spec kept
 
         error = outcome.error
         if (

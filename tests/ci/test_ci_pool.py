@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.domain.grants import GrantRequest
 from orchestrator.evidence import iter_records, verify
 from orchestrator.pipeline.this_process import owner_label
 from tests.ci.conftest import CI_POLICY
@@ -120,3 +121,51 @@ async def test_a_jobs_cleanup_destroys_the_sandboxes_started_for_its_workspace(
     await until(lambda: len(retired()) == 1, "the ready sandbox was not destroyed at cleanup")
     mine = {s.sandbox_id for s in list_managed() if s.owner == owner_label()}
     assert retired()[0]["sandbox_id"] not in mine
+
+
+async def test_the_steps_of_a_job_its_grant_bounds_share_one_key(pooled_service: Harness, tmp_path: Path) -> None:
+    """A grant narrows each step's wall time to what is left of it (another value at each step): the pool's key is
+    the profile before that narrowing (the sandbox itself is the same), so every step still takes a pre-started
+    sandbox, and the pool holds no key per step."""
+    work = tmp_path / "workspaces" / "team-a" / "runner-1"
+    work.mkdir(parents=True)
+    # a feature branch: no rule of CI_POLICY allows its steps, so each is asked and the grant answers
+    runner = Runner(
+        url=pooled_service.url,
+        token=token_of("agent-a"),
+        work=work,
+        name="runner-1",
+        context={"GITHUB_REF": "refs/heads/feature"},
+    )
+    assert (await runner.invoke(runner.prepare_job(IMAGE))).exit_code == 0
+    runner.own_work()
+    assert runner.state is not None
+    admin = pooled_service.client("admin")
+    job = await admin.get_ci_job(runner.state["job"])
+    grant = await admin.create_grant(
+        GrantRequest.model_validate(
+            {
+                "tenant": "team-a",
+                "conditions": {"ci": {"job_key": job.ci.job_key}},
+                "budgets": {"cpu_seconds": 120, "wall_seconds": 60},
+                "ttl_s": 600,
+                "reason": "one job, its steps narrowed to what is left",
+            }
+        )
+    )
+    for index in range(3):
+        step = await runner.invoke(runner.script_step(f"printf 'step {index}\\n'\n"))
+        assert step.exit_code == 0 and f"step {index}" in step.stdout, step
+    pool = pooled_service.service.orchestrator.pool
+    assert pool is not None and pool.describe()["keys"] == 1, pool.describe()
+    assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
+
+    evidence = tmp_path / "evidence.jsonl"
+    steps = [s for s in started(evidence) if "ci" in s]
+    assert len(steps) == 3 and all("pooled" in s for s in steps), steps
+    # each narrowed to what was left of the grant: a profile (hash) of its own, yet one key for them all
+    narrowed = {
+        r.profile_hash for r in iter_records(evidence) if r.event == "execution_started" and "ci" in (r.data or {})
+    }
+    assert len(narrowed) == 3, narrowed
+    assert (await admin.get_grant(grant.id)).used.executions == 3
