@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants bench-ci bench-ci-k8s clean
+.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup ci-externals image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants bench-ci bench-ci-k8s clean
 
 all: test
 
@@ -61,6 +61,12 @@ test: lint typecheck importlint setup
 # the container engine and the sandbox images, without a registry (idempotent; ~0.3 s when warm)
 setup:
 	bash scripts/setup.sh
+
+# node 20 as the GitHub runner ships it (its externals/node20: JavaScript actions in tests/ci), the official
+# linux-x64 build through npm's client, sha512 pinned, cached by version in the state directory (the tests call
+# the script themselves: a fresh machine gets it on the first run)
+ci-externals:
+	bash scripts/ci-externals.sh
 
 # the controller image sandbox-orchestrator/controller:<version> (Dockerfile), without a registry
 image: setup

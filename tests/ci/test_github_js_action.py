@@ -6,12 +6,14 @@ by an explicit rule on the action (an opaque program is never allowed by default
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from orchestrator.pipeline import externals
 from orchestrator.pipeline.this_process import owner_label
@@ -24,25 +26,29 @@ from tests.support.service import Harness, start_service, token_of, write_config
 pytestmark = pytest.mark.integration
 
 IMAGE = "sandbox-orchestrator/default:latest"
-SYSTEM_DIRS = ["/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin", "/sbin", "/usr/local/sbin"]
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "ci.md"
 
-#: run: steps of org/* on main are allowed (up to medium risk); a JavaScript action only by the rule naming its
-#: owner; nothing else decides: denied (no approval to wait for)
+
+def _docs_policy() -> dict[str, Any]:
+    """docs/ci.md's policy for JavaScript actions, as written."""
+    blocks = re.findall(r"```yaml\n(.*?)```", DOCS.read_text(encoding="utf-8"), flags=re.S)
+    [block] = [b for b in blocks if b.startswith("# config.yaml: JavaScript actions")]
+    loaded: dict[str, Any] = yaml.safe_load(block)
+    return loaded
+
+
+#: the docs' rule for JavaScript actions, and one for run: steps of org/* on main (up to medium risk); nothing
+#: else decides: denied (no approval to wait for)
+_DOCS = _docs_policy()
 JS_POLICY: dict[str, Any] = {
     "safety": {
+        **_DOCS["safety"],
         "mode": "ask",
         "default": "deny",
         "allowlist": ["echo", "true", "cat"],
         "denylist": ["sudo"],
-        # the runner's externals are read-only in every sandbox: their node is a program of a trusted directory
-        "trusted_program_dirs": [*SYSTEM_DIRS, "/__e/node20/bin"],
         "rules": [
-            {
-                "name": "trusted-actions",
-                "action": "allow",
-                "risk_at_most": "high",
-                "ci": {"repository": "org/*", "action": "actions/*"},
-            },
+            *_DOCS["safety"]["rules"],
             {
                 "name": "org-steps",
                 "action": "allow",
@@ -167,5 +173,21 @@ async def test_without_the_externals_a_javascript_action_is_refused(js_service: 
     payload, step_env, _ = runner.js_action_step("actions/hello", "v1", ACTION, inputs={"greeting": "hello"})
     refused = await runner.invoke(payload, step_env=step_env)
     assert refused.exit_code == 1 and "CI.UNSUPPORTED" in refused.stderr and "SANDBOX_EXTERNALS" in refused.stderr
+    assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
+    _no_sandbox_left()
+
+
+async def test_an_input_whose_name_no_request_takes_is_refused_not_dropped(js_service: Harness, tmp_path: Path) -> None:
+    """The runner names an input ``fetch-depth`` INPUT_FETCH-DEPTH: not a variable name a request takes. The step
+    is refused with a code naming the field, never run without the input."""
+    runner = _runner(js_service, tmp_path)
+    assert (await runner.invoke(runner.prepare_job(IMAGE))).exit_code == 0
+    runner.own_work()
+    payload, step_env, _ = runner.js_action_step("actions/hello", "v1", ACTION, inputs={"fetch-depth": "1"})
+    assert "INPUT_FETCH-DEPTH" in payload["args"]["environmentVariables"]
+    refused = await runner.invoke(payload, step_env=step_env)
+    assert refused.exit_code == 1 and "INPUT.INVALID" in refused.stderr, refused
+    assert "input.args.environmentVariables" in refused.stderr and refused.stdout == ""
+    assert not (runner.work / "app" / "app" / "greeting.txt").exists()
     assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
     _no_sandbox_left()
