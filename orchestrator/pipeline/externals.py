@@ -5,10 +5,12 @@ The deployment puts a copy of the runner's externals into the runner's work dire
 ``SANDBOX_EXTERNALS``). A directory of the workspace is the sandboxes' to write, and a bind mount follows
 whatever link stands at its source when the engine mounts it: so the controller *takes* the copy out of the
 workspace when the job opens (a rename on the same storage: no copy), to a place beside the workspace that no
-workspace is (``.ci-externals/<workspace>``: a workspace's name never starts with a dot), checks what it took (a
-real directory; no file with another hard link, which a sandbox could still write through the workspace), and
-every step of the job gets that directory read-only at ``/__e``. It is removed when the job is closed, and
-replaced when the next job of the same workspace opens.
+workspace is (``.ci-externals/<workspace>/<take>``: a workspace's name never starts with a dot), checks what it
+took (a real directory; no file with another hard link, which a sandbox could still write through the workspace),
+and every step of the job gets that directory read-only at ``/__e``. It is removed when the job is closed, and
+replaced when the next job of the same workspace opens. Each take has a name of its own: the mount's source,
+and so the profile hash and the pool's key, differ from one take to the next (a sandbox pre-started with an
+earlier job's externals is never handed to a later job's step).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import uuid
 from pathlib import Path
 
 from orchestrator.domain.errors import CiUnsupported, SandboxUnavailable
@@ -28,7 +31,7 @@ HOLDER = ".ci-externals"
 
 
 def location(workspace: Path) -> Path:
-    """Where the externals taken from ``workspace`` are kept."""
+    """Where the externals taken from ``workspace`` are kept (the one take in it)."""
     return workspace.parent / HOLDER / workspace.name
 
 
@@ -64,15 +67,18 @@ def take(workspace: Path, name: str) -> bool:
     if not stat.S_ISDIR(os.lstat(holder).st_mode):
         raise SandboxUnavailable(f"{holder} is not a directory")
     kept = location(workspace)
+    kept.mkdir(mode=0o711)
+    taken = kept / uuid.uuid4().hex
     try:
-        os.rename(source, kept)  # whatever stands there now is what is checked and kept: nobody else reaches it
+        os.rename(source, taken)  # whatever stands there now is what is checked and kept: nobody else reaches it
     except OSError as err:
+        drop(workspace)
         raise CiUnsupported(
             f"SANDBOX_EXTERNALS {name!r} cannot be taken out of the work directory ({err.strerror}): it must be a"
             " directory on the workspace's own storage",
             details={"fields": ["env.SANDBOX_EXTERNALS"]},
         ) from None
-    problem = _problem(kept)
+    problem = _problem(taken)
     if problem is not None:
         drop(workspace)
         raise CiUnsupported(
@@ -97,12 +103,18 @@ def mount(workspace: Path) -> ResolvedMount:
     """The read-only mount of the externals taken from ``workspace`` (SANDBOX.UNAVAILABLE when none were)."""
     kept = location(workspace)
     for path in (kept.parent, kept):
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            mode = 0
-        if not stat.S_ISDIR(mode):
+        if not _directory(path):
             raise SandboxUnavailable(
                 f"no runner externals were taken for the workspace {workspace.name!r} ({path} is not a directory)"
             )
-    return ResolvedMount(source=str(kept), target=TARGET)
+    takes = os.listdir(kept)
+    if len(takes) != 1 or not _directory(kept / takes[0]):
+        raise SandboxUnavailable(f"no runner externals were taken for the workspace {workspace.name!r} ({kept})")
+    return ResolvedMount(source=str(kept / takes[0]), target=TARGET)
+
+
+def _directory(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False

@@ -99,8 +99,9 @@ async def test_the_next_job_of_a_runner_that_never_cleaned_up_takes_its_workspac
     dead.own_work()
     assert dead.state is not None
     first = dead.state["job"]
-    taken = externals.location(dead.work)
-    assert (taken / "node20" / "bin" / "node").is_file()
+    kept = externals.location(dead.work)
+    first_take = Path(externals.mount(dead.work).source)
+    assert (first_take / "node20" / "bin" / "node").is_file()
     # a step of it still runs when its runner dies (submitted through the jobs API: no hook follows it whose
     # connection could drop)
     agent = ci_service.client("agent-a")
@@ -120,7 +121,8 @@ async def test_the_next_job_of_a_runner_that_never_cleaned_up_takes_its_workspac
     assert (await _final(ci_service, left.execution_id)).state is ExecutionState.CANCELLED
     await _until("the old job's sandbox removed", lambda: not _ours())
     assert not processes_mentioning(f"sleep {marker}")
-    assert (taken / "node20" / "bin" / "node").is_file()  # the new job's own copy, taken anew
+    taken = Path(externals.mount(reborn.work).source)  # the new job's own copy, taken anew
+    assert taken != first_take and not first_take.exists() and (taken / "node20" / "bin" / "node").is_file()
 
     reborn.own_work()
     step = await reborn.invoke(
@@ -131,7 +133,7 @@ async def test_the_next_job_of_a_runner_that_never_cleaned_up_takes_its_workspac
     # the old job's runner never comes back to clean it up; the new one does: nothing is left but the runner's
     # own work directory
     assert (await reborn.invoke(reborn.cleanup_job())).exit_code == 0
-    assert not taken.exists() and list(taken.parent.iterdir()) == []
+    assert not kept.exists() and list(kept.parent.iterdir()) == []
     assert not _ours()
 
 

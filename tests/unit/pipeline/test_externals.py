@@ -25,8 +25,9 @@ def test_taken_out_of_the_workspace_mounted_read_only_then_dropped(tmp_path: Pat
     assert externals.take(workspace, "externals") is True
     kept = tmp_path / "tenant" / ".ci-externals" / "runner-1"
     assert externals.location(workspace) == kept
-    assert not (workspace / "externals").exists() and (kept / "node20" / "bin" / "node").read_text() == "#!node\n"
-    assert externals.mount(workspace) == ResolvedMount(source=str(kept), target="/__e")
+    [taken] = kept.iterdir()  # one take, named for itself
+    assert not (workspace / "externals").exists() and (taken / "node20" / "bin" / "node").read_text() == "#!node\n"
+    assert externals.mount(workspace) == ResolvedMount(source=str(taken), target="/__e")
     externals.drop(workspace)
     assert not kept.exists()
     externals.drop(workspace)  # nothing to drop: nothing happens
@@ -34,12 +35,17 @@ def test_taken_out_of_the_workspace_mounted_read_only_then_dropped(tmp_path: Pat
         externals.mount(workspace)
 
 
-def test_a_later_job_replaces_what_an_earlier_one_left(tmp_path: Path) -> None:
+def test_a_later_job_replaces_what_an_earlier_one_left_under_another_name(tmp_path: Path) -> None:
+    """Another source, so another profile hash and pool key: a sandbox pre-started with the earlier take's
+    mount is never handed to a step of the later job."""
     workspace = _workspace(tmp_path)
     assert externals.take(workspace, "externals")
+    first = externals.mount(workspace)
     (workspace / "externals" / "node24").mkdir(parents=True)  # the next job's copy
     assert externals.take(workspace, "externals")
-    assert sorted(p.name for p in externals.location(workspace).iterdir()) == ["node24"]
+    second = externals.mount(workspace)
+    assert second.source != first.source and not os.path.exists(first.source)
+    assert sorted(p.name for p in Path(second.source).iterdir()) == ["node24"]
 
 
 def test_none_in_the_workspace_is_no_externals(tmp_path: Path) -> None:
