@@ -150,9 +150,9 @@ class Side:
         assert cleaned.exit_code == 0, cleaned.stderr
         await self.harness.stop()
 
-    def breakdown(self) -> dict[str, float]:
-        """Median seconds between the evidence records of each timed step, and the part outside the
-        controller (node, the hook's HTTP call, the answer's stream) at each step's own figure."""
+    def breakdown(self) -> dict[str, list[float]]:
+        """Seconds between the evidence records of each timed step, and the part outside the controller (node,
+        the hook's HTTP call, the answer's stream) at each step's own figure."""
         path = Path(yaml.safe_load(self.harness.config.read_text())["evidence"]["path"])
         cuts: dict[str, list[float]] = {}
         outside: list[float] = []
@@ -166,10 +166,9 @@ class Side:
                 cuts.setdefault(f"{first} → {then}", []).append(stamps[then] - stamps[first])
             if MARKS[0] in stamps and MARKS[-1] in stamps:
                 outside.append(total - (stamps[MARKS[-1]] - stamps[MARKS[0]]))
-        figures = {name: statistics.median(values) for name, values in cuts.items()}
         if outside:
-            figures["outside the controller (node, HTTP, stream)"] = statistics.median(outside)
-        return figures
+            cuts["outside the controller (node, HTTP, stream)"] = outside
+        return cuts
 
 
 def job_pod(name: str, sub_path: str) -> dict[str, Any]:
@@ -284,9 +283,10 @@ async def measure(cluster: Cluster, runs: int, cold: bool) -> dict[str, float]:
             summary[f"hook {label} p95 ms"] = round(pct(side.times, 0.95) * 1000, 1)
             summary[f"added {label} p50 ms"] = round(added * 1000, 1)
         for side in sides:
-            print(f"where a hook step's time goes ({side.name.removeprefix('ci-')}; medians, from its evidence)")
-            for name, seconds in side.breakdown().items():
-                print(f"    {name:<48} {seconds * 1000:7.1f} ms")
+            print(f"where a hook step's time goes ({side.name.removeprefix('ci-')}; from its evidence)")
+            for name, values in side.breakdown().items():
+                low, mid, high = (v * 1000 for v in (min(values), statistics.median(values), max(values)))
+                print(f"    {name:<48} p50 {mid:7.1f} ms  (min {low:6.1f}, max {high:6.1f})")
         print(f"    (node starting and ending with nothing to do: p50 {pct(floor, 0.5) * 1000:.1f} ms)")
         summary["node start p50 ms"] = round(pct(floor, 0.5) * 1000, 1)
         return summary
