@@ -1,12 +1,16 @@
-"""A whole GitHub Actions job through the container hook on the Kubernetes backend: the hook file run by node
-exactly as the runner runs it (tests/support/github_runner.py), the controller a real service whose backend is
-the test cluster, every step one governed execution in a fresh pod that mounts the job's workspace — the
-runner's work directory, ``<service.workspaces>/<tenant>/<name>`` on the workspace claim (pvc mode: the pod
-mounts its sub-path of the claim, the controller and the runner see the same storage).
+"""CI jobs on the Kubernetes backend, through their real front doors: the controller a real service whose backend
+is the test cluster (pvc workspaces: each step's pod mounts the job's workspace as its sub-path of the workspace
+claim, and the controller and the runner see the same storage), the pool on.
 
-What a deployment on a cluster gets: a step's files are the next step's (the claim's sub-path, not a copy), a
-failing step's code is the step's, a container step runs another allowed image on the same workspace, and after
-cleanup_job no pod of the job is left on the cluster, nor a directory the job made on the claim.
+* A whole GitHub Actions job through the container hook: hook.js run by node exactly as the runner runs it
+  (tests/support/github_runner.py); the job's workspace is the runner's work directory,
+  ``<service.workspaces>/<tenant>/<name>`` on the claim. A step's files are the next step's (not a copy), a
+  failing step's code is the step's, a container step runs another allowed image on the same workspace, and
+  after cleanup_job no pod of the job is left (pre-started ones included), nor anything on the claim beyond the
+  runner's own directory. A runner whose work directory is not the job's workspace is refused at prepare_job.
+* A whole GitLab job through the custom executor driver (``sandboxctl ci gitlab …`` as gitlab-runner calls it,
+  tests/ci/test_gitlab_driver.py's replay): the job's build directory made on the claim, stages in pods, a
+  failing script's code in BUILD_EXIT_CODE_FILE, the directory and every pod gone after cleanup.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import yaml
 from orchestrator.backends._support.labels import LABEL_MANAGED_BY, MANAGED_BY
 from orchestrator.evidence import iter_records, verify
 from tests.ci.conftest import CI_POLICY
+from tests.ci.test_gitlab_driver import BUILD_FAILURE
+from tests.ci.test_gitlab_driver import _runner as gitlab_runner
 from tests.support.github_runner import Runner
 from tests.support.images import SANDBOX_UID
 from tests.support.kube import SandboxSpace
@@ -162,3 +168,29 @@ async def test_a_runner_whose_work_directory_is_not_the_jobs_workspace_is_refuse
     assert await pods_gone(sandbox_space) == []
     agent = k8s_ci_service.client("agent-a")
     assert (await agent.list()).items == []  # nothing ran
+
+
+async def test_a_whole_gitlab_job_runs_each_stage_in_a_pod_on_the_claim(
+    k8s_ci_service: Harness, sandbox_space: SandboxSpace, tmp_path: Path
+) -> None:
+    runner = gitlab_runner(k8s_ci_service.url, tmp_path)
+    assert (await runner.stage("config")).exit_code == 0
+    prepared = await runner.stage("prepare")
+    assert prepared.exit_code == 0, prepared.stderr
+    job_id = runner.controller_job()
+    workspace = sandbox_space.root / "ci-workspaces" / TENANT / job_id  # made by the job, on the claim
+    assert workspace.is_dir() and workspace.stat().st_uid == SANDBOX_UID
+
+    sources = await runner.run("get_sources", ["mkdir -p /__w/builds/org/app", "echo 'hi' > /__w/builds/org/app/a"])
+    assert sources.exit_code == 0, sources
+    assert (workspace / "builds" / "org" / "app" / "a").read_text() == "hi\n"
+    built = await runner.run("build_script", ["cd /__w/builds/org/app", "echo on $(hostname): $(cat a)"])
+    assert built.exit_code == 0 and "on sandbox: hi" in built.stdout, built
+    failing = await runner.run("build_script", ["echo about to fail", "exit 4"])
+    assert failing.exit_code == BUILD_FAILURE and "about to fail" in failing.stdout, failing
+    assert (runner.tempdir / "build_exit_code").read_text().strip() == "4"
+
+    cleaned = await runner.stage("cleanup")
+    assert cleaned.exit_code == 0, cleaned.stderr
+    assert not workspace.exists()  # the job made it: removed at close, from the claim
+    assert await pods_gone(sandbox_space) == []
