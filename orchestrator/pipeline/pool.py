@@ -127,7 +127,12 @@ class SandboxPool:
                 if pooled.expires <= time.monotonic():
                     self._spawn(self._discard(pooled, "expired"))
                     continue
-                if not await self._waiting(pooled):
+                try:
+                    alive = await self._waiting(pooled)
+                except asyncio.CancelledError:  # popped, never handed out: destroyed
+                    self.discard(pooled, "unused")
+                    raise
+                if not alive:
                     continue
                 self.served.append(pooled.handle.sandbox_id)
                 return pooled

@@ -196,7 +196,13 @@ class Runner:
             redactor=redactor,
         )
         pool_key = self._pool_key(pool_spec, gate.sanitized.context.tenant, session=session)
-        pooled = None if pool_key is None or self.pool is None else await self.pool.claim(pool_key)
+        try:  # a claim may wait for the sandbox being filled for its key (pool.CLAIM_WAIT_S)
+            pooled = None if pool_key is None or self.pool is None else await self.pool.claim(pool_key)
+        except asyncio.CancelledError as cancel:  # nothing ran: its end is on the record
+            cancelled = ExecutionCancelled(cancel_reason(cancel, "cancelled before its sandbox was ready"))
+            await despite_cancellation(self.reservations.charge(auth.reservation, records, None, ran=False))
+            await despite_cancellation(records.refuse(cancelled, status="cancelled", profile_hash=profile.profile_hash))
+            raise
         handed: PooledSandbox | None = None
         # From the begin record on, every way out ends with an end record: execution_finished below,
         # run_failed here (the begin record too may be interrupted once queued: it is written all the same)

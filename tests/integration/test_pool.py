@@ -184,6 +184,36 @@ async def test_a_run_takes_the_sandbox_being_filled_for_its_key(orch: Orchestrat
     assert second.to_json()["stdout"] == "next\n"
 
 
+async def test_a_run_cancelled_while_it_waits_for_its_sandbox_ends_on_the_record(
+    orch: Orchestrator, tmp_path: Path
+) -> None:
+    """Cancelled while its claim waits for the fill of its key: nothing ran, its end record says so, and the
+    sandbox being filled stays in the pool for the next run."""
+    assert orch.pool is not None
+    request = {"tool": "shell_exec", "argv": ["true"]}
+    for attempt in range(5):  # the claim must be caught waiting (a fill that won the race hands its sandbox over)
+        ws = workspace(tmp_path, f"ws-{attempt}")
+        assert orch.prestart(request, workspace=ws)
+        run = asyncio.create_task(orch.execute(request, workspace=ws))
+        while not run.done() and not any(d.waiting for d in orch.pool._keys.values()):
+            await asyncio.sleep(0.001)
+        if not run.done():
+            break
+        await run
+    else:
+        raise AssertionError("no claim was seen waiting for a fill")
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    [cancelled] = [r for r in iter_records(tmp_path / "evidence.jsonl") if r.event == "run_failed"]
+    mine = [r.event for r in iter_records(tmp_path / "evidence.jsonl", execution_id=cancelled.execution_id)]
+    assert "execution_started" not in mine and mine[-1] == "run_failed", mine
+    assert (cancelled.error_code, cancelled.status) == ("EXECUTION.CANCELLED", "cancelled"), cancelled
+    await until_ready(orch)  # the fill it waited for ended in the pool
+    again = await orch.execute(request, workspace=ws)
+    assert "pooled" in started(tmp_path, again)
+
+
 async def test_a_claim_only_ever_gets_a_sandbox_of_its_own_key(orch: Orchestrator, tmp_path: Path) -> None:
     first, second = workspace(tmp_path, "a"), workspace(tmp_path, "b")
     await orch.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=first)
