@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,8 @@ from tests.support.kube import SandboxSpace
 from tests.support.service import Harness, start_service, token_of, write_config
 
 pytestmark = pytest.mark.k8s
+
+REPO = Path(__file__).resolve().parents[2]
 
 IMAGE = "sandbox-orchestrator/default:latest"
 #: another image the caps allow, for the container step (the job's workspace mounted all the same)
@@ -194,3 +199,81 @@ async def test_a_whole_gitlab_job_runs_each_stage_in_a_pod_on_the_claim(
     assert cleaned.exit_code == 0, cleaned.stderr
     assert not workspace.exists()  # the job made it: removed at close, from the claim
     assert await pods_gone(sandbox_space) == []
+
+
+def arc_runner_pod(name: str, *, init: bool) -> dict[str, Any]:
+    """docs/ci.md's runner pod (its gha-runner-scale-set values' template) as written, but for what a restricted
+    namespace and this test need: our image in every container, the hardening Pod Security asks, the runner's
+    user the steps' (1000, docs/ci.md: one user), and a runner that writes a file into its work directory."""
+    guide = (REPO / "docs" / "ci.md").read_text(encoding="utf-8")
+    [values] = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", guide, flags=re.S) if "containerMode:" in b]
+    spec = values["template"]["spec"]
+    for container in [*spec["initContainers"], *spec["containers"]]:
+        container.update(
+            image=IMAGE,
+            imagePullPolicy="Never",
+            securityContext={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        )
+    runner = spec["containers"][0]
+    runner["command"] = ["sh", "-c", "cd /home/runner/_work && mkdir -p _temp && echo from-runner > _temp/probe"]
+    if not init:
+        del spec["initContainers"]
+    spec["restartPolicy"] = "Never"
+    spec["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": SANDBOX_UID,
+        "runAsGroup": SANDBOX_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def ended(space: SandboxSpace, name: str, within_s: float = 120.0) -> str:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        got = space.cluster.kubectl("get", "pod", "-n", space.namespace, name, "-o", "jsonpath={.status.phase}")
+        if got.stdout in ("Succeeded", "Failed"):
+            return got.stdout
+        time.sleep(0.5)
+    raise AssertionError(f"pod {name} did not end within {within_s} s")
+
+
+def test_the_runner_pods_work_directory_on_the_claim_as_the_docs_make_it(sandbox_space: SandboxSpace) -> None:
+    """The kubelet makes a missing subPathExpr directory as root: without docs/ci.md's init container the runner
+    cannot write its work directory; with it, the directory is the runner's, on the claim where the controller
+    sees it as <workspaces>/ci-runners/<pod name> (the chart's workspaces are the claim's root)."""
+    space = sandbox_space
+    tenant = space.root / "ci-runners"  # made once, as the runner's user (docs/ci.md)
+    if not tenant.exists():
+        tenant.mkdir(mode=0o711)
+        os.chown(tenant, SANDBOX_UID, SANDBOX_UID)
+    space.cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "ci-runner-token", "namespace": space.namespace},
+            "stringData": {"token": "a controller token"},
+        }
+    )
+    deadline = time.monotonic() + 30  # pods are refused until the namespace's default ServiceAccount exists
+    while space.cluster.kubectl("get", "serviceaccount", "default", "-n", space.namespace, check=False).returncode:
+        assert time.monotonic() < deadline, "no default ServiceAccount"
+        time.sleep(0.2)
+    with_init, without = f"runner-{uuid.uuid4().hex[:8]}", f"runner-{uuid.uuid4().hex[:8]}"
+    for name, init in ((with_init, True), (without, False)):
+        space.cluster.apply(
+            {**arc_runner_pod(name, init=init), "metadata": {"name": name, "namespace": space.namespace}}
+        )
+    try:
+        assert ended(space, with_init) == "Succeeded"
+        work = tenant / with_init
+        assert (work / "_temp" / "probe").read_text() == "from-runner\n"
+        assert (work.stat().st_uid, work.stat().st_gid) == (SANDBOX_UID, SANDBOX_UID)
+
+        assert ended(space, without) == "Failed"
+        logs = space.cluster.kubectl("logs", "-n", space.namespace, without, check=False)
+        assert "Permission denied" in logs.stdout + logs.stderr, logs
+        assert (tenant / without).stat().st_uid == 0  # the kubelet's
+        assert not (tenant / without / "_temp").exists()
+    finally:
+        space.cluster.kubectl("delete", "pod", "-n", space.namespace, with_init, without, "--wait=false", check=False)
