@@ -228,8 +228,9 @@ class Tmpfs(_Model):
     _nodev = field_validator("nodev", mode="before")(_must_be_true("tmpfs mounts are always nodev"))
 
     def mount_options(self) -> str:
-        """Docker ``--tmpfs`` / ``HostConfig.Tmpfs`` option string (size in bytes, octal mode)."""
-        flags = ["rw", "nosuid", "nodev", *(["noexec"] if self.noexec else [])]
+        """Docker ``--tmpfs`` / ``HostConfig.Tmpfs`` option string (size in bytes, octal mode). ``exec`` is
+        spelled out: the engine mounts a tmpfs noexec unless told otherwise."""
+        flags = ["rw", "nosuid", "nodev", "noexec" if self.noexec else "exec"]
         return ",".join([*flags, f"size={self.size}", f"mode={self.mode}"])
 
 
@@ -569,8 +570,9 @@ class ResolvedTmpfs(_Model):
     nodev: Literal[True] = Field(default=True, description="Always mounted nodev.")
 
     def mount_options(self) -> str:
-        """Docker ``HostConfig.Tmpfs`` option string, e.g. ``rw,nosuid,nodev,size=67108864,mode=1777``."""
-        flags = ["rw", "nosuid", "nodev", *(["noexec"] if self.noexec else [])]
+        """Docker ``HostConfig.Tmpfs`` option string, e.g. ``rw,nosuid,nodev,noexec,size=67108864,mode=1777``.
+        ``exec`` is spelled out when the profile allows it: the engine mounts a tmpfs noexec unless told so."""
+        flags = ["rw", "nosuid", "nodev", "noexec" if self.noexec else "exec"]
         return ",".join([*flags, f"size={self.size_bytes}", f"mode={self.mode}"])
 
 

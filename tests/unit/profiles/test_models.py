@@ -167,7 +167,8 @@ def test_valid_variants() -> None:
     )
     assert p.workspace.container_path == "/src"
     assert p.tmpfs[0].mode == "0700" and p.tmpfs[0].mount_options() == "rw,nosuid,nodev,noexec,size=16777216,mode=0700"
-    assert p.tmpfs[1].mount_options() == "rw,nosuid,nodev,size=1048576,mode=1777"
+    # exec spelled out: the engine mounts a tmpfs noexec unless told otherwise
+    assert p.tmpfs[1].mount_options() == "rw,nosuid,nodev,exec,size=1048576,mode=1777"
     assert p.limits.cpus == 0.5 and p.limits.memory == 1536 * MIB
     assert make(tmpfs=[{"path": "/tmp", "size": "1m", "mode": "755"}]).tmpfs[0].mode == "0755"
     assert make(tmpfs=[{"path": "/tmp", "size": "1m", "mode": "01777"}]).tmpfs[0].mode == "1777"

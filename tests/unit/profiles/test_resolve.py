@@ -46,7 +46,7 @@ def test_resolved_workspace_write_is_fully_explicit(registry: ProfileRegistry) -
         "egress_allow": [],
         "workspace": {"mode": "rw", "container_path": "/workspace"},
         "tmpfs": [
-            {"path": "/tmp", "size_bytes": 64 * MIB, "mode": "1777", "noexec": False, "nosuid": True, "nodev": True}
+            {"path": "/tmp", "size_bytes": 64 * MIB, "mode": "1777", "noexec": True, "nosuid": True, "nodev": True}
         ],
         "cpus": 1.0,
         "memory_bytes": 512 * MIB,
@@ -80,7 +80,7 @@ def test_resolved_workspace_write_is_fully_explicit(registry: ProfileRegistry) -
     assert r.seccomp_json == seccomp.json_text
     assert r.seccomp_sha256 == hashlib.sha256(r.seccomp_json.encode()).hexdigest() == seccomp.sha256
     assert r.user == "1000:1000" and r.nano_cpus == 1_000_000_000
-    assert r.tmpfs[0].mount_options() == "rw,nosuid,nodev,size=67108864,mode=1777"
+    assert r.tmpfs[0].mount_options() == "rw,nosuid,nodev,noexec,size=67108864,mode=1777"
     assert "seccomp_json" not in repr(r)
 
 
