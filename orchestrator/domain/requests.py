@@ -28,8 +28,10 @@ from orchestrator.domain.hosts import parse_pattern
 from orchestrator.domain.images import IMAGE_MAX, IMAGE_PATTERN
 from orchestrator.domain.text import has_surrogates
 
-#: an environment variable name a request may set (the OpenAPI document states the same pattern)
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: an environment variable name a request may set (the OpenAPI document states the same pattern): a shell's
+#: name, or one with a '-' as the GitHub runner makes of an action's input (INPUT_FETCH-DEPTH for fetch-depth):
+#: execve takes it, programs read it, no shell expands it
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 _MAX_TIMEOUT_MS = 24 * 3600 * 1000
 
 # What the kernel takes at execve (checked here, so that a request the kernel would refuse is an
@@ -221,7 +223,7 @@ class _RequestBase(_Frozen):
         for number, (key, value) in enumerate(env.items(), start=1):
             if not ENV_NAME.match(key):
                 # a malformed key may be a whole 'NAME=secret': name its position, never its text
-                raise ValueError(f"env key #{number} is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
+                raise ValueError(f"env key #{number} is not a valid variable name ([A-Za-z_][A-Za-z0-9_-]*)")
             _kernel_string(f"{key}={value}", f"env value of {key}")
         return env
 

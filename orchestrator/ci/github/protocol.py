@@ -77,7 +77,7 @@ def _empty(kind: type[list[Any]] | type[dict[str, Any]]) -> BeforeValidator:
 def _env_names(env: dict[str, str]) -> dict[str, str]:
     for number, name in enumerate(env, start=1):
         if ENV_NAME.fullmatch(name) is None:
-            raise ValueError(f"variable #{number} is not a valid name ([A-Za-z_][A-Za-z0-9_]*)")  # never its text
+            raise ValueError(f"variable #{number} is not a valid name ([A-Za-z_][A-Za-z0-9_-]*)")  # never its text
     return env
 
 
