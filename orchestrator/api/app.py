@@ -4,6 +4,7 @@ shutdown of the service it drives."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -73,7 +74,7 @@ def build_app(service: Service) -> web.Application:
     service.manager.add_listener(changed)
     runner = service.orchestrator.runner
     assert runner is not None  # a service runs what it accepts
-    jobs = CiJobs(service.manager, service.manager.workspaces, runner.profiles)
+    jobs = CiJobs(service.manager, service.manager.workspaces, runner.profiles, idle_s=service.limits.ci_job_idle_s)
     app[CI_JOBS] = jobs
     app[GITHUB_HOOK] = GithubHook(jobs)
     for route in ROUTES:
@@ -83,7 +84,11 @@ def build_app(service: Service) -> web.Application:
     async def lifecycle(app: web.Application) -> object:
         await service.start()
         await jobs.recover()  # the CI jobs a previous controller left open (after the executions' recovery)
+        expiry = asyncio.create_task(jobs.expire_forever(), name="ci-job-expiry")
         yield
+        expiry.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await expiry
         await service.close()
 
     async def end_streams(app: web.Application) -> None:

@@ -9,6 +9,10 @@ own per-tenant directory named for the job (``Workspaces.path(tenant, name)``: t
 An open job is kept in the service's state store (``ci_jobs``) as well as here: a controller restarted mid-job
 finds it again at start-up (``recover``), so the job's next step runs and its cleanup removes its workspace (a
 step that was running when the controller stopped ended with it, abandoned, as every execution then).
+
+A job whose runner is gone without its cleanup (killed; an ephemeral runner never comes back) is closed once it
+has been idle for ``idle_s`` — no step running or waiting for an approver, none asked for — as its cleanup would
+close it (``expire_idle``, run by the service every ``idle_s / 8``; the close record says why).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +38,7 @@ from orchestrator.domain.principal import Principal, Role
 from orchestrator.domain.requests import describe_validation_error
 from orchestrator.domain.wire import ExecutionView
 from orchestrator.evidence import EventType
+from orchestrator.pipeline import externals
 from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.service.executions import ExecutionManager
 from orchestrator.service.workspaces import Workspaces
@@ -44,6 +50,8 @@ log = logging.getLogger(__name__)
 _KEEP_CLOSED = 256
 #: closed jobs' rows kept in the store this long (the evidence keeps their records)
 _KEEP_CLOSED_S = 7 * 24 * 3600.0
+#: who closes an expired job (its close record's reason says so)
+_CONTROLLER = Principal(subject="controller", role=Role.ADMIN, tenants=frozenset())
 
 
 def _now() -> datetime:
@@ -73,12 +81,21 @@ class _Job:
 class CiJobs:
     """The open jobs of this controller, and the steps they ran."""
 
-    def __init__(self, manager: ExecutionManager, workspaces: Workspaces, profiles: Profiles) -> None:
+    def __init__(
+        self, manager: ExecutionManager, workspaces: Workspaces, profiles: Profiles, *, idle_s: float = 3600.0
+    ) -> None:
         self.manager = manager
         self.workspaces = workspaces
         self.profiles = profiles
+        self.idle_s = idle_s
         self._jobs: dict[str, _Job] = {}
         self._closed: list[str] = []
+        self._on_close: list[Callable[[str], object]] = []
+
+    def on_close(self, forget: Callable[[str], object]) -> None:
+        """Call ``forget(job_id)`` whenever a job closes, however (its cleanup, a takeover, its expiry): a front
+        door's own facts of the job go with it."""
+        self._on_close.append(forget)
 
     # -- the store -------------------------------------------------------------------------------------
     async def recover(self) -> int:
@@ -280,10 +297,50 @@ class CiJobs:
                 },
             )
             await self._save(job)
+            for forget in self._on_close:
+                forget(job.view.job_id)
             self._closed.append(job.view.job_id)
             while len(self._closed) > _KEEP_CLOSED:
                 self._jobs.pop(self._closed.pop(0), None)
         log.info("CI job %s closed", job.view.job_id)
+
+    # -- expiry ----------------------------------------------------------------------------------------
+    async def expire_idle(self, now: datetime | None = None) -> list[str]:
+        """Close every open job idle for ``idle_s`` (nothing of it running or waiting, nothing asked for since);
+        returns their ids."""
+        now = now or _now()
+        expired = []
+        for job in [j for j in self._jobs.values() if j.view.state == "open"]:
+            since = await self._idle_since(job)
+            if since is not None and (now - since).total_seconds() >= self.idle_s:
+                idle = round((now - since).total_seconds())
+                await self._close(job, _CONTROLLER, ended=f"expired: idle for {idle}s (its runner never cleaned up)")
+                if not any(o.view.state == "open" and o.path == job.path for o in self._jobs.values()):
+                    await asyncio.to_thread(externals.drop, job.path)  # the runner's externals taken for it
+                expired.append(job.view.job_id)
+        return expired
+
+    async def _idle_since(self, job: _Job) -> datetime | None:
+        """When the job last did anything (opened, a step asked for or ended); None while a step is under way."""
+        last = job.view.created_at
+        for execution_id in job.view.steps[-8:]:  # the latest steps: a job's steps come one after another
+            try:
+                step = await self.manager.get(execution_id, _CONTROLLER)
+            except NotFound:
+                continue
+            if not step.state.final:
+                return None
+            last = max(last, step.updated_at)
+        return last
+
+    async def expire_forever(self) -> None:
+        """``expire_idle`` every ``idle_s / 8`` until cancelled (the service's lifetime)."""
+        while True:
+            await asyncio.sleep(self.idle_s / 8)
+            try:
+                await self.expire_idle()
+            except Exception:  # never let the sweep die with one job; say so
+                log.exception("expiring idle CI jobs failed")
 
     # -- evidence --------------------------------------------------------------------------------------
     async def _record(

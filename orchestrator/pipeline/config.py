@@ -92,6 +92,13 @@ class ServiceLimits(BaseModel):
     max_sessions_per_tenant: int = Field(
         default=8, ge=0, le=10_000, description="Open interactive sessions per tenant (SESSION.LIMIT past it)."
     )
+    ci_job_idle_s: float = Field(
+        default=3600.0,
+        ge=60,
+        le=7 * 86400,
+        description="An open CI job with no step running or asked about for this long is closed as its cleanup would"
+        " (its runner is gone: an ephemeral runner never comes back to it).",
+    )
 
 
 class ServiceSection(BaseModel):

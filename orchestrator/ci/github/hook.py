@@ -204,6 +204,7 @@ class GithubHook:
     def __init__(self, jobs: CiJobs) -> None:
         self.jobs = jobs
         self._jobs: dict[str, _HookJob] = {}
+        jobs.on_close(lambda job_id: self._jobs.pop(job_id, None))  # closed however: nothing more of it is kept
 
     async def invoke(self, call: HookCall, principal: Principal) -> AsyncIterator[Event]:
         """The events of one hook command: ``{"stream", "data"}`` as produced, then ``{"exit_code", "response"}``.
@@ -243,9 +244,7 @@ class GithubHook:
             notices.append("the job container's registry credentials are not used: nothing is ever pulled")
         opened: dict[str, object] = {"ci": ci.model_dump(mode="json", exclude_none=True), "workspace": workspace}
         opened.update(image=container.image, profile=env.SANDBOX_PROFILE)
-        job = await self.jobs.open(opened, principal)
-        for other in [k for k, kept in self._jobs.items() if _same_workspace(kept.job, job)]:
-            del self._jobs[other]  # closed by the takeover (its runner is gone): nothing more of it is kept
+        job = await self.jobs.open(opened, principal)  # a job it took the workspace over from is forgotten (on_close)
         try:
             await self._check_shared(call, job)
             taken = await self._take_externals(job, env.SANDBOX_EXTERNALS, notices)
