@@ -33,6 +33,7 @@ from orchestrator.ci.github.protocol import (
     Container,
     ContainerStepCall,
     HookCall,
+    JobState,
     Mount,
     PrepareJobCall,
     ScriptStepCall,
@@ -175,7 +176,7 @@ def _refuse_options(container: Container, what: str) -> None:
 
 @dataclass
 class _HookJob:
-    """What the protocol keeps of a job between commands (the runner hands back only the job's id)."""
+    """What the protocol keeps of a job between commands (also handed back by the runner in its state: JobState)."""
 
     job: CiJobView
     paths: PathMap
@@ -261,8 +262,15 @@ class GithubHook:
             "data": f"sandbox: job {job.job_id}: image {job.image}, profile {job.profile}, workspace {job.workspace}"
             f" at {job.container_path}\n",
         }
+        state = JobState(
+            job=job.job_id,
+            paths=[(runner, sandbox) for runner, sandbox in paths.pairs],
+            missing=list(paths.missing),
+            env=dict(container.environment_variables),
+            externals=taken,
+        )
         response = {
-            "state": {"job": job.job_id},
+            "state": state.model_dump(mode="json"),
             "context": {"container": {"id": job.job_id, "network": "none"}, "services": []},
             # the images this controller runs are glibc-based (Debian): the runner picks its node build by this
             "isAlpine": False,
@@ -310,11 +318,33 @@ class GithubHook:
                 details={"fields": ["input.responseFile"]},
             ) from None
 
-    def _job_of(self, job_id: str, principal: Principal) -> _HookJob:
-        kept = self._jobs.get(job_id)
-        self.jobs.get(job_id, principal)  # NOT_FOUND for another tenant's job, or one this controller forgot
-        if kept is None:
-            raise NotFound(f"no CI job {job_id} (the controller restarted since prepare_job?)")
+    def _job_of(self, state: JobState, principal: Principal) -> _HookJob:
+        """The job's facts: kept since prepare_job, or (a controller restarted since) rebuilt from the state the
+        runner handed back, checked: the job is the caller's and open, every sandbox path inside its workspace."""
+        view = self.jobs.get(state.job, principal)  # NOT_FOUND for another tenant's job, or one never opened
+        kept = self._jobs.get(state.job)
+        if kept is not None:
+            return kept
+        if state.paths is None:
+            raise NotFound(f"no CI job {state.job} here (prepared by an older controller that kept its facts itself)")
+        root = view.container_path
+        for runner_path, sandbox_path in state.paths:
+            inside = posixpath.normpath(sandbox_path)
+            if inside != root and not inside.startswith(root.rstrip("/") + "/"):
+                raise InputInvalid(
+                    f"input.state.paths: {sandbox_path!r} (for {runner_path!r}) is outside the job's workspace {root}",
+                    details={"fields": ["input.state.paths"]},
+                )
+        taken = state.externals and externals.location(self.jobs.workspace_of(state.job)).is_dir()
+        kept = _HookJob(
+            view,
+            PathMap(tuple(sorted(state.paths, key=lambda pair: -len(pair[0]))), tuple(state.missing)),
+            dict(state.env),
+            self.jobs.profiles.named(view.profile).env,
+            taken,
+        )
+        if view.state == "open":
+            self._jobs[state.job] = kept
         return kept
 
     async def _cleanup(self, call: CleanupJobCall, principal: Principal) -> AsyncIterator[Event]:
@@ -401,7 +431,7 @@ class GithubHook:
         return ScriptFile(path=path, content_base64=base64.b64encode(prelude.encode() + content).decode("ascii"))
 
     async def _step(self, call: ScriptStepCall | ContainerStepCall, principal: Principal) -> AsyncIterator[Event]:
-        kept = self._job_of(call.input.state.job, principal)
+        kept = self._job_of(call.input.state, principal)
         request = await self._step_request(call, kept)
         view = await self.jobs.step(kept.job.job_id, request, principal)
         yield {"execution_id": view.execution_id}  # the hook skips it: the answer starts once the step is taken

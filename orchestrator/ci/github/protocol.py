@@ -140,11 +140,21 @@ class ScriptStepArgs(_Model):
 
 
 class JobState(BaseModel):
-    """The state prepare_job answered, handed back by the runner on every later command: the job's id."""
+    """The state prepare_job answered, handed back by the runner on every later command: the job's id, and what
+    the steps need of prepare_job's input (its path map, the job container's environment, whether the runner's
+    externals were taken), so that a controller restarted since prepare_job takes the job's next step. Nothing
+    here is more than the runner may send in a step anyway (its environment, paths inside its own sandboxes):
+    the controller still checks the job is the caller's and every sandbox path is inside the job's workspace."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     job: str = Field(min_length=1, max_length=128, description="The CI job's id (job-...).")
+    paths: list[tuple[PathWord, PathWord]] | None = Field(
+        default=None, max_length=64, description="The runner's paths and the job's sandbox paths they map onto."
+    )
+    missing: list[PathWord] = Field(default_factory=list, max_length=16, description="Runner paths no step has.")
+    env: Env = Field(default_factory=dict, description="The job container's environment (prepare_job's).")
+    externals: bool = Field(default=False, description="The runner's externals were taken: /__e in every step.")
 
 
 class _Input(BaseModel):
