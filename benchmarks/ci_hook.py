@@ -47,13 +47,17 @@ TOKEN = "bench-token-0123456789abcdef"
 IMAGE = "sandbox-orchestrator/default:latest"
 
 
+#: the benchmarks' policy: every step of org/* allowed (the gate still reads each script), nobody to ask
+SAFETY = {
+    "mode": "ask",
+    "denylist": ["sudo"],
+    "rules": [{"name": "ci", "action": "allow", "complex": True, "ci": {"repository": "org/*"}}],
+}
+
+
 def write_config(root: Path, *, pool: bool = True) -> Path:
     config = {
-        "safety": {
-            "mode": "ask",
-            "denylist": ["sudo"],
-            "rules": [{"name": "ci", "action": "allow", "complex": True, "ci": {"repository": "org/*"}}],
-        },
+        "safety": SAFETY,
         "approvals": {"provider": "none"},
         "caps": {"allowed_images": ["sandbox-orchestrator/*"]},
         "evidence": {"path": str(root / "evidence.jsonl")},

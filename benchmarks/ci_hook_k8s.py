@@ -42,6 +42,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.support
 
+from ci_hook import SAFETY
 from cluster import cluster_session
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
@@ -71,11 +72,7 @@ MARKS = ("request_received", "execution_started", "container_started", "containe
 def write_config(root: Path, space: SandboxSpace, *, pool: bool) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     config = {
-        "safety": {
-            "mode": "ask",
-            "denylist": ["sudo"],
-            "rules": [{"name": "ci", "action": "allow", "complex": True, "ci": {"repository": "org/*"}}],
-        },
+        "safety": SAFETY,
         "approvals": {"provider": "none"},
         "caps": CAPS,
         "evidence": {"path": str(root / "evidence.jsonl")},

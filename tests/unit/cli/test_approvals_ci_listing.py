@@ -17,20 +17,8 @@ from orchestrator.domain.decisions import ApprovalRequest
 from orchestrator.domain.requests import ScriptFile, parse_request
 from orchestrator.gate.approval_key import approval_key
 from orchestrator.gate.sanitize import sanitize
+from tests.unit.approvals.test_ci_for_approvers import CI  # the same job as the prompt's tests
 
-CI: dict[str, Any] = {
-    "provider": "github",
-    "repository": "octo-org/app",
-    "workflow": "Release",
-    "job": "deploy",
-    "job_id": "arc-runner-7",
-    "step": "deploy-prod",
-    "run_id": "9001",
-    "attempt": 2,
-    "ref": "refs/heads/main",
-    "event": "push",
-    "actor": "jane",
-}
 SECRET = "ghp_interpolatedSecret"
 
 
