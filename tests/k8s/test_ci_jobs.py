@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -30,12 +31,15 @@ import yaml
 
 from orchestrator.backends._support.labels import LABEL_MANAGED_BY, MANAGED_BY
 from orchestrator.evidence import iter_records, verify
+from orchestrator.pipeline import externals
 from tests.ci.conftest import CI_POLICY
+from tests.ci.test_github_js_action import ACTION, JS_POLICY
 from tests.ci.test_gitlab_driver import BUILD_FAILURE
 from tests.ci.test_gitlab_driver import _runner as gitlab_runner
 from tests.support.github_runner import Runner
 from tests.support.images import SANDBOX_UID
 from tests.support.kube import SandboxSpace
+from tests.support.runner_externals import NODE_VERSION, runner_externals
 from tests.support.service import Harness, start_service, token_of, write_config
 
 pytestmark = pytest.mark.k8s
@@ -277,3 +281,37 @@ def test_the_runner_pods_work_directory_on_the_claim_as_the_docs_make_it(sandbox
         assert not (tenant / without / "_temp").exists()
     finally:
         space.cluster.kubectl("delete", "pod", "-n", space.namespace, with_init, without, "--wait=false", check=False)
+
+
+async def test_a_javascript_action_runs_in_a_pod_with_the_runners_externals_read_only(
+    tmp_path: Path, sandbox_space: SandboxSpace
+) -> None:
+    """The runner's externals, taken onto the claim beside the work directory, are a read-only sub-path of it at
+    /__e in the step's pod: the action runs on the runner's node, writes the workspace, cannot write /__e."""
+    policy: dict[str, Any] = json.loads(json.dumps(JS_POLICY))
+    policy["caps"] = {**policy["caps"], **CAPS}
+    backend = {"kind": "kubernetes", "kubernetes": sandbox_space.settings().model_dump(mode="json", exclude_none=True)}
+    config = write_config(
+        tmp_path, **policy, backend=backend, service={"workspaces": str(sandbox_space.root / "ci-workspaces")}
+    )
+    h = await start_service(config)
+    try:
+        runner = runner_of(h, sandbox_space, "runner-k8s-js")
+        shutil.copytree(runner_externals(), runner.work / "externals", symlinks=True)
+        runner.context["SANDBOX_EXTERNALS"] = "externals"
+        prepared = await runner.invoke(runner.prepare_job(IMAGE))
+        assert prepared.exit_code == 0, prepared.stderr
+        kept = externals.location(runner.work)
+        runner.own_work()
+        payload, step_env, output = runner.js_action_step("actions/hello", "v1", ACTION, inputs={"greeting": "hi"})
+        ran = await runner.invoke(payload, step_env=step_env)
+        assert ran.exit_code == 0, ran
+        wanted = f"node {NODE_VERSION} at /__e/node20/bin/node, in the workspace: yes; a write into /__e: EROFS"
+        assert wanted in ran.stdout, ran.stdout
+        assert (runner.work / "app" / "app" / "greeting.txt").read_text() == "hi from org/app\n"
+        assert output.read_text() == "greeting=hi\n"
+        assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
+        assert not kept.exists()
+        assert await pods_gone(sandbox_space) == []
+    finally:
+        await h.stop()

@@ -115,7 +115,8 @@ PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
     (
         "read_only_mounts",
         "HostConfig.Mounts (bind, read-only, non-recursive)",
-        "refused (SANDBOX.UNAVAILABLE): a directory of the controller's host",
+        "the claim's sub-path, read-only (a CI runner's externals, taken onto the claim); refused in copy mode"
+        " (SANDBOX.UNAVAILABLE)",
     ),
     ("tmpfs", "HostConfig.Tmpfs", "emptyDir medium: Memory, sizeLimit"),
     ("cpus", "HostConfig.NanoCpus", "resources.requests/limits.cpu, the pod's total (the stdio sidecar's share in it)"),
@@ -171,17 +172,23 @@ def workspace_volume(spec: LaunchSpec, settings: KubernetesSettings) -> tuple[di
     """The workspace volume, and the sub-path pods mount (pvc mode)."""
     if settings.workspace.mode == "copy":
         return {"name": WORKSPACE_VOLUME, "emptyDir": {}}, None
+    relative = claim_sub_path(spec.workspace.local_path, settings, "workspace")
+    claim = {"claimName": settings.workspace.claim, "readOnly": spec.profile.workspace.mode == "ro"}
+    return {"name": WORKSPACE_VOLUME, "persistentVolumeClaim": claim}, relative
+
+
+def claim_sub_path(local_path: str, settings: KubernetesSettings, what: str) -> str:
+    """The sub-path of the workspace claim a directory the controller sees below its root is (pvc mode)."""
     root = posixpath.normpath(settings.workspace.root)
-    path = posixpath.normpath(spec.workspace.local_path)
+    path = posixpath.normpath(local_path)
     relative = posixpath.relpath(path, root)
     if relative in {".", ".."} or relative.startswith("../"):
         raise SandboxUnavailable(
-            f"workspace {path} is not below the claim's root {root} (backend.kubernetes.workspace.root):"
+            f"{what} {path} is not below the claim's root {root} (backend.kubernetes.workspace.root):"
             " a pod can only mount a sub-path of the claim",
-            details={"workspace": path, "root": root},
+            details={what: path, "root": root},
         )
-    claim = {"claimName": settings.workspace.claim, "readOnly": spec.profile.workspace.mode == "ro"}
-    return {"name": WORKSPACE_VOLUME, "persistentVolumeClaim": claim}, relative
+    return relative
 
 
 def _quantity_bytes(value: int) -> str:
@@ -285,10 +292,10 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
             "the Kubernetes backend runs one-shot commands without a terminal (a session can have one)",
             details={"field": "tty"},
         )
-    if profile.read_only_mounts:  # a directory of the controller's host: no pod reaches it
+    if profile.read_only_mounts and settings.workspace.mode != "pvc":
         raise SandboxUnavailable(
-            "the Kubernetes backend cannot mount a CI runner's externals into a pod (a directory of the controller's"
-            " host): JavaScript actions run on the Docker backend in this release",
+            "a CI runner's externals reach a pod only from the workspace claim (backend.kubernetes.workspace.mode"
+            " pvc): in copy mode a JavaScript action is refused",
             details={"field": "externals"},
         )
     if spec.pooled:
@@ -303,6 +310,9 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
             **({"subPath": sub_path} if sub_path else {}),
         }
     ]
+    for extra in profile.read_only_mounts:  # a CI runner's externals: taken onto the same claim, read-only
+        relative = claim_sub_path(extra.source, settings, "externals")
+        mounts.append({"name": WORKSPACE_VOLUME, "mountPath": extra.target, "subPath": relative, "readOnly": True})
     volumes.append({"name": STDIO_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": STDIO_VOLUME_SIZE}})
     # its pipes only: read-only, but under gVisor, which refuses to open a pipe for writing on a read-only
     # mount (Linux does not): there the command can write up to STDIO_VOLUME_SIZE beside its pipes

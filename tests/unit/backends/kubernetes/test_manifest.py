@@ -30,6 +30,7 @@ from orchestrator.backends.kubernetes.manifest import (
 from orchestrator.backends.kubernetes.settings import KubernetesSettings, WorkspaceDelivery
 from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
+from orchestrator.profiles.models import ResolvedMount
 
 ROOT = "/srv/workspaces"
 BUILTIN = ProfileRegistry().names()
@@ -222,6 +223,34 @@ def test_copy_mode_mounts_an_empty_dir_not_the_claim() -> None:
     pod = pod_manifest(spec_for(profile, workspace=Workspace("/anywhere")), KubernetesSettings(workspace=delivery))
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "workspace")
     assert volume == {"name": "workspace", "emptyDir": {}}
+
+
+def test_a_ci_runner_s_externals_are_a_read_only_sub_path_of_the_claim() -> None:
+    """The externals the controller took onto the claim (beside the workspace, where no sandbox's sub-path reaches)
+    are mounted from it read-only at /__e; outside the claim's root, or without a claim (copy mode), refused."""
+    kept = f"{ROOT}/tenant-a/.ci-externals/runner-1/take-1"
+    profile = (
+        ProfileRegistry()
+        .resolve("ci")
+        .model_copy(update={"read_only_mounts": (ResolvedMount(source=kept, target="/__e"),)})
+    )
+    workspace = Workspace(f"{ROOT}/tenant-a/runner-1")
+    pod = pod_manifest(spec_for(profile, workspace=workspace), settings())
+    [command] = [c for c in pod["spec"]["containers"] if c["name"] == "sandbox"]
+    mounts = {m["mountPath"]: m for m in command["volumeMounts"]}
+    assert mounts["/__e"] == {
+        "name": "workspace",
+        "mountPath": "/__e",
+        "subPath": "tenant-a/.ci-externals/runner-1/take-1",
+        "readOnly": True,
+    }
+    assert mounts["/__w"]["subPath"] == "tenant-a/runner-1" and mounts["/__w"]["readOnly"] is False
+    outside = profile.model_copy(update={"read_only_mounts": (ResolvedMount(source="/etc", target="/__e"),)})
+    with pytest.raises(SandboxUnavailable, match="externals /etc is not below the claim's root"):
+        pod_manifest(spec_for(outside, workspace=workspace), settings())
+    copy = KubernetesSettings(workspace=WorkspaceDelivery(mode="copy", root=ROOT))
+    with pytest.raises(SandboxUnavailable, match="in copy mode a JavaScript action is refused"):
+        pod_manifest(spec_for(profile, workspace=workspace), copy)
 
 
 def test_a_runtime_without_a_runtime_class_is_unavailable_never_downgraded() -> None:
