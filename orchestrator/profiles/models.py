@@ -213,7 +213,10 @@ class Tmpfs(_Model):
         pattern=r"^[0-7]{4}$",
         description='Permissions as a quoted octal string, e.g. "1777" (sticky, world-writable) or "0700".',
     )
-    noexec: bool = Field(default=False, description="Mount noexec (programs cannot be run from it).")
+    noexec: bool = Field(
+        default=True,
+        description="Mount noexec (programs cannot be run from it); false for a place build tools run what they make.",
+    )
     nosuid: Literal[True] = Field(default=True, description="Always true: setuid bits are ignored.")
     nodev: Literal[True] = Field(default=True, description="Always true: device files cannot be opened.")
 

@@ -160,15 +160,19 @@ def test_valid_variants() -> None:
         runtime="runsc",
         user="65534:65534",
         workspace={"mode": "ro", "container_path": "/src/"},
-        tmpfs=[{"path": "/tmp", "size": "16m", "mode": "0700", "noexec": True}, {"path": "/run", "size": 1048576}],
+        tmpfs=[
+            {"path": "/tmp", "size": "16m", "mode": "0700", "noexec": False},
+            {"path": "/run", "size": 1048576},
+        ],
         limits={"cpus": "0.5", "memory": "1.5g", "pids": 64},
         env_allowlist=["TERM", "CI"],
         env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
     )
     assert p.workspace.container_path == "/src"
-    assert p.tmpfs[0].mode == "0700" and p.tmpfs[0].mount_options() == "rw,nosuid,nodev,noexec,size=16777216,mode=0700"
-    # exec spelled out: the engine mounts a tmpfs noexec unless told otherwise
-    assert p.tmpfs[1].mount_options() == "rw,nosuid,nodev,exec,size=1048576,mode=1777"
+    # exec spelled out where a profile asks for it: the engine mounts a tmpfs noexec unless told otherwise
+    assert p.tmpfs[0].mode == "0700" and p.tmpfs[0].mount_options() == "rw,nosuid,nodev,exec,size=16777216,mode=0700"
+    # noexec unless a profile says otherwise (a profile that leaves it out never gets an executable tmpfs)
+    assert p.tmpfs[1].mount_options() == "rw,nosuid,nodev,noexec,size=1048576,mode=1777"
     assert p.limits.cpus == 0.5 and p.limits.memory == 1536 * MIB
     assert make(tmpfs=[{"path": "/tmp", "size": "1m", "mode": "755"}]).tmpfs[0].mode == "0755"
     assert make(tmpfs=[{"path": "/tmp", "size": "1m", "mode": "01777"}]).tmpfs[0].mode == "1777"
