@@ -210,7 +210,7 @@ class _RequestBase(_Frozen):
             for number, (key, value) in enumerate(env.items(), start=1):
                 if not isinstance(key, str) or has_surrogates(key):
                     raise ValueError(f"env key #{number} {_NOT_UTF8 if isinstance(key, str) else 'must be a string'}")
-                name = key if ENV_NAME.match(key) else f"#{number}"
+                name = key if ENV_NAME.fullmatch(key) else f"#{number}"
                 if not isinstance(value, str) or has_surrogates(value):
                     raise ValueError(
                         f"the env value of {name} {_NOT_UTF8 if isinstance(value, str) else 'must be a string'}"
@@ -221,7 +221,7 @@ class _RequestBase(_Frozen):
     @classmethod
     def _env_keys(cls, env: dict[str, str]) -> dict[str, str]:
         for number, (key, value) in enumerate(env.items(), start=1):
-            if not ENV_NAME.match(key):
+            if not ENV_NAME.fullmatch(key):
                 # a malformed key may be a whole 'NAME=secret': name its position, never its text
                 raise ValueError(f"env key #{number} is not a valid variable name ([A-Za-z_][A-Za-z0-9_-]*)")
             _kernel_string(f"{key}={value}", f"env value of {key}")

@@ -48,7 +48,7 @@ NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$"
 NAME_RE = re.compile(NAME_PATTERN)
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # an env_allowlist entry: a name, or a shell-style glob of name characters (``*``, ``GITHUB_*``, ``LC_[A-Z]*``)
-ENV_ALLOW_PATTERN = r"^(?:[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_!\-\]]*[*?\[][A-Za-z0-9_*?!\[\]\-]*)$"
+ENV_ALLOW_PATTERN = r"^(?:[A-Za-z_][A-Za-z0-9_-]*|[A-Za-z0-9_!\-\]]*[*?\[][A-Za-z0-9_*?!\[\]\-]*)$"
 SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]([iI]?[bB])?|[bB])?\s*$"
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(?:([kmgt])(?:i?b)?|b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": KIB, "m": MIB, "g": GIB, "t": TIB}

@@ -75,3 +75,15 @@ def test_a_malformed_env_key_is_named_by_position_only() -> None:
     with pytest.raises(InputInvalid) as err:
         parse_request({"tool": "shell_exec", "argv": ["ls"], "env": {"OK": "1", "TOKEN=hunter2-secret": ""}})
     assert "hunter2-secret" not in str(err.value) and "env key #2" in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["PATH\n", "1ABC", "-X", "A B", "A=B", "A.B", ""])
+def test_an_env_key_is_a_whole_name(key: str) -> None:
+    """A name is the whole key: not a name with a line break after it (re's $ would take one), nor one with '='."""
+    with pytest.raises(InputInvalid):
+        parse_request({"tool": "shell_exec", "argv": ["ls"], "env": {key: "1"}})
+
+
+def test_an_env_key_may_hold_a_hyphen_as_the_github_runner_names_an_action_s_input() -> None:
+    request = parse_request({"tool": "shell_exec", "argv": ["ls"], "env": {"INPUT_FETCH-DEPTH": "1"}})
+    assert request.env == {"INPUT_FETCH-DEPTH": "1"}  # type: ignore[union-attr]
