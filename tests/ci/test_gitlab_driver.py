@@ -292,7 +292,8 @@ async def test_a_stage_the_policy_asks_about_waits_for_an_approver(ci_service: H
 
 
 async def test_the_runner_s_sandbox_profile_names_the_job_s_profile(ci_service: Harness, tmp_path: Path) -> None:
-    """SANDBOX_PROFILE from the runner's own environment (config.toml's `environment`), never a job variable."""
+    """SANDBOX_PROFILE from the runner process's own environment, never a build variable (CUSTOM_ENV_*: a job's,
+    or config.toml's `environment`, which the custom executor hands over the same way)."""
     runner = _runner(ci_service.url, tmp_path)
     runner.extra = {"SANDBOX_PROFILE": "no-such-profile"}
     refused = await runner.stage("prepare")

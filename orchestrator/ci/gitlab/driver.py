@@ -66,7 +66,7 @@ def prepare(env: Mapping[str, str]) -> int:
         ci = ci_from_gitlab(env)
         image = env.get(f"{GITLAB_PREFIX}CI_JOB_IMAGE") or None
         JobState.path(env)  # a missing CI_JOB_ID refused before a job is opened that nothing could close
-        # the runner's own environment (config.toml's environment), never a job's variable (those are CUSTOM_ENV_*)
+        # the runner process's own environment, never a build variable (CUSTOM_ENV_*: a job may set those)
         profile = env.get("SANDBOX_PROFILE") or None
         view = client.open_ci_job(CiJobRequest(ci=ci, image=image, profile=profile))
         JobState(view.job_id, view.container_path, view.image, view.profile).save(env)
