@@ -105,6 +105,8 @@ EXIT_READING_WAIT_S = 1.0
 #: cannot create one; the workload never sees EAGAIN (docs/setup-notes.md). runc: the fork fails
 #: with EAGAIN and the workload goes on.
 DIES_AT_PIDS_LIMIT = frozenset({"runsc"})
+#: the status a Go program (gVisor's Sentry) exits with on a fatal error such as a thread it cannot create
+GO_FATAL_STATUS = 2
 #: what fixes what ``sandboxctl doctor`` finds missing on this host's engine (the project's own setup)
 DOCTOR_FIXES = DoctorFixes(
     engine="run `make setup` (it starts a project-managed engine when none answers)",
@@ -616,8 +618,10 @@ class DockerBackend:
         if sandbox is None or state.exit_code is None or sandbox.runtime not in DIES_AT_PIDS_LIMIT:
             return state
         usage = await self._usage_now(sandbox)
-        # the refusals, or (their last reading missed: see exit_watch) a peak at the limit
-        reached = usage.pids_limit_hits or (usage.pids_peak is not None and usage.pids_peak >= sandbox.pids_limit)
+        # the refusals; or, their last reading missed (see exit_watch), a peak at the limit and the Sentry's own
+        # fatal status (a command's other non-zero status at a busy peak is its own)
+        at_peak = usage.pids_peak is not None and usage.pids_peak >= sandbox.pids_limit
+        reached = usage.pids_limit_hits or (at_peak and state.exit_code == GO_FATAL_STATUS)
         if reached and state.exit_code != 0:
             state = dataclasses.replace(state, pids_limit_killed=True)
         return state
