@@ -12,7 +12,11 @@ once for a grant of ten executions get exactly ten reservations, and a revocatio
 Every reservation ends in exactly one ledger row (settled or released): settling twice, or releasing
 after settling, answers with that row again and charges nothing more. What a process that died left
 reserved is released by ``recover`` at the next start.
-"""
+
+A grant with ``on_exhausted: refuse`` is a **bound** (``bound``): it answers no ask, but every run it matches —
+allowed by the policy, or approved by whoever answered its ask — reserves against it and is narrowed to that
+reservation too (a run holds one reservation per grant that takes part in it); once it has no room left, a run
+it matches is refused, GRANT.EXHAUSTED."""
 
 from __future__ import annotations
 
@@ -111,7 +115,7 @@ class Reservation:
     cpu_seconds: float
     output_bytes: int
     wall_seconds: float
-    # its grant bounds what it matches (on_exhausted: refuse): a run stopped at its end is SANDBOX.GRANT_LIMIT
+    # its grant is a bound (on_exhausted: refuse): a run stopped at its end is SANDBOX.GRANT_LIMIT
     bounding: bool = False
 
     def timeout_s(self, cpus: float) -> float:
@@ -215,27 +219,41 @@ class GrantBook:
     async def reserve(
         self, *, tenant: str, facts: RequestFacts, execution_id: str, caps: RunCaps
     ) -> Reservation | None:
-        """The reservation of the live grant of ``tenant`` whose conditions match ``facts`` (every command of a
-        compound one) and that has room for the run — a bounding grant's (on_exhausted: refuse) first, else the
-        oldest's; None when none covers it (and when ``facts`` are another tenant's request: fails closed).
-        GRANT.EXHAUSTED when a bounding grant matches it and has no room left for it. Calling it again for an
-        execution that holds a reservation answers with that one."""
+        """The reservation of the oldest live grant of ``tenant`` that may answer an ask (not a bound) whose
+        conditions match ``facts`` (every command of a compound one) and that has room for the run; None when
+        none covers it (and when ``facts`` are another tenant's request: fails closed). Calling it again for an
+        execution that holds such a reservation answers with that one."""
         if facts.sanitized.context.tenant != tenant:
             return None
-
-        def covers(grant_id: str, conditions: str) -> bool:
-            matcher = self._matcher(grant_id, conditions)
-            return matcher is not None and matcher.matches(facts, every_command=True)
-
         held = await self.store.reserve_budget_grant(
-            tenant=tenant, execution_id=execution_id, now=self._clock(), covers=covers, fit=self._fit(caps)
+            tenant=tenant, execution_id=execution_id, now=self._clock(), covers=self._covers(facts), fit=self._fit(caps)
+        )
+        return None if held is None else _reservation(held)
+
+    async def bound(
+        self, *, tenant: str, facts: RequestFacts, execution_id: str, caps: RunCaps, dry: bool = False
+    ) -> tuple[Reservation, ...]:
+        """The reservations of every bound of ``tenant`` (on_exhausted: refuse) whose conditions match ``facts``,
+        each within what it has left: a bound charges and narrows every run it matches (allowed or approved),
+        and approves none. Empty when no bound matches (or ``facts`` are another tenant's). GRANT.EXHAUSTED,
+        nothing reserved, when a matching bound has no room left for the run. ``dry``: that check only, nothing
+        reserved (empty). Calling it again for an execution that holds them answers with those."""
+        if facts.sanitized.context.tenant != tenant:
+            return ()
+        held = await self.store.reserve_budget_bounds(
+            tenant=tenant,
+            execution_id=execution_id,
+            now=self._clock(),
+            covers=self._covers(facts),
+            fit=self._fit(caps),
+            dry=dry,
         )
         if isinstance(held, StoredBound):
             raise GrantExhausted(
                 f"grant {held.grant_id} bounds this request and has no room left for it (its budget is spent)",
                 details={"grant_id": held.grant_id},
             )
-        return None if held is None else _reservation(held)
+        return tuple(_reservation(r) for r in held)
 
     async def settle(self, reservation: Reservation, used: Usage) -> GrantCharge:
         """The run ended: charge ``used`` (each dimension within what was reserved; one execution),
@@ -246,14 +264,16 @@ class GrantBook:
             output_bytes=used.output_bytes,
             wall_us=_us(used.wall_seconds),
         )
-        row = await self.store.settle_budget_grant(reservation.execution_id, amounts, at=self._clock())
+        row = await self.store.settle_budget_grant(
+            reservation.execution_id, reservation.grant_id, amounts, at=self._clock()
+        )
         if row is None:  # pragma: no cover - from reserve(): its reservation, or its ledger row, is in the store
             raise NotFound(f"no reservation for {reservation.execution_id}")
         return _charge(row)
 
     async def release(self, reservation: Reservation) -> None:
         """The run never started: nothing is charged, the reservation is freed (no-op once settled)."""
-        await self.store.settle_budget_grant(reservation.execution_id, None, at=self._clock())
+        await self.store.settle_budget_grant(reservation.execution_id, reservation.grant_id, None, at=self._clock())
 
     async def recover(self, live_execution_ids: Collection[str]) -> list[GrantCharge]:
         """At start-up: release (charging nothing) every reservation whose execution is not live — the
@@ -262,6 +282,13 @@ class GrantBook:
         return [_charge(row) for row in rows]
 
     # -- internals ---------------------------------------------------------------------------------
+    def _covers(self, facts: RequestFacts) -> Callable[[str, str], bool]:
+        def covers(grant_id: str, conditions: str) -> bool:
+            matcher = self._matcher(grant_id, conditions)
+            return matcher is not None and matcher.matches(facts, every_command=True)
+
+        return covers
+
     def _fit(self, caps: RunCaps) -> Callable[[Limits], Amounts | None]:
         """What a run with ``caps`` takes of a grant with ``room`` left: its timeout within the wall and the
         CPU budgets (at its cpus), its CPU time at that timeout, its output within the output budget.

@@ -1,10 +1,14 @@
-"""Grants with budgets in the flow of a run: whether a live grant answers an ask, how its reservation narrows
-the run, and what the run's real use charges it (see budgets/book.py for the bookkeeping).
+"""Grants with budgets in the flow of a run: whether a live grant answers an ask, which bounds a run is charged
+to, how their reservations narrow the run, and what the run's real use charges them (see budgets/book.py for the
+bookkeeping).
 
 A grant answers an ask the way an approval rule would (the operator who issued it is the approver), with
 three limits of its own: it never turns a denial into a yes (only asks reach it), it never covers an
 escalation (more network, a writable root, a mount: those are still asked about), and a run it covers is
 narrowed to what the grant reserved for it, so the sum of what its runs may use never passes a budget.
+
+A bound (``on_exhausted: refuse``) answers nothing: every run it matches — allowed, or approved by whoever
+answered its ask — reserves against it and is narrowed to that reservation as well.
 """
 
 from __future__ import annotations
@@ -35,13 +39,36 @@ async def reserve(
 ) -> Reservation | None:
     """The reservation of the first live grant of ``tenant`` covering this request with room for one run."""
     facts = RequestFacts(gate.sanitized, gate.analysis, profile.name)
-    caps = RunCaps.of(
+    return await book.reserve(tenant=tenant, facts=facts, execution_id=execution_id, caps=_caps(profile))
+
+
+def boundable(gate: GateResult) -> bool:
+    """Whether a bound may charge this request: a one-shot run (a session's sandbox outlives any reservation)."""
+    sanitized = gate.sanitized
+    return sanitized.tool not in UNCOVERED_TOOLS and (sanitized.argv is not None or sanitized.command is not None)
+
+
+async def bound(
+    book: GrantBook,
+    gate: GateResult,
+    profile: ResolvedProfile,
+    *,
+    tenant: str,
+    execution_id: str,
+    dry: bool = False,
+) -> tuple[Reservation, ...]:
+    """The reservations of every bound of ``tenant`` matching this request (GRANT.EXHAUSTED: one has no room)."""
+    facts = RequestFacts(gate.sanitized, gate.analysis, profile.name)
+    return await book.bound(tenant=tenant, facts=facts, execution_id=execution_id, caps=_caps(profile), dry=dry)
+
+
+def _caps(profile: ResolvedProfile) -> RunCaps:
+    return RunCaps.of(
         timeout_s=profile.wall_timeout_s,
         cpus=profile.cpus,
         stdout_max_bytes=profile.stdout_max_bytes,
         stderr_max_bytes=profile.stderr_max_bytes,
     )
-    return await book.reserve(tenant=tenant, facts=facts, execution_id=execution_id, caps=caps)
 
 
 def narrowed(profile: ResolvedProfile, reservation: Reservation) -> ResolvedProfile:

@@ -87,7 +87,7 @@ class StoredReservation:
     grant_id: str
     amounts: Amounts
     reserved_at: float
-    bounding: bool = False  # its grant refuses what it matches once it has no room (on_exhausted: refuse)
+    bounding: bool = False  # its grant is a bound (on_exhausted: refuse): it charges what it matches, approves nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +136,21 @@ class GrantLedger(Protocol):
         now: float,
         covers: Callable[[str, str], bool],
         fit: Callable[[Limits], Amounts | None],
-    ) -> StoredReservation | StoredBound | None: ...
+    ) -> StoredReservation | None: ...
+
+    async def reserve_budget_bounds(
+        self,
+        *,
+        tenant: str,
+        execution_id: str,
+        now: float,
+        covers: Callable[[str, str], bool],
+        fit: Callable[[Limits], Amounts | None],
+        dry: bool = False,
+    ) -> list[StoredReservation] | StoredBound: ...
 
     async def settle_budget_grant(
-        self, execution_id: str, used: Amounts | None, *, at: float
+        self, execution_id: str, grant_id: str, used: Amounts | None, *, at: float
     ) -> StoredCharge | None: ...
 
     async def release_budget_reservations(self, live: Collection[str], *, at: float) -> list[StoredCharge]: ...

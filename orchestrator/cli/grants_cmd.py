@@ -61,7 +61,8 @@ def register(sub: Subparsers) -> None:
         "--on-exhausted",
         choices=["ask", "refuse"],
         default=None,
-        help="a request it matches once it has no room: asked (default) or refused, GRANT.EXHAUSTED (a bound)",
+        help="ask (default): it answers asks; refuse: a bound, charging every run it matches (approving none),"
+        " refused with GRANT.EXHAUSTED once it has no room",
     )
     expiry = create.add_mutually_exclusive_group()
     expiry.add_argument("--ttl", metavar="DURATION", help="expires after this long: 3600, 90s, 30m, 8h, 7d")
@@ -348,7 +349,7 @@ def _show_grant(args: argparse.Namespace, g: GrantView) -> None:
     say(f"  conditions: {', '.join(f'{k}={v}' for k, v in conditions.items()) or 'any request of the tenant'}")
     say(f"  left:       {_left(g)}")
     if g.on_exhausted == "refuse":
-        say("  a bound:    what it matches is refused (GRANT.EXHAUSTED) once it has no room left")
+        say("  a bound:    charges what it matches, approves nothing; refuses it (GRANT.EXHAUSTED) once spent")
     u, h = g.used, g.reserved
     say(
         f"  used:       {u.executions} runs, {u.cpu_seconds:g} cpu s, {u.wall_seconds:g} wall s,"

@@ -196,9 +196,10 @@ class GrantRequest(_Model):
     budgets: Budgets = Field(default_factory=Budgets, description="What it may cover at most.")
     on_exhausted: OnExhausted = Field(
         default="ask",
-        description="A request its conditions match once it has no room left for it: ask (asked as if there were"
-        " no grant) or refuse (GRANT.EXHAUSTED, and a run it covers that reaches the end of its reservation is"
-        " stopped with SANDBOX.GRANT_LIMIT): a bound, e.g. of a CI job.",
+        description="ask: an ordinary grant, answering the asks it covers (once it has no room left they are asked"
+        " as if there were no grant); or refuse: a bound, e.g. of a CI job, answering no ask but charging and"
+        " narrowing every run it matches, allowed or approved (GRANT.EXHAUSTED once it has no room left for one,"
+        " and a run that reaches the end of its reservation is stopped with SANDBOX.GRANT_LIMIT).",
     )
     reason: Annotated[str, StringConstraints(min_length=1, max_length=MAX_REASON)] = Field(
         description="Why it is issued (kept with it, shown with it)."

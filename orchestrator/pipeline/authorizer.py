@@ -2,10 +2,11 @@
 
 parse → gate (sanitize, intent, risk, policy, key) → when the policy asks: an approval rule's no (final) →
 session approvals (approved earlier in the session; a session's own input) → auto-approve (trusted tenants
-or tools) → a budget grant with room (its reservation is held for the run; a bounding grant without room
-refuses it, GRANT.EXHAUSTED) → the approval provider. Every
-refusal is recorded with its stable code (durable) and raised; a yes is an ``Authorization``, its last
-record durable before anything may run (or queued in order, see ``authorize``'s ``durable``).
+or tools) → a budget grant with room (its reservation is held for the run) → the approval provider. A bound
+(a grant with on_exhausted: refuse) answers no ask: every run it matches, allowed or approved, reserves against
+it (and is narrowed to what it has left); one it has no room for is refused, GRANT.EXHAUSTED — before anyone is
+asked. Every refusal is recorded with its stable code (durable) and raised; a yes is an ``Authorization``, its
+last record durable before anything may run (or queued in order, see ``authorize``'s ``durable``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ class Authorization:
     approved_by: str
     # a grant answered the ask: what it reserved for this run (the run is narrowed to it, then charged)
     reservation: Reservation | None = None
+    # what each bound matching the run reserved for it (the run is narrowed to each, then charged to each)
+    bounds: tuple[Reservation, ...] = ()
+
+    @property
+    def reservations(self) -> tuple[Reservation, ...]:
+        """Every reservation the run holds: the grant that answered its ask (if one did), then its bounds."""
+        return self.bounds if self.reservation is None else (self.reservation, *self.bounds)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -157,8 +165,10 @@ class Authorizer:
         if decision.decision is Decision.DENY:
             raise await records.refuse(PolicyDenied(decision.reason))
         if decision.decision is Decision.ALLOW:
+            await self._bound(records, request)  # a bound charges (and narrows) what it matches, allowed too
             return self._authorized(execution_id, request, gate, None, "policy")
 
+        await self._bound(records, request, dry=True)  # a spent bound: refused, nobody asked
         try:
             approval = await self._approve(records, request, told, approval_deadline, durable=durable)
         except asyncio.CancelledError as cancel:
@@ -167,6 +177,11 @@ class Authorizer:
             # the ask was withdrawn (approvals.base.decide); the execution ends here, on the record
             reason = cancel_reason(cancel, "cancelled while waiting for approval")
             await despite_cancellation(records.refuse(ExecutionCancelled(reason), status="cancelled"))
+            raise
+        try:  # approved (by anyone, a grant too): the bounds it matches are charged as well
+            await self._bound(records, request)
+        except BaseException:  # it will not run: what a grant reserved for it is freed
+            await asyncio.shield(self.reservations.release_held(execution_id))
             raise
         return self._authorized(execution_id, request, gate, approval, approval.approver)
 
@@ -184,8 +199,10 @@ class Authorizer:
             self.session_approvals.approve_exec_session(
                 execution_id, ExecSessionOrigin(execution_id, request.tenant, request.subject)
             )
-        reservation = self.reservations.take(execution_id)
-        return Authorization(execution_id, request, gate, approval, approved_by, reservation)
+        held = self.reservations.take(execution_id)
+        reservation = next((r for r in held if not r.bounding), None)
+        bounds = tuple(r for r in held if r.bounding)
+        return Authorization(execution_id, request, gate, approval, approved_by, reservation, bounds)
 
     async def _approve(
         self,
@@ -238,17 +255,7 @@ class Authorizer:
         if auto is not None:  # a trusted tenant's or tool's ask: approved without anyone, on the record as such
             await settled(auto, durable=durable)
             return auto
-        try:
-            granted = await self._grant(execution_id, request, gate, ask.network_asked)
-        except GrantExhausted as bound:  # a grant bounding this ask has nothing left for it: its no is final
-            await settled(
-                ApprovalResult(
-                    outcome=ApprovalOutcome.DENIED,
-                    approver=f"grant:{bound.details.get('grant_id')}",
-                    reason=bound.message,
-                )
-            )
-            raise await records.refuse(bound) from None
+        granted = await self._grant(execution_id, request, gate, ask.network_asked)
         if granted is not None:  # a live grant covers it, with room for this run: its reservation is held
             try:
                 await settled(granted, durable=durable)
@@ -355,6 +362,26 @@ class Authorizer:
             approver=f"grant:{reservation.grant_id}",
             reason=f"covered by grant {reservation.grant_id}: reserved {_amounts(reservation)}",
         )
+
+    async def _bound(self, records: ExecutionRecorder, request: Request, *, dry: bool = False) -> None:
+        """Reserve for this run against every bound it matches (held for its authorization); ``dry``: only
+        whether one of them has no room left. GRANT.EXHAUSTED, on the record, when one has none."""
+        gate, book = records.gate, self.reservations.book
+        assert gate is not None  # a recorder of a decided request
+        if book is None or self.profiles is None or not cover.boundable(gate):
+            return
+        try:
+            profile = self.profiles.resolve(request, session=False)
+        except OrchestratorError:  # the run refuses it, on the record
+            return
+        execution_id = records.execution_id
+        try:
+            held = await cover.bound(book, gate, profile, tenant=request.tenant, execution_id=execution_id, dry=dry)
+        except GrantExhausted as spent:  # a bound of this run has nothing left for it: refused, never asked
+            await asyncio.shield(self.reservations.release_held(execution_id))
+            raise await records.refuse(spent) from None
+        for reservation in held:
+            self.reservations.hold(execution_id, reservation)
 
     def _session_egress(self, request: Request, profile_egress: tuple[str, ...]) -> frozenset[str]:
         """Of the hosts ``request`` may reach, those approved earlier in its session (approved_for_session)."""

@@ -165,7 +165,7 @@ class Orchestrator:
         """What a grant reserved for ``auth`` and nobody charged yet is freed: the caller gave up before
         ``run``, or the run ended before it settled the reservation."""
         records = self.authorizer.evidence.of(auth.execution_id, auth.gate)
-        await self.authorizer.reservations.abandon(auth.reservation, records)
+        await self.authorizer.reservations.abandon(auth.reservations, records)
 
     def prestart(self, raw: Any, *, workspace: Path) -> bool:
         """Have the pool start a sandbox for runs like ``raw`` in ``workspace`` now, before the first one

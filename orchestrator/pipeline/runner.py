@@ -28,6 +28,7 @@ from orchestrator.backends.base import (
     SandboxHandle,
 )
 from orchestrator.budgets import cover
+from orchestrator.budgets.book import Reservation
 from orchestrator.domain.errors import (
     ExecutionCancelled,
     InputInvalid,
@@ -121,7 +122,7 @@ class Runner:
 
         async def refused_before_start(err: OrchestratorError) -> OrchestratorError:
             """Nothing ran: what a grant reserved is released, and the refusal is on the record."""
-            await self.reservations.charge(auth.reservation, records, None, ran=False)
+            await self.reservations.charge(auth.reservations, records, None, ran=False)
             return await records.refuse(err)
 
         try:
@@ -130,8 +131,8 @@ class Runner:
             profile = self.profiles.resolve(request, session=session)
             own_timeout_s = profile.wall_timeout_s
             unbounded = profile
-            if auth.reservation is not None:  # within what its grant reserved for it
-                profile = cover.narrowed(profile, auth.reservation)
+            for reservation in auth.reservations:  # within what each grant (a bound too) reserved for it
+                profile = cover.narrowed(profile, reservation)
             spec = launch_spec(execution_id, request, profile, workspace, session=session)
             # the pool's key, and what it fills the key from: the profile before a grant narrowed it (a grant narrows
             # only what this process enforces, the wall time and the output caps, never a sandbox's own settings),
@@ -200,7 +201,7 @@ class Runner:
             pooled = None if pool_key is None or self.pool is None else await self.pool.claim(pool_key)
         except asyncio.CancelledError as cancel:  # nothing ran: its end is on the record
             cancelled = ExecutionCancelled(cancel_reason(cancel, "cancelled before its sandbox was ready"))
-            await despite_cancellation(self.reservations.charge(auth.reservation, records, None, ran=False))
+            await despite_cancellation(self.reservations.charge(auth.reservations, records, None, ran=False))
             await despite_cancellation(records.refuse(cancelled, status="cancelled", profile_hash=profile.profile_hash))
             raise
         handed: PooledSandbox | None = None
@@ -254,17 +255,17 @@ class Runner:
                     self.egress.close(execution_id)
         except asyncio.CancelledError as cancel:
             reason = cancel_reason(cancel, "cancelled while running")
-            await despite_cancellation(self.reservations.charge(auth.reservation, records, None, ran=True))
+            await despite_cancellation(self.reservations.charge(auth.reservations, records, None, ran=True))
             await despite_cancellation(failed(ExecutionCancelled(reason)))
             raise
         except OrchestratorError as err:
             # a sandbox that never started ran nothing; any other failure may have used all it was allowed
             ran = not isinstance(err, SandboxStartFailed)
-            await self.reservations.charge(auth.reservation, records, None, ran=ran)
+            await self.reservations.charge(auth.reservations, records, None, ran=ran)
             raise await failed(err) from None
         except Exception as exc:  # a bug: still an end record, never a silent begin-only execution
             log.warning("execution %s failed unexpectedly: %s: %s", execution_id, type(exc).__name__, exc)
-            await self.reservations.charge(auth.reservation, records, None, ran=True)
+            await self.reservations.charge(auth.reservations, records, None, ran=True)
             raise await failed(InternalError(f"unexpected {type(exc).__name__} while running")) from exc
         except (KeyboardInterrupt, SystemExit):  # leaving the interpreter: the end record first
             await despite_cancellation(failed(InternalError("interrupted while running")))
@@ -280,16 +281,13 @@ class Runner:
                 self.pool.want(pool_key, pool_spec)  # the route is the run's own: never in the spec kept
 
         error = outcome.error
-        if (
-            isinstance(error, SandboxTimeout)
-            and auth.reservation is not None
-            and auth.reservation.bounding
-            and profile.wall_timeout_s < own_timeout_s - 0.001  # (not a rounding of the same deadline)
-        ):  # stopped where its bounding grant's budget ended, not at its own timeout
+        limit = _limiting_bound(auth, profile, own_timeout_s)
+        if isinstance(error, SandboxTimeout) and limit is not None:
+            # stopped where a bound's budget ended, not at its own timeout
             error = SandboxGrantLimit(
-                f"stopped after {profile.wall_timeout_s:g}s: what grant {auth.reservation.grant_id} had left for it"
+                f"stopped after {profile.wall_timeout_s:g}s: what grant {limit.grant_id} had left for it"
                 f" (its own timeout: {own_timeout_s:g}s)",
-                details={"grant_id": auth.reservation.grant_id},
+                details={"grant_id": limit.grant_id},
             )
         if error is None:
             error = restriction(outcome, profile, route, execution_id, names)
@@ -297,15 +295,13 @@ class Runner:
                 self.restricted.add(execution_id, request.tenant, error)
         if error is None and outcome.truncated:
             error = SandboxOutputLimit("output passed the profile's cap and was truncated")
-        used = None
-        if auth.reservation is not None:
-            used = cover.used(
-                auth.reservation,
-                cpu_seconds=outcome.cpu_seconds,
-                output_bytes=outcome.kept_bytes,
-                wall_seconds=outcome.duration_ms / 1000,
-            )
-        await despite_cancellation(self.reservations.charge(auth.reservation, records, used, ran=True))
+        used = functools.partial(
+            cover.used,
+            cpu_seconds=outcome.cpu_seconds,
+            output_bytes=outcome.kept_bytes,
+            wall_seconds=outcome.duration_ms / 1000,
+        )
+        await despite_cancellation(self.reservations.charge(auth.reservations, records, used, ran=True))
         # bounded in advance, and never raising: the end record is what makes the run accountable
         try:
             await despite_cancellation(
@@ -481,3 +477,14 @@ class ExecutionResult:
     def to_json(self) -> dict[str, Any]:
         """The `sandboxctl run --json` shape."""
         return self.to_wire().model_dump(mode="json")
+
+
+def _limiting_bound(auth: Authorization, profile: ResolvedProfile, own_timeout_s: float) -> Reservation | None:
+    """The bound whose reservation set the run's timeout, when that is shorter than the run's own (not a
+    rounding of the same deadline); None when its own timeout, or a grant that answered its ask, set it."""
+    if profile.wall_timeout_s >= own_timeout_s - 0.001:
+        return None
+    for bound in auth.bounds:
+        if bound.timeout_s(profile.cpus) <= profile.wall_timeout_s + 0.001:
+            return bound
+    return None

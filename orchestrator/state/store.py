@@ -149,6 +149,40 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX ci_jobs_by_state ON ci_jobs(state, updated_at);
     """,
+    # a run may hold a reservation of each grant that takes part in it (the grant that answered its ask, and every
+    # bound it matches): reservations and ledger rows are per (execution, grant)
+    """
+    CREATE TABLE budget_grant_reservations_new (
+        execution_id TEXT NOT NULL,
+        grant_id     TEXT NOT NULL,
+        executions   INTEGER NOT NULL,
+        cpu_us       INTEGER NOT NULL,
+        output_bytes INTEGER NOT NULL,
+        wall_us      INTEGER NOT NULL,
+        reserved_at  REAL NOT NULL,
+        PRIMARY KEY (execution_id, grant_id)
+    ) WITHOUT ROWID;
+    INSERT INTO budget_grant_reservations_new SELECT * FROM budget_grant_reservations;
+    DROP TABLE budget_grant_reservations;
+    ALTER TABLE budget_grant_reservations_new RENAME TO budget_grant_reservations;
+    CREATE TABLE budget_grant_charges_new (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        grant_id     TEXT NOT NULL,
+        execution_id TEXT NOT NULL,
+        kind         TEXT NOT NULL,
+        executions   INTEGER NOT NULL,
+        cpu_us       INTEGER NOT NULL,
+        output_bytes INTEGER NOT NULL,
+        wall_us      INTEGER NOT NULL,
+        state_after  TEXT NOT NULL,
+        at           REAL NOT NULL,
+        UNIQUE (execution_id, grant_id)
+    );
+    INSERT INTO budget_grant_charges_new SELECT * FROM budget_grant_charges;
+    DROP TABLE budget_grant_charges;
+    ALTER TABLE budget_grant_charges_new RENAME TO budget_grant_charges;
+    CREATE INDEX budget_grant_charges_by_grant ON budget_grant_charges(grant_id, seq);
+    """,
 )
 
 
@@ -240,20 +274,29 @@ _RESERVE = (
 )
 
 
-# an execution's open reservation (grant id set), or a mark that it already ended (grant id NULL)
+# an execution's open reservations of the grants of one kind (on_exhausted: 'ask', the grant that answered its ask;
+# 'refuse', its bounds) — grant id set —, or a mark that one of them already ended (grant id NULL)
 _HELD = (
-    "SELECT r.grant_id, r.executions, r.cpu_us, r.output_bytes, r.wall_us, r.reserved_at, g.on_exhausted"
-    " FROM budget_grant_reservations r JOIN budget_grants g ON g.id = r.grant_id WHERE r.execution_id = ?"
-    " UNION ALL SELECT NULL, 0, 0, 0, 0, 0, NULL FROM budget_grant_charges WHERE execution_id = ? LIMIT 1"
+    "SELECT r.grant_id, r.executions, r.cpu_us, r.output_bytes, r.wall_us, r.reserved_at"
+    " FROM budget_grant_reservations r JOIN budget_grants g ON g.id = r.grant_id"
+    " WHERE r.execution_id = ?1 AND g.on_exhausted = ?2"
+    " UNION ALL SELECT NULL, 0, 0, 0, 0, 0 FROM budget_grant_charges c JOIN budget_grants g ON g.id = c.grant_id"
+    " WHERE c.execution_id = ?1 AND g.on_exhausted = ?2"
 )
-# what a reservation looks at: the tenant's unexpired grants that may cover (active) or bound (exhausted, refusing)
-# a run; the bounding ones first (a run a bound matches is charged to it), then oldest first
-_LIVE_GRANTS = (
-    "SELECT id, conditions, state, on_exhausted, max_executions, max_cpu_us, max_output_bytes, max_wall_us,"
+_FIGURES = (
+    "SELECT id, conditions, state, max_executions, max_cpu_us, max_output_bytes, max_wall_us,"
     " used_executions, used_cpu_us, used_output_bytes, used_wall_us,"
     " res_executions, res_cpu_us, res_output_bytes, res_wall_us FROM budget_grants"
-    " WHERE tenant = ? AND (state = 'active' OR (state = 'exhausted' AND on_exhausted = 'refuse'))"
-    " AND (expires_at IS NULL OR expires_at > ?) ORDER BY on_exhausted = 'refuse' DESC, seq"
+)
+# the grants that may answer an ask: the tenant's active, unexpired ones that are not bounds, oldest first
+_COVERING_GRANTS = (
+    f"{_FIGURES} WHERE tenant = ? AND state = 'active' AND on_exhausted = 'ask'"
+    " AND (expires_at IS NULL OR expires_at > ?) ORDER BY seq"
+)
+# the bounds of a tenant's runs: its unexpired grants with on_exhausted 'refuse', active or exhausted (a bound still)
+_BOUNDS = (
+    f"{_FIGURES} WHERE tenant = ? AND on_exhausted = 'refuse' AND state IN ('active', 'exhausted')"
+    " AND (expires_at IS NULL OR expires_at > ?) ORDER BY seq"
 )
 # a settlement: charged added, reserved freed, and exhausted once a bounded budget is fully spent (SET reads the
 # row as it was: used + charged is the new total)
@@ -292,6 +335,14 @@ def _grant_row(row: tuple[Any, ...]) -> StoredBudgetGrant:
         revoke_reason=revoke_reason,
         on_exhausted=on_exhausted,
     )
+
+
+class _Refused(Exception):
+    """A bound's guard refused a reservation its room allowed: the transaction is rolled back."""
+
+    def __init__(self, grant_id: str) -> None:
+        super().__init__(grant_id)
+        self.grant_id = grant_id
 
 
 def _charge_row(row: tuple[Any, ...]) -> StoredCharge:
@@ -568,59 +619,102 @@ class StateStore:
         now: float,
         covers: Callable[[str, str], bool],
         fit: Callable[[Limits], Amounts | None],
-    ) -> StoredReservation | StoredBound | None:
-        """Reserve for ``execution_id`` on the live grant of ``tenant`` that ``covers`` it (given the grant's
-        id and conditions) and has room — a bounding one (on_exhausted 'refuse') first, else the oldest:
-        ``fit`` says what to take given what is left (None: it does not fit). Both are called on the store's
-        thread, inside the transaction. A bounding grant that covers it and has no room (or is exhausted)
-        answers StoredBound: no other grant is looked at. The execution's open reservation again if it has
-        one; None when no grant covers it, or when it already ended under one (a reservation is never taken
-        twice)."""
+    ) -> StoredReservation | None:
+        """Reserve for ``execution_id`` on the oldest live grant of ``tenant`` (not a bound: on_exhausted 'ask') that
+        ``covers`` it (given the grant's id and conditions) and has room: ``fit`` says what to take given what is
+        left (None: it does not fit). Both are called on the store's thread, inside the transaction. The
+        execution's open reservation of such a grant again if it has one; None when no grant covers it, or when it
+        already ended under one (a reservation is never taken twice)."""
 
-        def write() -> StoredReservation | StoredBound | None:
-            held = self._db.execute(_HELD, (execution_id, execution_id)).fetchone()
+        def write() -> StoredReservation | None:
+            held = self._db.execute(_HELD, (execution_id, "ask")).fetchone()
             if held is not None:  # reserved already (the same again), or ended (never again)
-                if held[0] is None:
-                    return None
-                return StoredReservation(
-                    execution_id, held[0], Amounts(*held[1:5]), held[5], bounding=held[6] == "refuse"
+                return (
+                    None if held[0] is None else StoredReservation(execution_id, held[0], Amounts(*held[1:5]), held[5])
                 )
-            rows = self._db.execute(_LIVE_GRANTS, (tenant, now)).fetchall()
-            for grant_id, conditions, state, on_exhausted, *figures in rows:
-                bounding = on_exhausted == "refuse"
-                take = fit(room(figures[0:4], figures[4:8], figures[8:12])) if state == "active" else None
-                if (take is None and not bounding) or not covers(grant_id, conditions):
+            for grant_id, conditions, _state, *figures in self._db.execute(_COVERING_GRANTS, (tenant, now)).fetchall():
+                take = fit(room(figures[0:4], figures[4:8], figures[8:12]))
+                if take is None or not covers(grant_id, conditions):
                     continue
                 # the guard holds whatever fit said: no budget is ever passed
-                if take is not None and self._db.execute(_RESERVE, (*take, grant_id, now, *take)).rowcount == 1:
-                    self._db.execute(
-                        "INSERT INTO budget_grant_reservations VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (execution_id, grant_id, *take, now),
-                    )
-                    return StoredReservation(execution_id, grant_id, take, now, bounding=bounding)
-                if bounding:  # it matches and has no room: a bound, whatever another grant would cover
-                    return StoredBound(grant_id)
+                if self._reserve(execution_id, grant_id, take, now):
+                    return StoredReservation(execution_id, grant_id, take, now)
             return None
 
         return await self._call(self._transaction(write))
 
-    async def settle_budget_grant(self, execution_id: str, used: Amounts | None, *, at: float) -> StoredCharge | None:
-        """End ``execution_id``'s reservation: ``used`` charged (each dimension within what was reserved;
-        None: released, nothing charged), the reservation freed, a ledger row written, and the grant
-        exhausted when a bounded budget is fully spent. Once only: an execution that already ended
-        answers with its ledger row again; None when it never held a reservation."""
-        return await self._call(self._transaction(lambda: self._settle(execution_id, used, at)))
+    async def reserve_budget_bounds(
+        self,
+        *,
+        tenant: str,
+        execution_id: str,
+        now: float,
+        covers: Callable[[str, str], bool],
+        fit: Callable[[Limits], Amounts | None],
+        dry: bool = False,
+    ) -> list[StoredReservation] | StoredBound:
+        """Reserve for ``execution_id`` on every bound of ``tenant`` (on_exhausted 'refuse', unexpired) that
+        ``covers`` it, each within what it has left (``fit``), all or none: StoredBound (nothing reserved) when one
+        of them has no room for it (or is exhausted). ``dry``: only that answer, nothing reserved (an empty list
+        when every bound has room). The execution's open reservations of bounds again if it has any; an empty list
+        when no bound covers it, or when it already ended under one (a reservation is never taken twice)."""
 
-    def _settle(self, execution_id: str, used: Amounts | None, at: float) -> StoredCharge | None:
+        def write() -> list[StoredReservation] | StoredBound:
+            held = self._db.execute(_HELD, (execution_id, "refuse")).fetchall()
+            if held:
+                if any(row[0] is None for row in held):
+                    return []
+                return [StoredReservation(execution_id, r[0], Amounts(*r[1:5]), r[5], bounding=True) for r in held]
+            takes: list[tuple[str, Amounts]] = []
+            for grant_id, conditions, state, *figures in self._db.execute(_BOUNDS, (tenant, now)).fetchall():
+                if not covers(grant_id, conditions):
+                    continue
+                take = fit(room(figures[0:4], figures[4:8], figures[8:12])) if state == "active" else None
+                if take is None:  # it matches and has no room: refused, whatever the other bounds have
+                    return StoredBound(grant_id)
+                takes.append((grant_id, take))
+            if dry:
+                return []
+            for grant_id, take in takes:
+                if not self._reserve(execution_id, grant_id, take, now):  # pragma: no cover - fit read this row
+                    raise _Refused(grant_id)
+            return [StoredReservation(execution_id, g, take, now, bounding=True) for g, take in takes]
+
+        try:
+            return await self._call(self._transaction(write))
+        except _Refused as refused:  # (rolled back: nothing reserved)
+            return StoredBound(refused.grant_id)
+
+    def _reserve(self, execution_id: str, grant_id: str, take: Amounts, now: float) -> bool:
+        """Reserve ``take`` of ``grant_id`` for ``execution_id``, guarded in SQL: False when it has no room."""
+        if self._db.execute(_RESERVE, (*take, grant_id, now, *take)).rowcount != 1:
+            return False
+        self._db.execute(
+            "INSERT INTO budget_grant_reservations VALUES (?, ?, ?, ?, ?, ?, ?)", (execution_id, grant_id, *take, now)
+        )
+        return True
+
+    async def settle_budget_grant(
+        self, execution_id: str, grant_id: str, used: Amounts | None, *, at: float
+    ) -> StoredCharge | None:
+        """End ``execution_id``'s reservation of ``grant_id``: ``used`` charged (each dimension within what was
+        reserved; None: released, nothing charged), the reservation freed, a ledger row written, and the grant
+        exhausted when a bounded budget is fully spent. Once only: a reservation that already ended answers with
+        its ledger row again; None when it never held one."""
+        return await self._call(self._transaction(lambda: self._settle(execution_id, grant_id, used, at)))
+
+    def _settle(self, execution_id: str, grant_id: str, used: Amounts | None, at: float) -> StoredCharge | None:
         held = self._db.execute(
-            "DELETE FROM budget_grant_reservations WHERE execution_id = ?"
-            " RETURNING grant_id, executions, cpu_us, output_bytes, wall_us",
-            (execution_id,),
+            "DELETE FROM budget_grant_reservations WHERE execution_id = ? AND grant_id = ?"
+            " RETURNING executions, cpu_us, output_bytes, wall_us",
+            (execution_id, grant_id),
         ).fetchone()
         if held is None:
-            row = self._db.execute(f"{_SELECT_CHARGE} WHERE execution_id = ?", (execution_id,)).fetchone()
+            row = self._db.execute(
+                f"{_SELECT_CHARGE} WHERE execution_id = ? AND grant_id = ?", (execution_id, grant_id)
+            ).fetchone()
             return _charge_row(row) if row else None
-        grant_id, reserved = held[0], Amounts(*held[1:5])
+        reserved = Amounts(*held)
         charged = Amounts(*(min(u, r) for u, r in zip(used, reserved, strict=True))) if used else Amounts()
         state, expires_at = self._db.execute(_SETTLE, (*charged, *reserved, *charged, grant_id)).fetchone()
         after = "expired" if state == "active" and expires_at is not None and expires_at <= at else state
@@ -637,11 +731,11 @@ class StateStore:
         process that died left behind."""
 
         def write() -> list[StoredCharge]:
-            held = [r[0] for r in self._db.execute("SELECT execution_id FROM budget_grant_reservations").fetchall()]
+            held = self._db.execute("SELECT execution_id, grant_id FROM budget_grant_reservations").fetchall()
             out = []
-            for execution_id in held:
+            for execution_id, grant_id in held:
                 if execution_id not in live:
-                    charge = self._settle(execution_id, None, at)
+                    charge = self._settle(execution_id, grant_id, None, at)
                     if charge is not None:
                         out.append(charge)
             return out
