@@ -62,5 +62,6 @@ class SessionApprovals:
         self._exec.pop(exec_session, None)
 
     def end_session(self, scope: Scope) -> None:
+        """Forget every key approved in ``scope``: its session is over (a CI job's, at its open and its close)."""
         for entry in [e for e in self._keys if e[0] == scope]:
             del self._keys[entry]

@@ -4,7 +4,9 @@ A step is submitted to the service's execution manager exactly as ``POST /v1/exe
 same gate, approvals, grants, evidence and limits: no second path), as a ``shell_exec`` request carrying the
 job's CI context (with the step's name), its profile, its image and its workspace. The workspace is the service's
 own per-tenant directory named for the job (``Workspaces.path(tenant, name)``: the name is the request's
-``session_id``, so "approve for the session" covers the rest of the job and nothing else).
+``session_id``, so "approve for the session" covers the rest of the job; and nothing else: a runner's jobs share
+its work directory's name, so the session approvals of that scope are forgotten when a job opens and when it
+closes, however it closes).
 
 An open job is kept in the service's state store (``ci_jobs``) as well as here: a controller restarted mid-job
 finds it again at start-up (``recover``), so the job's next step runs and its cleanup removes its workspace (a
@@ -31,6 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.approvals.session import Scope
 from orchestrator.domain.ci_jobs import DEFAULT_CI_PROFILE, CiJobRequest, CiJobView, CiStepRequest
 from orchestrator.domain.errors import ExecutionNotRunning, Forbidden, InputInvalid, NotFound, OrchestratorError
 from orchestrator.domain.ids import new_execution_id
@@ -155,6 +158,9 @@ class CiJobs:
             if other.view.state == "open" and other.path == path:
                 log.warning("job %s takes workspace %s over from job %s (closed)", job_id, name, other.view.job_id)
                 await self._close(other, principal, ended=f"taken over by job {job_id} (its workspace)")
+        # whatever was approved for the session of an earlier job here (its close may not have been seen) is not
+        # this job's: it asks again
+        self.manager.orchestrator.session_approvals.end_session(Scope(tenant, subject, name))
         created = not path.is_dir()
         await self.workspaces.ensure(tenant, name)
         view = CiJobView(
@@ -274,6 +280,10 @@ class CiJobs:
                     cancelled.append(execution_id)
                     with contextlib.suppress(OrchestratorError, TimeoutError):
                         await self.manager.wait(execution_id, principal, 30.0)
+            # what was approved for the job's session ends with it (the next job on this workspace asks again)
+            self.manager.orchestrator.session_approvals.end_session(
+                Scope(job.view.tenant, job.view.subject, job.view.workspace)
+            )
             # no pre-started sandbox outlives the job, whoever made its workspace (a runner's work directory stays
             # the runner's, but a pod waiting on it would hold its node's CPU until its TTL; ephemeral runners
             # never come back to it): the next job there fills anew

@@ -28,6 +28,12 @@ class StoredSessionApprovals(SessionApprovals):
         task = asyncio.ensure_future(self._store.add_session_approval(grant))
         task.add_done_callback(_warn_on_failure)
 
+    def end_session(self, scope: Scope) -> None:
+        super().end_session(scope)
+        # written behind too, after any approval written before it (the store's one thread, in order)
+        task = asyncio.ensure_future(self._store.forget_session_approvals(scope.tenant, scope.subject, scope.session))
+        task.add_done_callback(_warn_on_failure)
+
 
 def _warn_on_failure(task: asyncio.Future[None]) -> None:
     if not task.cancelled() and task.exception() is not None:

@@ -520,6 +520,16 @@ class StateStore:
 
         await self._call(write)
 
+    async def forget_session_approvals(self, tenant: str, subject: str, session: str) -> None:
+        """Every approval of one session scope, gone (its session is over: a CI job closed, or a new one opened)."""
+
+        def write() -> None:
+            self._db.execute(
+                "DELETE FROM grants WHERE tenant = ? AND subject = ? AND session = ?", (tenant, subject, session)
+            )
+
+        await self._call(write)
+
     def session_approvals_sync(self) -> list[StoredSessionApproval]:
         rows = self._db.execute(
             "SELECT tenant, subject, session, approval_key, policy_hash FROM grants ORDER BY granted_at"
