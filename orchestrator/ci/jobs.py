@@ -41,7 +41,6 @@ from orchestrator.domain.principal import Principal, Role
 from orchestrator.domain.requests import describe_validation_error
 from orchestrator.domain.wire import ExecutionView
 from orchestrator.evidence import EventType
-from orchestrator.pipeline import externals
 from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.service.executions import ExecutionManager
 from orchestrator.service.workspaces import Workspaces
@@ -325,8 +324,6 @@ class CiJobs:
             if since is not None and (now - since).total_seconds() >= self.idle_s:
                 idle = round((now - since).total_seconds())
                 await self._close(job, _CONTROLLER, ended=f"expired: idle for {idle}s (its runner never cleaned up)")
-                if not any(o.view.state == "open" and o.path == job.path for o in self._jobs.values()):
-                    await asyncio.to_thread(externals.drop, job.path)  # the runner's externals taken for it
                 expired.append(job.view.job_id)
         return expired
 
