@@ -69,8 +69,8 @@ class CiStepRequest(_Model):
     timeout_ms: int | None = Field(default=None, ge=1, le=_MAX_TIMEOUT_MS, description="Wall-clock limit.")
     externals: bool = Field(
         default=False,
-        description="The runner's externals the controller took from the job's workspace, read-only at /__e "
-        "(a GitHub job whose runner set SANDBOX_EXTERNALS).",
+        description="The runner's externals, beside the job's workspace (<tenant>/.ci-externals/<workspace>), "
+        "read-only at /__e (a GitHub job whose runner set SANDBOX_EXTERNALS=1).",
     )
 
 

@@ -302,8 +302,9 @@ class ShellExecRequest(_RequestBase):
     )
     externals: bool = Field(
         default=False,
-        description="A CI job's step: the runner's externals the controller took from the job's workspace "
-        "(SANDBOX_EXTERNALS) mounted read-only at /__e, where the runner's JavaScript actions find their node.",
+        description="A CI job's step: the runner's externals (SANDBOX_EXTERNALS, beside the job's workspace, where "
+        "no sandbox reaches) mounted read-only at /__e, where the runner's JavaScript actions find their node. Set by "
+        "the controller for its CI jobs' steps only: refused (INPUT.INVALID) in POST /v1/executions.",
     )
     _v = field_validator("argv")(_argv_ok)
 

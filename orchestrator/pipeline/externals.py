@@ -1,24 +1,33 @@
 """A CI runner's externals (the GitHub runner's ``externals``: the node its JavaScript actions run on), read-only
 in a job's sandboxes at ``/__e`` — where the runner mounts them in its own job containers.
 
-The deployment puts a copy of the runner's externals into the runner's work directory (the job's workspace,
-``SANDBOX_EXTERNALS``). A directory of the workspace is the sandboxes' to write, and a bind mount follows
-whatever link stands at its source when the engine mounts it: so the controller *takes* the copy out of the
-workspace when the job opens (a rename on the same storage: no copy), to a place beside the workspace that no
-workspace is (``.ci-externals/<workspace>/<take>``: a workspace's name never starts with a dot), checks what it
-took (a real directory; no file with another hard link, which a sandbox could still write through the workspace),
-and every step of the job gets that directory read-only at ``/__e``. It is removed when the job is closed, and
-replaced when the next job of the same workspace opens. Each take has a name of its own: the mount's source,
-and so the profile hash and the pool's key, differ from one take to the next (a sandbox pre-started with an
-earlier job's externals is never handed to a later job's step).
+Policies trust that node (``trusted_program_dirs: [/__e/node20/bin]``), so nothing a sandbox can write may ever
+become it. The deployment puts a copy of the runner's externals where no sandbox reaches: the directory
+``.ci-externals/<workspace>`` beside the runner's work directory, in its tenant's directory
+(``<service.workspaces>/<tenant>/.ci-externals/<workspace>``). A workspace's name never starts with a dot
+(``Workspaces.path``), so no sandbox's mount — a workspace, on Docker or as a claim sub-path on Kubernetes — is
+that directory or holds it; what a step writes in its work directory is never taken from there. On Kubernetes
+the runner pod's init container copies the runner's ``/home/runner/externals`` into it; on Docker the host's
+deployment does (docs/ci.md). It is the runner's, like its work directory: the controller never moves, changes
+or removes it.
+
+``check`` (at prepare_job, and when a restarted controller rebuilds a job) holds the directory to what the
+deployment makes: a real directory, and ``.ci-externals`` above it one too (opened with O_NOFOLLOW: no link
+at either), each owned by root, the controller's user or the owner of the tenant's directory (whoever makes the
+tenant's directories), writable by that owner only; no file in it with another hard link (a file shared with a
+workspace would be written through it) and no link in it leading out of it. ``mount`` (each step's launch)
+checks the two directories again, and gives the step the directory read-only at ``/__e``.
+
+The mount's source is part of the step's resolved profile (``read_only_mounts``), so of its profile hash and its
+pool key: the same directory for every job of the workspace. A sandbox pre-started for one job's steps is
+retired when that job closes (``Orchestrator.retire_workspace``), whichever way: never handed to a later job's
+step; and what it mounts is the runner's own directory, which no sandbox writes.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import uuid
 from pathlib import Path
 
 from orchestrator.domain.errors import CiUnsupported, SandboxUnavailable
@@ -26,95 +35,118 @@ from orchestrator.profiles import ResolvedMount
 
 #: where the runner's externals are inside its job containers (``ContainerInfo.cs``: /__e), and in a sandbox
 TARGET = "/__e"
-#: the directory beside a tenant's workspaces that holds the externals taken from them
+#: the directory of a tenant's directory that holds its runners' externals (one directory per workspace)
 HOLDER = ".ci-externals"
 
 
 def location(workspace: Path) -> Path:
-    """Where the externals taken from ``workspace`` are kept (the one take in it)."""
+    """Where the deployment puts the runner's externals for the runner whose work directory is ``workspace``."""
     return workspace.parent / HOLDER / workspace.name
 
 
-def drop(workspace: Path) -> None:
-    """Remove the externals taken from ``workspace`` (none: nothing to do). Never follows a link."""
-    holder = workspace.parent / HOLDER
-    kept = location(workspace)
-    try:
-        mode = os.lstat(kept).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(os.lstat(holder).st_mode):
-        raise SandboxUnavailable(f"{holder} is not a directory")
-    if stat.S_ISDIR(mode):
-        shutil.rmtree(kept)  # fd-based on Linux: never follows a link inside
-    else:
-        os.unlink(kept)
-
-
-def take(workspace: Path, name: str) -> bool:
-    """Take the directory ``name`` of ``workspace`` (the runner's externals) out of it, replacing what an
-    earlier job of the workspace left; False when the workspace has no such entry (a step that needs the
-    externals is then refused). CI.UNSUPPORTED, and nothing kept, for anything but a real directory whose files
-    have no other link."""
-    drop(workspace)
-    source = workspace / name
-    try:
-        os.lstat(source)
-    except FileNotFoundError:
-        return False
-    holder = workspace.parent / HOLDER
-    holder.mkdir(mode=0o711, exist_ok=True)
-    if not stat.S_ISDIR(os.lstat(holder).st_mode):
-        raise SandboxUnavailable(f"{holder} is not a directory")
-    kept = location(workspace)
-    kept.mkdir(mode=0o711)
-    taken = kept / uuid.uuid4().hex
-    try:
-        os.rename(source, taken)  # whatever stands there now is what is checked and kept: nobody else reaches it
-    except OSError as err:
-        drop(workspace)
-        raise CiUnsupported(
-            f"SANDBOX_EXTERNALS {name!r} cannot be taken out of the work directory ({err.strerror}): it must be a"
-            " directory on the workspace's own storage",
-            details={"fields": ["env.SANDBOX_EXTERNALS"]},
-        ) from None
-    problem = _problem(taken)
-    if problem is not None:
-        drop(workspace)
-        raise CiUnsupported(
-            f"SANDBOX_EXTERNALS {name!r} {problem}: copy the runner's externals there (cp -r), never a link",
-            details={"fields": ["env.SANDBOX_EXTERNALS"]},
-        )
-    return True
-
-
-def _problem(kept: Path) -> str | None:
-    if not stat.S_ISDIR(os.lstat(kept).st_mode):
-        return "is not a directory"
-    for root, _dirs, files in os.walk(kept):  # links to directories are not followed
-        for file in files:
-            st = os.lstat(os.path.join(root, file))
-            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-                return f"holds {os.path.relpath(os.path.join(root, file), kept)!r}, a file with another hard link"
-    return None
+def layout(workspace: Path) -> str:
+    """The place, as docs/ci.md names it: ``<service.workspaces>/<tenant>/.ci-externals/<workspace>``."""
+    return f"<service.workspaces>/{workspace.parent.name}/{HOLDER}/{workspace.name}"
 
 
 def mount(workspace: Path) -> ResolvedMount:
-    """The read-only mount of the externals taken from ``workspace`` (SANDBOX.UNAVAILABLE when none were)."""
-    kept = location(workspace)
-    for path in (kept.parent, kept):
-        if not _directory(path):
-            raise SandboxUnavailable(
-                f"no runner externals were taken for the workspace {workspace.name!r} ({path} is not a directory)"
-            )
-    takes = os.listdir(kept)
-    if len(takes) != 1 or not _directory(kept / takes[0]):
-        raise SandboxUnavailable(f"no runner externals were taken for the workspace {workspace.name!r} ({kept})")
-    return ResolvedMount(source=str(kept / takes[0]), target=TARGET)
+    """The read-only mount of the runner's externals at /__e; SANDBOX.UNAVAILABLE when the directory is not (or
+    no longer) as ``check`` found it at prepare_job."""
+    problem = _directories(workspace, walk=False)
+    if problem is not None:
+        raise SandboxUnavailable(f"the runner's externals for the workspace {workspace.name!r}: {problem}")
+    return ResolvedMount(source=str(location(workspace)), target=TARGET)
 
 
-def _directory(path: Path) -> bool:
+def check(workspace: Path) -> ResolvedMount:
+    """The runner's externals checked whole (the directories, every file and link in them) and their mount;
+    CI.UNSUPPORTED naming the deployment's layout otherwise (missing, a link, another owner, a hard link …)."""
+    problem = _directories(workspace, walk=True)
+    if problem is not None:
+        raise CiUnsupported(
+            f"SANDBOX_EXTERNALS: the runner's externals must be a directory the deployment copies them into, beside"
+            f" the work directory where no sandbox reaches: {layout(workspace)} ({problem}; docs/ci.md)",
+            details={"fields": ["env.SANDBOX_EXTERNALS"]},
+        )
+    return ResolvedMount(source=str(location(workspace)), target=TARGET)
+
+
+def _directories(workspace: Path, *, walk: bool) -> str | None:
+    """What is wrong with the holder and the externals directory (None: nothing), opened one below the other
+    from the tenant's directory, never through a link."""
+    tenant = workspace.parent
+    fds: list[int] = []
     try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return False
+        try:
+            fds.append(os.open(tenant, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW))
+        except OSError as err:
+            return f"the tenant's directory {tenant} cannot be opened ({err.strerror})"
+        owners = {0, os.geteuid(), os.fstat(fds[0]).st_uid}
+        for name in (HOLDER, workspace.name):
+            shown = f"{HOLDER}/{workspace.name}" if name == workspace.name else HOLDER
+            try:
+                st = os.lstat(name, dir_fd=fds[-1])
+            except FileNotFoundError:
+                return f"{shown} does not exist"
+            if not stat.S_ISDIR(st.st_mode):
+                return f"{shown} is not a directory" + (" (a link)" if stat.S_ISLNK(st.st_mode) else "")
+            try:
+                fds.append(os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
+            except OSError as err:
+                return f"{shown} cannot be opened ({err.strerror})"
+            st = os.fstat(fds[-1])  # what was opened: the same directory, or the check fails above
+            if st.st_uid not in owners:
+                return f"{shown} is owned by uid {st.st_uid}, not by root, the controller's or the tenant directory's"
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return f"{shown} is writable by others than its owner (mode {stat.S_IMODE(st.st_mode):o})"
+        return _content(location(workspace)) if walk else None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _content(directory: Path) -> str | None:
+    """A file with another hard link (a workspace's file would be written through it), or a link that leads out
+    of the tree (to a sandbox's own paths: /__w), in ``directory``."""
+    try:
+        for root, dirs, files in os.walk(directory):  # links to directories are not followed
+            for name in [*dirs, *files]:
+                path = os.path.join(root, name)
+                relative = os.path.relpath(path, directory)
+                st = os.lstat(path)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                    return f"it holds {relative!r}, a file with another hard link"
+                if stat.S_ISLNK(st.st_mode) and not _resolves_inside(directory, relative):
+                    return f"it holds {relative!r}, a link to {os.readlink(path)!r}, outside it"
+    except OSError as err:
+        return f"it cannot be read ({err.strerror})"
+    return None
+
+
+def _resolves_inside(tree: Path, link: str) -> bool:
+    """Whether the link ``link`` (relative to ``tree``) resolves inside ``tree``, where it is mounted (/__e) as
+    on this host: component by component, every link followed, never above the tree, never an absolute one."""
+    resolved = link.split("/")[:-1]
+    todo: list[str] = []
+    target = os.readlink(tree / link)
+    for _ in range(1024):  # links of links: a loop is no way inside
+        if target.startswith("/"):
+            return False
+        todo = [*target.split("/"), *todo]
+        while todo:
+            part = todo.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not resolved:
+                    return False
+                resolved.pop()
+                continue
+            here = tree.joinpath(*resolved, part)
+            if here.is_symlink():
+                target = os.readlink(here)
+                break
+            resolved.append(part)
+        else:
+            return True
+    return False

@@ -193,6 +193,12 @@ class ExecutionManager(Observer):
                 "ci.controller_job: set by the controller for the steps of its CI jobs, never by a request",
                 details={"fields": ["ci.controller_job"]},
             )
+        if ci_job is None and raw.get("externals", False) is not False:  # false: what a request model dumps
+            raise InputInvalid(
+                "externals: set by the controller for the steps of its CI jobs (the runner's externals of a job's"
+                " runner), never by a request",
+                details={"fields": ["externals"]},
+            )
         if ci_job is not None and isinstance(ci, dict):
             raw = {**raw, "ci": {**ci, "controller_job": ci_job}}
         raw = self.owned(raw, principal)

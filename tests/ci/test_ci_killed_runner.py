@@ -1,7 +1,8 @@
 """A runner that dies leaves no sandbox: the hook SIGKILLed mid-step (its connection drops: the step is cancelled,
 its sandbox removed), and a runner that never called cleanup_job (its next job, same RUNNER_NAME and so the same
-workspace, takes the workspace over and closes the old job: what still ran of it stopped, the runner's externals
-it had taken replaced), each on the real engine, counting this run's sandboxes by their owner label."""
+workspace, takes the workspace over and closes the old job: what still ran of it stopped; the runner's externals,
+beside its work directory, the new job's too), each on the real engine, counting this run's sandboxes by their
+owner label."""
 
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ def _runner(h: Harness, tmp_path: Path, name: str, *, with_externals: bool = Fal
     work = tmp_path / "workspaces" / "team-a" / name
     work.mkdir(parents=True, exist_ok=True)
     runner = Runner(url=h.url, token=token_of("agent-a"), work=work, name=name)
-    if with_externals:  # the deployment's copy for the job (an init container's `cp -r`)
-        shutil.copytree(runner_externals(), work / "externals", symlinks=True)
-        runner.context["SANDBOX_EXTERNALS"] = "externals"
+    if with_externals:  # the deployment's copy beside the work directory (docs/ci.md)
+        shutil.copytree(runner_externals(), externals.location(work), symlinks=True, dirs_exist_ok=True)
+        runner.context["SANDBOX_EXTERNALS"] = "1"
     return runner
 
 
@@ -100,8 +101,7 @@ async def test_the_next_job_of_a_runner_that_never_cleaned_up_takes_its_workspac
     assert dead.state is not None
     first = dead.state["job"]
     kept = externals.location(dead.work)
-    first_take = Path(externals.mount(dead.work).source)
-    assert (first_take / "node20" / "bin" / "node").is_file()
+    assert Path(externals.mount(dead.work).source) == kept and (kept / "node20" / "bin" / "node").is_file()
     # a step of it still runs when its runner dies (submitted through the jobs API: no hook follows it whose
     # connection could drop)
     agent = ci_service.client("agent-a")
@@ -110,8 +110,8 @@ async def test_the_next_job_of_a_runner_that_never_cleaned_up_takes_its_workspac
     await _until("the orphaned step's sandbox running", lambda: bool(processes_mentioning(f"sleep {marker}")), 120)
     assert len(_ours()) == 1
 
-    # the runner comes back under its name (the same work directory, a fresh copy of its externals): its next
-    # job's prepare_job takes the workspace over
+    # the runner comes back under its name (the same work directory, its externals beside it): its next job's
+    # prepare_job takes the workspace over
     reborn = _runner(ci_service, tmp_path, "runner-reborn", with_externals=True)
     prepared = await reborn.invoke(reborn.prepare_job(IMAGE))
     assert prepared.exit_code == 0, prepared.stderr
@@ -121,8 +121,7 @@ async def test_the_next_job_of_a_runner_that_never_cleaned_up_takes_its_workspac
     assert (await _final(ci_service, left.execution_id)).state is ExecutionState.CANCELLED
     await _until("the old job's sandbox removed", lambda: not _ours())
     assert not processes_mentioning(f"sleep {marker}")
-    taken = Path(externals.mount(reborn.work).source)  # the new job's own copy, taken anew
-    assert taken != first_take and not first_take.exists() and (taken / "node20" / "bin" / "node").is_file()
+    assert Path(externals.mount(reborn.work).source) == kept  # the runner's, for each of its jobs
 
     reborn.own_work()
     step = await reborn.invoke(
@@ -131,9 +130,9 @@ async def test_the_next_job_of_a_runner_that_never_cleaned_up_takes_its_workspac
     assert step.exit_code == 0 and "on the runners node" in step.stdout, step.stderr
 
     # the old job's runner never comes back to clean it up; the new one does: nothing is left but the runner's
-    # own work directory
+    # own work directory and externals
     assert (await reborn.invoke(reborn.cleanup_job())).exit_code == 0
-    assert not kept.exists() and list(kept.parent.iterdir()) == []
+    assert list(kept.parent.iterdir()) == [kept] and (kept / "node20" / "bin" / "node").is_file()
     assert not _ours()
 
 

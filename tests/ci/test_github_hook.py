@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.domain.wire import ExecutionState
 from orchestrator.pipeline.this_process import owner_label
 from tests.support.engine import list_managed
+from tests.support.evidence import record_dicts
 from tests.support.github_runner import Runner
 from tests.support.service import Harness, token_of
 
@@ -94,4 +96,28 @@ async def test_a_timed_out_step_is_cancelled_and_leaves_no_sandbox(ci_service: H
         last = await agent.get(last.execution_id)
     assert last.state is ExecutionState.CANCELLED, last
     assert not [s for s in list_managed() if s.owner == owner_label()]
+    assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
+
+
+async def test_a_prepare_job_that_fails_once_the_job_is_open_leaves_it_closed(
+    ci_service: Harness, tmp_path: Path
+) -> None:
+    """Not only a CI.UNSUPPORTED refusal: whatever fails once prepare_job opened the job (here more runner paths
+    than the state a job hands back holds: a state that does not validate) closes it before the error is
+    answered; nothing of it stays open for its expiry to find."""
+    runner = _runner(ci_service, tmp_path, "runner-many")
+    payload = runner.prepare_job(IMAGE)
+    many = [
+        {"sourceVolumePath": f"{runner.work}/m{i}", "targetVolumePath": f"/m{i}", "readOnly": False} for i in range(70)
+    ]
+    payload["args"]["container"]["systemMountVolumes"] += many
+    failed = await runner.invoke(payload)
+    assert failed.exit_code == 1 and failed.response is None, failed
+    evidence = Path(yaml.safe_load(ci_service.config.read_text())["evidence"]["path"])
+    [opened] = record_dicts(evidence, event="ci_job_opened")
+    [closed] = record_dicts(evidence, execution_id=opened["execution_id"], event="ci_job_closed")
+    assert closed["status"] == "closed", closed
+    assert (await ci_service.client("agent-a").get_ci_job(opened["execution_id"])).state == "closed"
+    again = await runner.invoke(runner.prepare_job(IMAGE))  # the runner's next try opens a job of its own
+    assert again.exit_code == 0, again.stderr
     assert (await runner.invoke(runner.cleanup_job())).exit_code == 0

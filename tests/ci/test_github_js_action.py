@@ -1,7 +1,9 @@
 """JavaScript actions through the GitHub hook, end to end: the runner's externals (node 20 as the runner ships it,
-``scripts/ci-externals.sh``) taken from the work directory and mounted read-only at /__e, the action's program
-run as the runner runs it (``/__e/node20/bin/node "/__w/_actions/<owner>/<repo>/<ref>/index.js"``), allowed only
-by an explicit rule on the action (an opaque program is never allowed by default)."""
+``scripts/ci-externals.sh``), copied by the deployment beside the work directory (``<tenant>/.ci-externals/<name>``,
+where no sandbox reaches) and mounted read-only at /__e, the action's program run as the runner runs it
+(``/__e/node20/bin/node "/__w/_actions/<owner>/<repo>/<ref>/index.js"``), allowed only by an explicit rule on the
+action (an opaque program is never allowed by default). A node a step plants in the work directory is never the
+one a later job runs."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.domain.errors import InputInvalid
+from orchestrator.domain.wire import ExecutionState
 from orchestrator.pipeline import externals
 from orchestrator.pipeline.this_process import owner_label
 from tests.ci.conftest import CI_POLICY
@@ -92,18 +96,19 @@ async def js_service(tmp_path: Path, engine: Any) -> AsyncIterator[Harness]:
 
 
 def _runner(h: Harness, tmp_path: Path, name: str = "runner-js") -> Runner:
-    """A runner whose deployment copied its externals into the work directory (SANDBOX_EXTERNALS)."""
+    """A runner whose deployment copied its externals beside its work directory (docs/ci.md: <service.workspaces>/
+    <tenant>/.ci-externals/<name>), with SANDBOX_EXTERNALS=1."""
     work = tmp_path / "workspaces" / "team-a" / name
     work.mkdir(parents=True)
     shipped = runner_externals()
-    shutil.copytree(shipped, work / "externals", symlinks=True)
+    shutil.copytree(shipped, externals.location(work), symlinks=True)
     return Runner(
         url=h.url,
         token=token_of("agent-a"),
         work=work,
         name=name,
         externals=shipped,
-        context={"SANDBOX_EXTERNALS": "externals"},
+        context={"SANDBOX_EXTERNALS": "1"},
     )
 
 
@@ -118,9 +123,7 @@ async def test_a_javascript_action_runs_on_the_runners_node_with_its_externals_r
     prepared = await runner.invoke(runner.prepare_job(IMAGE))
     assert prepared.exit_code == 0, prepared.stderr
     kept = externals.location(runner.work)
-    taken = Path(externals.mount(runner.work).source)
-    # taken out of the work directory, where every step could write it, to where none reaches
-    assert not (runner.work / "externals").exists() and (taken / "node20" / "bin" / "node").is_file()
+    assert Path(externals.mount(runner.work).source) == kept  # beside the work directory: no sandbox reaches it
     runner.own_work()
 
     payload, step_env, output = runner.js_action_step("actions/hello", "v1", ACTION, inputs={"greeting": "hello"})
@@ -132,7 +135,7 @@ async def test_a_javascript_action_runs_on_the_runners_node_with_its_externals_r
     ), ran.stdout
     assert (runner.work / "app" / "app" / "greeting.txt").read_text() == "hello from org/app\n"
     assert output.read_text() == "greeting=hello\n"  # what the runner reads back after the step
-    assert not (taken / "node20" / "bin" / "planted").exists()
+    assert not (kept / "node20" / "bin" / "planted").exists()
 
     agent = js_service.client("agent-a")
     step = (await agent.list()).items[0]
@@ -146,7 +149,7 @@ async def test_a_javascript_action_runs_on_the_runners_node_with_its_externals_r
 
     cleaned = await runner.invoke(runner.cleanup_job())
     assert cleaned.exit_code == 0, cleaned.stderr
-    assert not kept.exists()  # closing the job leaves nothing of them
+    assert (kept / "node20" / "bin" / "node").is_file()  # the runner's, like its work directory: left as it was
     _no_sandbox_left()
 
 
@@ -160,7 +163,6 @@ async def test_an_action_no_rule_names_is_denied_and_nothing_runs(js_service: Ha
     assert denied.stdout == ""
     assert not (runner.work / "app" / "app" / "greeting.txt").exists() and output.read_text() == ""
     assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
-    assert not externals.location(runner.work).exists()
     _no_sandbox_left()
 
 
@@ -194,3 +196,76 @@ async def test_an_input_whose_name_holds_a_hyphen_reaches_the_action(js_service:
     assert (runner.work / "app" / "app" / "greeting.txt").read_text() == "1 from org/app\n"
     assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
     _no_sandbox_left()
+
+
+PLANT = """set -e
+mkdir -p /__w/externals/node20/bin
+printf '#!/bin/sh\\necho planted node ran\\n' > /__w/externals/node20/bin/node
+chmod +x /__w/externals/node20/bin/node
+touch /__e/node20/bin/node 2>/dev/null && echo "/__e writable" || echo "/__e read-only"
+echo planted
+"""
+
+
+async def test_a_node_a_step_plants_in_the_work_directory_is_never_a_later_jobs(
+    js_service: Harness, tmp_path: Path
+) -> None:
+    """Job N's step writes a node where the old SANDBOX_EXTERNALS took the externals from (the work directory,
+    /__w/externals, as the old recipe's ``cp -r`` would have merged into); job N+1 of the same runner runs the
+    runner's own node, and the old setting, a directory of the work directory, is refused before any job opens."""
+    runner = _runner(js_service, tmp_path, "runner-planted")
+    assert (await runner.invoke(runner.prepare_job(IMAGE))).exit_code == 0
+    runner.own_work()
+    planted = await runner.invoke(runner.script_step(PLANT))
+    assert planted.exit_code == 0 and "planted" in planted.stdout and "/__e read-only" in planted.stdout, planted
+    assert (runner.work / "externals" / "node20" / "bin" / "node").is_file()
+    assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
+
+    old = Runner(
+        url=js_service.url,
+        token=token_of("agent-a"),
+        work=runner.work,
+        name=runner.name,
+        context={"SANDBOX_EXTERNALS": "externals"},
+    )
+    refused = await old.invoke(old.prepare_job(IMAGE))
+    assert refused.exit_code == 1 and "CI.UNSUPPORTED" in refused.stderr, refused
+    assert ".ci-externals/<workspace>" in refused.stderr and "SANDBOX_EXTERNALS=1" in refused.stderr, refused.stderr
+    assert len((await js_service.client("agent-a").list()).items) == 1  # job N's step: nothing ran since
+
+    following = _runner_again(js_service, runner)
+    assert (await following.invoke(following.prepare_job(IMAGE))).exit_code == 0
+    following.own_work()
+    payload, step_env, _ = following.js_action_step("actions/hello", "v1", ACTION, inputs={"greeting": "hello"})
+    ran = await following.invoke(payload, step_env=step_env)
+    assert ran.exit_code == 0, ran
+    assert f"node {NODE_VERSION} at /__e/node20/bin/node" in ran.stdout and "planted" not in ran.stdout, ran.stdout
+    assert (await following.invoke(following.cleanup_job())).exit_code == 0
+    _no_sandbox_left()
+
+
+def _runner_again(h: Harness, runner: Runner) -> Runner:
+    """The same runner's next job: its work directory and externals as the last job left them."""
+    return Runner(
+        url=h.url,
+        token=token_of("agent-a"),
+        work=runner.work,
+        name=runner.name,
+        externals=runner.externals,
+        context=dict(runner.context),
+    )
+
+
+async def test_a_request_never_asks_for_the_runners_externals_itself(js_service: Harness, tmp_path: Path) -> None:
+    """``externals`` is the controller's, for its CI jobs' steps: POST /v1/executions refuses it (even for the
+    workspace of a runner whose externals are deployed), as it refuses ci.controller_job; false (what a request
+    model dumps) is no request for them."""
+    runner = _runner(js_service, tmp_path)
+    agent = js_service.client("agent-a")
+    asked = {"tool": "shell_exec", "argv": ["cat", "/__e/node20/include/node/node_version.h"], "tenant": "team-a"}
+    with pytest.raises(InputInvalid) as refused:
+        await agent.submit({**asked, "session_id": runner.name, "externals": True})
+    assert refused.value.details["fields"] == ["externals"] and "never by a request" in str(refused.value)
+    assert (await agent.list()).items == []  # nothing decided, nothing ran
+    plain = await agent.submit({"tool": "shell_exec", "argv": ["true"], "externals": False}, wait=60)
+    assert plain.state is ExecutionState.SUCCEEDED, plain

@@ -220,6 +220,15 @@ def arc_runner_pod(name: str, *, init: bool) -> dict[str, Any]:
         )
     runner = spec["containers"][0]
     runner["command"] = ["sh", "-c", "cd /home/runner/_work && mkdir -p _temp && echo from-runner > _temp/probe"]
+    # the runner image's externals (our image has none): an emptyDir filled first, where the docs' init container
+    # copies them from
+    spec["volumes"].append({"name": "shipped", "emptyDir": {}})
+    shipped = {"name": "shipped", "mountPath": "/home/runner/externals"}
+    fill = "mkdir -p /home/runner/externals/node20/bin && echo '#!node' > /home/runner/externals/node20/bin/node"
+    image_part = {"name": "runner-image", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", fill]}
+    image_part.update(securityContext=spec["initContainers"][0]["securityContext"], volumeMounts=[shipped])
+    spec["initContainers"][0]["volumeMounts"].append(shipped)
+    spec["initContainers"].insert(0, image_part)
     if not init:
         del spec["initContainers"]
     spec["restartPolicy"] = "Never"
@@ -273,6 +282,11 @@ def test_the_runner_pods_work_directory_on_the_claim_as_the_docs_make_it(sandbox
         work = tenant / with_init
         assert (work / "_temp" / "probe").read_text() == "from-runner\n"
         assert (work.stat().st_uid, work.stat().st_gid) == (SANDBOX_UID, SANDBOX_UID)
+        # the runner's externals beside its work directory, as the controller takes them (pipeline.externals)
+        copied = externals.location(work)
+        assert copied == tenant / ".ci-externals" / with_init
+        assert (copied / "node20" / "bin" / "node").read_text() == "#!node\n"
+        assert externals.check(work).source == str(copied)
 
         assert ended(space, without) == "Failed"
         logs = space.cluster.kubectl("logs", "-n", space.namespace, without, check=False)
@@ -286,8 +300,9 @@ def test_the_runner_pods_work_directory_on_the_claim_as_the_docs_make_it(sandbox
 async def test_a_javascript_action_runs_in_a_pod_with_the_runners_externals_read_only(
     tmp_path: Path, sandbox_space: SandboxSpace
 ) -> None:
-    """The runner's externals, taken onto the claim beside the work directory, are a read-only sub-path of it at
-    /__e in the step's pod: the action runs on the runner's node, writes the workspace, cannot write /__e."""
+    """The runner's externals, copied by the deployment onto the claim beside the work directory
+    (``<tenant>/.ci-externals/<name>``, docs/ci.md), are a read-only sub-path of it at /__e in the step's pod: the
+    action runs on the runner's node, writes the workspace, cannot write /__e; the directory stays the runner's."""
     policy: dict[str, Any] = json.loads(json.dumps(JS_POLICY))
     policy["caps"] = {**policy["caps"], **CAPS}
     backend = {"kind": "kubernetes", "kubernetes": sandbox_space.settings().model_dump(mode="json", exclude_none=True)}
@@ -297,11 +312,11 @@ async def test_a_javascript_action_runs_in_a_pod_with_the_runners_externals_read
     h = await start_service(config)
     try:
         runner = runner_of(h, sandbox_space, "runner-k8s-js")
-        shutil.copytree(runner_externals(), runner.work / "externals", symlinks=True)
-        runner.context["SANDBOX_EXTERNALS"] = "externals"
+        kept = externals.location(runner.work)
+        shutil.copytree(runner_externals(), kept, symlinks=True)
+        runner.context["SANDBOX_EXTERNALS"] = "1"
         prepared = await runner.invoke(runner.prepare_job(IMAGE))
         assert prepared.exit_code == 0, prepared.stderr
-        kept = externals.location(runner.work)
         runner.own_work()
         payload, step_env, output = runner.js_action_step("actions/hello", "v1", ACTION, inputs={"greeting": "hi"})
         ran = await runner.invoke(payload, step_env=step_env)
@@ -310,8 +325,9 @@ async def test_a_javascript_action_runs_in_a_pod_with_the_runners_externals_read
         assert wanted in ran.stdout, ran.stdout
         assert (runner.work / "app" / "app" / "greeting.txt").read_text() == "hi from org/app\n"
         assert output.read_text() == "greeting=hi\n"
+        assert not (kept / "node20" / "bin" / "planted").exists()
         assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
-        assert not kept.exists()
+        assert (kept / "node20" / "bin" / "node").is_file()  # the runner's, like its work directory
         assert await pods_gone(sandbox_space) == []
     finally:
         await h.stop()

@@ -24,7 +24,7 @@ Decisions beyond a one-to-one mapping of the resolved profile:
   file of sandbox output (an unbounded json-file log could fill the engine's disk).
 * ``Healthcheck: NONE`` — the engine never execs an image's health check inside the sandbox.
 * ``read_only_mounts`` (a CI job's runner externals at /__e) are read-only, non-recursive binds of directories
-  the controller took out of every workspace (``pipeline.externals``).
+  no workspace is or holds (``pipeline.externals``: beside the runner's work directory).
 * Read-only workspace mounts are non-recursive: this engine cannot make sub-mounts read-only, so a
   writable sub-mount under a read-only workspace is hidden rather than left writable.
 * ``Hostname: sandbox`` — fixed, so HOSTNAME (which the engine always adds) reveals nothing; and

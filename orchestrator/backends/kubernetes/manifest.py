@@ -115,7 +115,7 @@ PROFILE_MAPPING: tuple[tuple[str, str, str], ...] = (
     (
         "read_only_mounts",
         "HostConfig.Mounts (bind, read-only, non-recursive)",
-        "the claim's sub-path, read-only (a CI runner's externals, taken onto the claim); refused in copy mode"
+        "the claim's sub-path, read-only (a CI runner's externals, beside its work directory); refused in copy mode"
         " (SANDBOX.UNAVAILABLE)",
     ),
     ("tmpfs", "HostConfig.Tmpfs", "emptyDir medium: Memory, sizeLimit"),
@@ -310,7 +310,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
             **({"subPath": sub_path} if sub_path else {}),
         }
     ]
-    for extra in profile.read_only_mounts:  # a CI runner's externals: taken onto the same claim, read-only
+    for extra in profile.read_only_mounts:  # a CI runner's externals: on the same claim, beside its work directory
         relative = claim_sub_path(extra.source, settings, "externals")
         mounts.append({"name": WORKSPACE_VOLUME, "mountPath": extra.target, "subPath": relative, "readOnly": True})
     volumes.append({"name": STDIO_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": STDIO_VOLUME_SIZE}})

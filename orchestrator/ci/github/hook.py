@@ -20,6 +20,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
+import hmac
+import json
+import logging
 import posixpath
 import re
 import shlex
@@ -41,7 +45,7 @@ from orchestrator.ci.github.protocol import (
 from orchestrator.ci.jobs import CiJobs
 from orchestrator.domain.ci import ci_from_github
 from orchestrator.domain.ci_jobs import CiJobView
-from orchestrator.domain.errors import CiUnsupported, InputInvalid, NotFound, OrchestratorError
+from orchestrator.domain.errors import CiUnsupported, InputInvalid, NotFound, OrchestratorError, SandboxUnavailable
 from orchestrator.domain.principal import Principal
 from orchestrator.domain.requests import MAX_SCRIPT_BYTES, ScriptFile
 from orchestrator.domain.wire import ExecutionState, ExecutionView, OutputChunk
@@ -55,6 +59,12 @@ RUNNER_EXTERNALS = "/__e"
 ENGINE_SOCKET = "/var/run/docker.sock"
 #: shells whose scripts the gate reads, and that read ``export`` lines
 _SHELLS = frozenset({"bash", "sh"})
+#: SANDBOX_EXTERNALS: the deployment put the runner's externals beside the work directory (``pipeline.externals``)
+_ON, _OFF = frozenset({"1", "true", "yes"}), frozenset({"", "0", "false", "no"})
+#: what the MAC of a job's state is keyed with: the evidence's input key, for this use only (never its digests')
+_STATE_KEY_LABEL = b"sandbox-orchestrator/ci/github/job-state/v1"
+
+log = logging.getLogger(__name__)
 
 Event = dict[str, Any]
 
@@ -78,9 +88,8 @@ class PathMap:
                 raise CiUnsupported(
                     f"{what} uses {missing}, which no sandbox of this job has"
                     + (
-                        " (the runner's externals: set SANDBOX_EXTERNALS to the directory of the work directory where"
-                        " the deployment puts a copy of them"
-                        " in the job's workspace, docs/ci.md)"
+                        " (the runner's externals: the deployment copies them to <service.workspaces>/<tenant>/"
+                        ".ci-externals/<workspace> and sets SANDBOX_EXTERNALS=1 on the runner, docs/ci.md)"
                         if missing == RUNNER_EXTERNALS
                         else ""
                     ),
@@ -98,8 +107,8 @@ class PathMap:
 def path_map(mounts: list[Mount], *, root: str, externals: bool, notices: list[str]) -> PathMap:
     """The map of a job's ``systemMountVolumes``: the runner's work directory (the mount at /__w) is the job's
     workspace at ``root``; a mount of a directory below it is that directory there; the runner's externals are
-    at /__e when the controller took a copy of them (``externals``: mounted read-only there, ``pipeline.externals``)
-    or missing; the engine's socket is never given."""
+    at /__e when the deployment put them beside the work directory (``externals``: mounted read-only there,
+    ``pipeline.externals``), or missing; the engine's socket is never given."""
     work = next((_clean(m.source) for m in mounts if _clean(m.target) == RUNNER_WORK), None)
     pairs: dict[str, str] = {RUNNER_WORK: root}
     missing: list[str] = []
@@ -183,12 +192,24 @@ class _HookJob:
     env: dict[str, str]
     #: the profile's own environment: a runner value equal to it (HOME) is no change
     fixed: dict[str, str]
-    #: the runner's externals were taken from the workspace: every step has them read-only at /__e
+    #: the runner's externals (beside the work directory, checked): every step has them read-only at /__e
     externals: bool = False
 
 
-def _same_workspace(one: CiJobView, other: CiJobView) -> bool:
-    return (one.tenant, one.workspace) == (other.tenant, other.workspace)
+def _externals_flag(value: str | None) -> bool:
+    """SANDBOX_EXTERNALS: 1/true when the deployment put the runner's externals beside its work directory
+    (``pipeline.externals``). The old value, a directory of the work directory, is refused: any step of any job
+    can write there, so a later job would run a planted node as the trusted one."""
+    if value is None or value.strip().lower() in _OFF:
+        return False
+    if value.strip().lower() in _ON:
+        return True
+    raise CiUnsupported(
+        f"SANDBOX_EXTERNALS={value[:64]!r}: the runner's externals are never taken from the work directory (any"
+        " step can write it). Copy them to <service.workspaces>/<tenant>/.ci-externals/<workspace>, beside the work"
+        " directory where no sandbox reaches, and set SANDBOX_EXTERNALS=1 (docs/ci.md)",
+        details={"fields": ["env.SANDBOX_EXTERNALS"]},
+    )
 
 
 def _prelude(code_loading: dict[str, str], prepend: list[str]) -> str:
@@ -245,16 +266,28 @@ class GithubHook:
             notices.append("the job container's registry credentials are not used: nothing is ever pulled")
         opened: dict[str, object] = {"ci": ci.model_dump(mode="json", exclude_none=True), "workspace": workspace}
         opened.update(image=container.image, profile=env.SANDBOX_PROFILE)
+        wants_externals = _externals_flag(env.SANDBOX_EXTERNALS)  # before the job is opened: nothing to undo
         job = await self.jobs.open(opened, principal)  # a job it took the workspace over from is forgotten (on_close)
         try:
             await self._check_shared(call, job)
-            taken = await self._take_externals(job, env.SANDBOX_EXTERNALS, notices)
-        except CiUnsupported:
-            await self.jobs.close(job.job_id, principal)  # the workspace, when it made one, goes with it
+            if wants_externals:
+                await asyncio.to_thread(externals.check, self.jobs.workspace_of(job.job_id))
+            paths = path_map(
+                container.system_mount_volumes, root=job.container_path, externals=wants_externals, notices=notices
+            )
+            fixed = self.jobs.profiles.named(job.profile).env
+            kept = _HookJob(job, paths, dict(container.environment_variables), fixed, wants_externals)
+            state = self._signed(kept)
+            self._jobs[job.job_id] = kept
+        except BaseException:
+            # refused or failed however (CI.UNSUPPORTED, SANDBOX.UNAVAILABLE, an OSError, a state that does not
+            # validate, the caller gone): no job is left open; the workspace, when it made one, goes with it
+            self._jobs.pop(job.job_id, None)
+            try:
+                await asyncio.shield(self.jobs.close(job.job_id, principal))
+            except Exception:
+                log.exception("closing CI job %s after its prepare_job failed", job.job_id)
             raise
-        paths = path_map(container.system_mount_volumes, root=job.container_path, externals=taken, notices=notices)
-        fixed = self.jobs.profiles.named(job.profile).env
-        self._jobs[job.job_id] = _HookJob(job, paths, dict(container.environment_variables), fixed, taken)
         for notice in notices:
             yield {"stream": "stderr", "data": f"sandbox: {notice}\n"}
         yield {
@@ -262,13 +295,6 @@ class GithubHook:
             "data": f"sandbox: job {job.job_id}: image {job.image}, profile {job.profile}, workspace {job.workspace}"
             f" at {job.container_path}\n",
         }
-        state = JobState(
-            job=job.job_id,
-            paths=[(runner, sandbox) for runner, sandbox in paths.pairs],
-            missing=list(paths.missing),
-            env=dict(container.environment_variables),
-            externals=taken,
-        )
         response = {
             "state": state.model_dump(mode="json"),
             "context": {"container": {"id": job.job_id, "network": "none"}, "services": []},
@@ -277,18 +303,29 @@ class GithubHook:
         }
         yield {"exit_code": 0, "response": response}
 
-    async def _take_externals(self, job: CiJobView, name: str | None, notices: list[str]) -> bool:
-        """The runner's externals (``SANDBOX_EXTERNALS``, a directory of the work directory) taken out of the
-        workspace, for every step of the job read-only at /__e; what an earlier job of the workspace left removed.
-        False when there are none (a step using /__e is then refused)."""
-        workspace = self.jobs.workspace_of(job.job_id)
-        if name is None:
-            await asyncio.to_thread(externals.drop, workspace)
-            return False
-        if await asyncio.to_thread(externals.take, workspace, name):
-            return True
-        notices.append(f"SANDBOX_EXTERNALS {name!r} is not in the work directory: a step using /__e is refused")
-        return False
+    def _signed(self, kept: _HookJob) -> JobState:
+        """The state handed to the runner: what the steps need of prepare_job's input, without /__e (rebuilt from
+        ``externals``, checked again), MAC'd with a key only this controller has (``_mac``)."""
+        state = JobState(
+            job=kept.job.job_id,
+            paths=[(runner, sandbox) for runner, sandbox in kept.paths.pairs if runner != RUNNER_EXTERNALS],
+            missing=list(kept.paths.missing),
+            env=dict(kept.env),
+            externals=kept.externals,
+        )
+        return state.model_copy(update={"mac": self._mac(state)})
+
+    def _mac(self, state: JobState) -> str:
+        """HMAC-SHA256 of the state's canonical JSON (job, paths, missing, env, externals) under a key derived from
+        the evidence's input key (kept beside the evidence, 0600: the controller's alone, the same after a
+        restart)."""
+        input_key = self.jobs.manager.orchestrator.gate.input_key
+        if input_key is None:  # the service always has one (Authorizer): never a state nobody can check
+            raise SandboxUnavailable("the controller has no input key to sign a CI job's state with")
+        key = hmac.new(input_key(), _STATE_KEY_LABEL, hashlib.sha256).digest()
+        body = state.model_dump(mode="json", include={"job", "paths", "missing", "env", "externals"})
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return hmac.new(key, canonical.encode("ascii"), hashlib.sha256).hexdigest()
 
     async def _check_shared(self, call: PrepareJobCall, job: CiJobView) -> None:
         """CI.UNSUPPORTED unless the runner's work directory is the job's workspace: the runner made the (empty)
@@ -318,7 +355,7 @@ class GithubHook:
                 details={"fields": ["input.responseFile"]},
             ) from None
 
-    def _job_of(self, state: JobState, principal: Principal) -> _HookJob:
+    async def _job_of(self, state: JobState, principal: Principal) -> _HookJob:
         """The job's facts: kept since prepare_job, or (a controller restarted since) rebuilt from the state the
         runner handed back, checked: the job is the caller's and open, every sandbox path inside its workspace."""
         view = self.jobs.get(state.job, principal)  # NOT_FOUND for another tenant's job, or one never opened
@@ -327,21 +364,30 @@ class GithubHook:
             return kept
         if state.paths is None:
             raise NotFound(f"no CI job {state.job} here (prepared by an older controller that kept its facts itself)")
+        if state.mac is None or not hmac.compare_digest(state.mac, self._mac(state)):
+            raise InputInvalid(
+                "input.state: the state was not made by this controller (its job, paths, environment or externals"
+                " differ from what prepare_job answered)",
+                details={"fields": ["input.state"]},
+            )
         root = view.container_path
-        for runner_path, sandbox_path in state.paths:
+        pairs = list(state.paths)
+        for runner_path, sandbox_path in pairs:
             inside = posixpath.normpath(sandbox_path)
             if inside != root and not inside.startswith(root.rstrip("/") + "/"):
                 raise InputInvalid(
                     f"input.state.paths: {sandbox_path!r} (for {runner_path!r}) is outside the job's workspace {root}",
                     details={"fields": ["input.state.paths"]},
                 )
-        taken = state.externals and externals.location(self.jobs.workspace_of(state.job)).is_dir()
+        if state.externals:  # never a path of the state: rebuilt here, the directory checked again
+            await asyncio.to_thread(externals.check, self.jobs.workspace_of(state.job))
+            pairs.append((RUNNER_EXTERNALS, RUNNER_EXTERNALS))
         kept = _HookJob(
             view,
-            PathMap(tuple(sorted(state.paths, key=lambda pair: -len(pair[0]))), tuple(state.missing)),
+            PathMap(tuple(sorted(pairs, key=lambda pair: -len(pair[0]))), tuple(state.missing)),
             dict(state.env),
             self.jobs.profiles.named(view.profile).env,
-            taken,
+            state.externals,
         )
         if view.state == "open":
             self._jobs[state.job] = kept
@@ -357,9 +403,6 @@ class GithubHook:
         with contextlib.suppress(NotFound):
             view = await self.jobs.close(job_id, principal)
             yield {"stream": "stdout", "data": f"sandbox: job {job_id} closed after {len(view.steps)} step(s)\n"}
-            # its steps are over: the externals taken for them go (not those a later job of the workspace took)
-            if not any(_same_workspace(other.job, view) for other in self._jobs.values()):
-                await asyncio.to_thread(externals.drop, self.jobs.workspace_of(job_id))
         yield {"exit_code": 0, "response": None}
 
     # -- steps ---------------------------------------------------------------------------------------------
@@ -431,7 +474,7 @@ class GithubHook:
         return ScriptFile(path=path, content_base64=base64.b64encode(prelude.encode() + content).decode("ascii"))
 
     async def _step(self, call: ScriptStepCall | ContainerStepCall, principal: Principal) -> AsyncIterator[Event]:
-        kept = self._job_of(call.input.state, principal)
+        kept = await self._job_of(call.input.state, principal)
         request = await self._step_request(call, kept)
         view = await self.jobs.step(kept.job.job_id, request, principal)
         yield {"execution_id": view.execution_id}  # the hook skips it: the answer starts once the step is taken

@@ -40,9 +40,10 @@ from orchestrator.domain.requests import ENV_NAME, MAX_ARG_BYTES, MAX_PATH_BYTES
 Command = Literal["prepare_job", "run_script_step", "run_container_step", "cleanup_job"]
 
 #: the hook's own environment variables it forwards: the job's context (``domain.ci.ci_from_github``), the
-#: runner's name, and the deployment's settings (where the job's workspace and the runner's externals are, the
-#: job's profile). The runner gives its hook its own process environment and the github and runner contexts,
-#: never a workflow's ``env:`` (actions/runner ``ScriptHandler.cs``): SANDBOX_* are the runner pod's, not the job's.
+#: runner's name, and the deployment's settings (where the job's workspace is, whether the runner's externals are
+#: beside it, the job's profile). The runner gives its hook its own process environment and the github and runner
+#: contexts, never a workflow's ``env:`` (actions/runner ``ScriptHandler.cs``): SANDBOX_* are the runner pod's,
+#: not the job's.
 HOOK_ENV: tuple[str, ...] = (
     "GITHUB_REPOSITORY",
     "GITHUB_WORKFLOW",
@@ -142,9 +143,11 @@ class ScriptStepArgs(_Model):
 class JobState(BaseModel):
     """The state prepare_job answered, handed back by the runner on every later command: the job's id, and what
     the steps need of prepare_job's input (its path map, the job container's environment, whether the runner's
-    externals were taken), so that a controller restarted since prepare_job takes the job's next step. Nothing
-    here is more than the runner may send in a step anyway (its environment, paths inside its own sandboxes):
-    the controller still checks the job is the caller's and every sandbox path is inside the job's workspace."""
+    externals are mounted), so that a controller restarted since prepare_job takes the job's next step. Signed by
+    the controller (``mac``): a restarted controller rebuilds a job only from a state it made, for that job
+    (another runner of the tenant cannot hand it other paths or another environment for the job), and still
+    checks the job is the caller's, every sandbox path inside its workspace, and the runner's externals again.
+    /__e is never one of its paths: it is rebuilt from ``externals``."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -154,7 +157,14 @@ class JobState(BaseModel):
     )
     missing: list[PathWord] = Field(default_factory=list, max_length=16, description="Runner paths no step has.")
     env: Env = Field(default_factory=dict, description="The job container's environment (prepare_job's).")
-    externals: bool = Field(default=False, description="The runner's externals were taken: /__e in every step.")
+    externals: bool = Field(
+        default=False, description="The runner's externals (beside its work directory): /__e in every step."
+    )
+    mac: str | None = Field(
+        default=None,
+        pattern="^[0-9a-f]{64}$",
+        description="HMAC-SHA256 of the rest (job, paths, missing, env, externals) under the controller's key.",
+    )
 
 
 class _Input(BaseModel):
@@ -211,7 +221,11 @@ class HookEnv(BaseModel):
         default=None, description="The runner's name: the job's workspace unless SANDBOX_WORKSPACE names it."
     )
     SANDBOX_WORKSPACE: WorkspaceName | None = None
-    SANDBOX_EXTERNALS: WorkspaceName | None = None
+    SANDBOX_EXTERNALS: Annotated[str, StringConstraints(max_length=128, pattern=_NO_NUL)] | None = Field(
+        default=None,
+        description="1 (or true) when the deployment copied the runner's externals to"
+        " <workspaces>/<tenant>/.ci-externals/<workspace>: read-only at /__e in every step.",
+    )
     SANDBOX_PROFILE: ProfileName | None = Field(
         default=None, description="The job's profile (default: ci): a runner set's, e.g. one with egress to the forge."
     )

@@ -46,10 +46,23 @@ def test_the_runners_paths_land_in_the_workspace() -> None:
         paths("/__e/node20/bin/node", "args.entryPoint")
 
 
-def test_externals_taken_from_the_workspace_are_at_their_own_place() -> None:
+def test_the_runners_externals_are_at_their_own_place() -> None:
     """Mounted read-only at /__e (pipeline.externals), never reached through the writable workspace."""
     paths = hook.path_map(_mounts("/w"), root="/__w", externals=True, notices=[])
     assert paths("/__e/node20/bin/node", "args.entryPoint") == "/__e/node20/bin/node"
+
+
+@pytest.mark.parametrize(("value", "on"), [(None, False), ("", False), ("0", False), ("1", True), ("true", True)])
+def test_sandbox_externals_is_a_flag(value: str | None, on: bool) -> None:
+    assert hook._externals_flag(value) is on
+
+
+@pytest.mark.parametrize("value", ["externals", "_work/externals", "../externals"])
+def test_the_old_sandbox_externals_a_directory_of_the_work_directory_is_refused(value: str) -> None:
+    """Every step of every job on the runner can write its work directory: a node planted there would be run as the
+    trusted one by a later job. Refused with the new layout named."""
+    with pytest.raises(CiUnsupported, match=r"never taken from the work directory.*\.ci-externals/<workspace>"):
+        hook._externals_flag(value)
 
 
 @pytest.mark.parametrize(

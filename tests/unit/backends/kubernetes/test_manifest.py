@@ -226,9 +226,10 @@ def test_copy_mode_mounts_an_empty_dir_not_the_claim() -> None:
 
 
 def test_a_ci_runner_s_externals_are_a_read_only_sub_path_of_the_claim() -> None:
-    """The externals the controller took onto the claim (beside the workspace, where no sandbox's sub-path reaches)
-    are mounted from it read-only at /__e; outside the claim's root, or without a claim (copy mode), refused."""
-    kept = f"{ROOT}/tenant-a/.ci-externals/runner-1/take-1"
+    """The runner's externals the deployment put on the claim (beside the workspace, where no sandbox's sub-path
+    reaches) are mounted from it read-only at /__e; outside the claim's root, or without a claim (copy mode),
+    refused."""
+    kept = f"{ROOT}/tenant-a/.ci-externals/runner-1"
     profile = (
         ProfileRegistry()
         .resolve("ci")
@@ -241,7 +242,7 @@ def test_a_ci_runner_s_externals_are_a_read_only_sub_path_of_the_claim() -> None
     assert mounts["/__e"] == {
         "name": "workspace",
         "mountPath": "/__e",
-        "subPath": "tenant-a/.ci-externals/runner-1/take-1",
+        "subPath": "tenant-a/.ci-externals/runner-1",
         "readOnly": True,
     }
     assert mounts["/__w"]["subPath"] == "tenant-a/runner-1" and mounts["/__w"]["readOnly"] is False
