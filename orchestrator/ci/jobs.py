@@ -78,6 +78,10 @@ class _Job:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # steps refused before they ran (execution id, code): on the job's close record beside the steps that ran
     refused: list[dict[str, str]] = field(default_factory=list)
+    # steps being submitted (the submission may wait for an approver, or for the step's end): a close cancels
+    # them too, and a job with one is not idle; their ids once named
+    submitting: int = 0
+    in_flight: list[str] = field(default_factory=list)
 
 
 class CiJobs:
@@ -243,14 +247,28 @@ class CiJobs:
         request = {k: v for k, v in request.items() if v is not None}
         if step.image is not None:
             self.profiles.named(job.view.profile, image=step.image)  # refused now, before anything is asked
+        named: list[str] = []
+
+        def in_flight(execution_id: str) -> None:
+            named.append(execution_id)
+            job.in_flight.append(execution_id)
+
+        job.submitting += 1
         try:
-            view = await self.manager.submit(request, principal, wait_s=wait_s, ci_job=job.view.job_id)
+            view = await self.manager.submit(request, principal, wait_s=wait_s, ci_job=job.view.job_id, on_id=in_flight)
         except OrchestratorError as err:
             refused = err.details.get("execution_id")
-            if isinstance(refused, str):  # decided and refused (on the record): the job's close record names it
-                job.refused.append({"execution_id": refused, "error_code": err.code})
+            if isinstance(refused, str) and job.view.state == "open":  # decided and refused (on the record): the
+                job.refused.append({"execution_id": refused, "error_code": err.code})  # close record names it
                 await self._save(job)
             raise
+        finally:
+            job.submitting -= 1
+            job.in_flight[:] = [e for e in job.in_flight if e not in named]
+        if job.view.state != "open":  # closed while this was submitted: never runs on (the close cancelled it)
+            with contextlib.suppress(ExecutionNotRunning, NotFound):
+                await self.manager.cancel(view.execution_id, principal)
+            raise ExecutionNotRunning(f"CI job {job_id} was closed while this step was submitted: it was cancelled")
         job.view = job.view.model_copy(update={"steps": [*job.view.steps, view.execution_id]})
         await self._save(job)
         return view
@@ -271,7 +289,9 @@ class CiJobs:
         async with job.lock:
             if job.view.state == "closed":
                 return
-            job.view = job.view.model_copy(update={"state": "closed", "closed_at": _now()})
+            # a step still being submitted is one of its steps too (cancelled below, on its close record)
+            steps = [*job.view.steps, *(e for e in job.in_flight if e not in job.view.steps)]
+            job.view = job.view.model_copy(update={"state": "closed", "closed_at": _now(), "steps": steps})
             cancelled = []
             for execution_id in job.view.steps:  # what still runs is stopped, its sandbox removed
                 with contextlib.suppress(ExecutionNotRunning, NotFound):
@@ -328,7 +348,10 @@ class CiJobs:
         return expired
 
     async def _idle_since(self, job: _Job) -> datetime | None:
-        """When the job last did anything (opened, a step asked for or ended); None while a step is under way."""
+        """When the job last did anything (opened, a step asked for or ended); None while a step is under way (or
+        being submitted)."""
+        if job.submitting:
+            return None
         last = job.view.created_at
         for execution_id in job.view.steps[-8:]:  # the latest steps: a job's steps come one after another
             try:

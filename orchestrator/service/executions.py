@@ -178,11 +178,19 @@ class ExecutionManager(Observer):
 
     # -- submitting --------------------------------------------------------------------------------
     async def submit(
-        self, raw: Any, principal: Principal, *, wait_s: float | None = None, ci_job: str | None = None
+        self,
+        raw: Any,
+        principal: Principal,
+        *,
+        wait_s: float | None = None,
+        ci_job: str | None = None,
+        on_id: Callable[[str], object] | None = None,
     ) -> ExecutionView:
         """Accept ``raw`` for ``principal``; returns once it is decided (refusals raise) — or, with
         ``wait_s``, once it finished or that time passed. ``ci_job``: the controller's CI job the request is a
-        step of (ci.jobs only), put in its CI context; a request never names one itself."""
+        step of (ci.jobs only), put in its CI context; a request never names one itself. ``on_id(execution_id)``:
+        called as soon as the execution is named, before anything is awaited (its caller may cancel it while
+        this waits)."""
         if principal.role is Role.APPROVER:
             raise Forbidden("an approver token cannot submit executions")
         if not isinstance(raw, dict):
@@ -220,6 +228,8 @@ class ExecutionManager(Observer):
         )
         self._live[execution_id] = live
         live.task = asyncio.create_task(self._drive(live, raw, workspace, None), name=f"execution-{execution_id}")
+        if on_id is not None:
+            on_id(execution_id)
         await live.accepted.wait()
         if live.early_error is not None:
             if live.view.decision is None:
