@@ -27,7 +27,7 @@ from tests.integration.test_containment import (
     PRIVILEGE_PROBE,
     REFUSED_SYSCALLS,
     WRITABLE_PROBE,
-    _listeners,
+    host_listeners,
 )
 from tests.support.containment import ZERO_CAPS, processes_mentioning, py
 from tests.support.engine import list_managed
@@ -96,20 +96,8 @@ def verdict(run: HookRun) -> dict[str, Any]:
 
 
 async def test_a_ci_step_has_no_network(job: Runner) -> None:
-    tcp, tcp6, udp = _listeners()
-    try:
-        ports = (tcp.getsockname()[1], tcp6.getsockname()[1] if tcp6 else 1, udp.getsockname()[1])
+    with host_listeners() as ports:  # nothing reaches them
         found = verdict(await job.invoke(job.script_step(py(NETWORK_PROBE, *ports))))
-        for listener in (tcp, tcp6):
-            if listener is not None:
-                with pytest.raises(BlockingIOError):
-                    listener.accept()
-        with pytest.raises(BlockingIOError):
-            udp.recvfrom(64)
-    finally:
-        for s in (tcp, tcp6, udp):
-            if s is not None:
-                s.close()
     assert (found.pop("ipv4_routes"), found.pop("ipv6_routes_off_lo")) == ([], [])
     assert found == {
         "tcp_host_port": "ECONNREFUSED",  # the sandbox's own loopback

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -33,7 +34,7 @@ import shlex
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,18 +156,13 @@ def _listeners() -> tuple[socket.socket, socket.socket | None, socket.socket]:
     return tcp, tcp6, udp
 
 
-@pytest.mark.parametrize("profile", PROFILES)
-async def test_network(harness: Harness, profile: str) -> None:
-    """Host loopback services are unreachable (the sandbox's loopback is its own), only `lo` exists and
-    routes nowhere, DNS has no resolver, and raw/packet/vsock/alg/non-route netlink sockets are refused.
-    A runc pod also has the CNI's eth0 in its own subnet, without a default route
-    (docs/kubernetes.md); what the pods of that subnet can reach of each other: test_other_sandboxes_are_invisible."""
+@contextlib.contextmanager
+def host_listeners() -> Iterator[tuple[int, int, int]]:
+    """Listeners on the host's loopback (TCP, TCP over IPv6 when the host has it, UDP) for NETWORK_PROBE to aim at:
+    their ports; on leaving the block, none of them was reached."""
     tcp, tcp6, udp = _listeners()
     try:
-        ports = (tcp.getsockname()[1], tcp6.getsockname()[1] if tcp6 else 1, udp.getsockname()[1])
-        run = await harness.run(py(NETWORK_PROBE, *ports), profile)
-        verdict = assert_ok(run)
-        # nothing reached the host's listeners
+        yield tcp.getsockname()[1], tcp6.getsockname()[1] if tcp6 else 1, udp.getsockname()[1]
         for listener in (tcp, tcp6):
             if listener is not None:
                 with pytest.raises(BlockingIOError):
@@ -174,9 +170,20 @@ async def test_network(harness: Harness, profile: str) -> None:
         with pytest.raises(BlockingIOError):
             udp.recvfrom(64)
     finally:
-        for s in (tcp, tcp6, udp):
-            if s is not None:
-                s.close()
+        for sock in (tcp, tcp6, udp):
+            if sock is not None:
+                sock.close()
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+async def test_network(harness: Harness, profile: str) -> None:
+    """Host loopback services are unreachable (the sandbox's loopback is its own), only `lo` exists and
+    routes nowhere, DNS has no resolver, and raw/packet/vsock/alg/non-route netlink sockets are refused.
+    A runc pod also has the CNI's eth0 in its own subnet, without a default route
+    (docs/kubernetes.md); what the pods of that subnet can reach of each other: test_other_sandboxes_are_invisible."""
+    with host_listeners() as ports:  # nothing reaches them
+        run = await harness.run(py(NETWORK_PROBE, *ports), profile)
+        verdict = assert_ok(run)
     # runsc runs with --network=none on both backends: its own netstack with only `lo`, whatever the pod has
     runc_pod = harness.k8s and not gvisor(profile)
     ipv4_routes = [route.split() for route in verdict.pop("ipv4_routes")]
