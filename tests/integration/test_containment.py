@@ -699,7 +699,11 @@ def _fork_bomb_in_a_container(run: Run, profile: str, marker: str) -> None:
     data = finished.data
     assert data is not None
     assert data["pids_limit_killed"] is gvisor(profile)
-    assert data["usage"]["pids_limit_hits"] >= 1
+    # the refused forks as counted when its processes exited; when the runtime removed its cgroup before that
+    # reading (a race the kernel wins on a busy host: exit_watch), unknown — never a false 0 — and the peak says
+    # it reached the limit (what the note above is made of then)
+    hits = data["usage"]["pids_limit_hits"]
+    assert hits is None or hits >= 1, data["usage"]
     assert data["usage"]["pids_peak"] == pids_limit  # the reading taken as it exited saw the peak
 
 

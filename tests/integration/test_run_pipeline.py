@@ -417,7 +417,9 @@ def test_a_run_at_its_pids_limit_is_noted_even_with_no_fork_refused(tmp_path: Pa
     assert out["error"]["code"] == "SANDBOX.PIDS_LIMIT"
     assert "reached its limit of 16 processes" in out["error"]["message"]
     (finished,) = [r for r in iter_records(evidence) if r.event == "execution_finished"]
-    assert finished.data["usage"]["pids_peak"] == 16 and finished.data["usage"]["pids_limit_hits"] == 0
+    # no refusal counted: 0 when the count was read as its processes exited, else unknown (a count read earlier is
+    # no proof at the limit); never a refusal that did not happen
+    assert finished.data["usage"]["pids_peak"] == 16 and finished.data["usage"]["pids_limit_hits"] in (0, None)
 
 
 async def test_a_run_whose_workspace_holds_its_policy_is_refused_and_recorded(tmp_path: Path) -> None:

@@ -492,7 +492,7 @@ class DockerBackend:
                 self._own_cgroups = False
             if files is None and totals is None:
                 return
-            sampler = cgroups.UsageSampler(files, totals)
+            sampler = cgroups.UsageSampler(files, totals, pids_limit=sandbox.pids_limit)
             sandbox.sampler = sampler
             if not sampler.sample():  # it has exited already: its parent's totals are what it used
                 return

@@ -127,13 +127,15 @@ class UsageSampler:
     own parent cgroup (``run_cgroup``), which include the container's and outlive it: read at every
     sample, so the usage is known exactly even once the container's own cgroup is gone."""
 
-    def __init__(self, files: CgroupFiles | None, totals: CgroupFiles | None = None) -> None:
+    def __init__(self, files: CgroupFiles | None, totals: CgroupFiles | None = None, pids_limit: int = 0) -> None:
         self.files = files
         self.totals = totals
+        self.pids_limit = pids_limit  # 0: not known here
         self.memory_peak: int | None = None
         self.cpu_ns: int | None = None
         self.pids_peak: int | None = None
         self.pids_limit_hits: int | None = None
+        self.hits_read_at_exit = False  # the exit watch read pids.events as the container's processes exited
         self.gone = files is None
         self._lock = threading.Lock()
 
@@ -170,17 +172,25 @@ class UsageSampler:
             self.pids_limit_hits = max(hits, self.pids_limit_hits or 0)
         return True
 
-    def note_limit_hits(self, hits: int | None) -> None:
-        """A ``pids.events`` max read on its own (``exit_watch``: the one reading that cannot wait)."""
+    def note_limit_hits(self, hits: int | None, *, final: bool) -> None:
+        """A ``pids.events`` max read as one of the container's processes exited (``exit_watch``: the one reading
+        that cannot wait); ``final``: its last one, so the count is the whole of it."""
         if hits is not None:
             with self._lock:
                 self.pids_limit_hits = max(hits, self.pids_limit_hits or 0)
+                self.hits_read_at_exit = self.hits_read_at_exit or final
 
     def usage(self) -> ResourceUsage:
+        """What was read. No refused fork counted by a reading taken before the exit is no proof there was none once
+        the peak reached the limit (a fork is refused only there): the count is then unknown, never a false 0."""
         with self._lock:
+            hits = self.pids_limit_hits
+            at_limit = self.pids_limit > 0 and self.pids_peak is not None and self.pids_peak >= self.pids_limit
+            if hits == 0 and at_limit and not self.hits_read_at_exit:
+                hits = None
             return ResourceUsage(
                 memory_peak_bytes=self.memory_peak,
                 cpu_total_ns=self.cpu_ns,
                 pids_peak=self.pids_peak,
-                pids_limit_hits=self.pids_limit_hits,
+                pids_limit_hits=hits,
             )

@@ -103,8 +103,10 @@ class ExitWatch:
                 ready = [fd for fd, _ in poller.poll()]
                 if any(fd in left for fd in ready):
                     if events_fd is not None:  # the cgroup is about to go: the refused forks first
+                        last = not (left - set(ready))  # the container's last watched process (its init) is gone
                         with contextlib.suppress(OSError):  # ENODEV: gone already
-                            self._sampler.note_limit_hits(keyed_value(os.pread(events_fd, 4096, 0), b"max"))
+                            count = keyed_value(os.pread(events_fd, 4096, 0), b"max")
+                            self._sampler.note_limit_hits(count, final=last)
                     self._sampler.sample()
                 for fd in ready:
                     if fd == self._wake_r:

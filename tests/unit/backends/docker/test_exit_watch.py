@@ -33,3 +33,22 @@ def test_the_refused_forks_are_read_first_through_the_descriptor_opened_before(t
     assert not thread.is_alive()
     assert sampler.usage().pids_limit_hits == 3
     assert sampler.gone  # the full sample found the cgroup gone: the count came from the descriptor alone
+    assert sampler.hits_read_at_exit  # its last watched process: the count is the whole of it
+
+
+def test_no_refusal_counted_before_the_exit_is_no_proof_at_the_limit(tmp_path: Path) -> None:
+    """A fork is refused only at the limit: below it a 0 is the truth; at it, a 0 read before the exit is unknown
+    until the reading taken as the processes exited says 0."""
+    events, peak = tmp_path / "pids.events", tmp_path / "pids.peak"
+    events.write_text("max 0\n")
+    memory = tmp_path / "memory.max_usage_in_bytes"
+    memory.write_text("4096\n")
+    cpu = tmp_path / "cpuacct.usage"
+    cpu.write_text("1000\n")
+    for value, limit, final, expected in ((15, 16, False, 0), (16, 16, False, None), (16, 16, True, 0)):
+        peak.write_text(f"{value}\n")
+        sampler = UsageSampler(CgroupFiles(1, memory, cpu, peak, events), pids_limit=limit)
+        assert sampler.sample()
+        if final:
+            sampler.note_limit_hits(0, final=True)
+        assert sampler.usage().pids_limit_hits == expected, (value, limit, final)
