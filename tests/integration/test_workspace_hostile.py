@@ -301,6 +301,18 @@ async def test_a_tree_too_deep_to_list_makes_the_record_incomplete_and_the_run_f
 ) -> None:
     """Whatever cannot be listed is said, as a failure (ok false, a stable code), never a silent flag; the
     set-uid file hidden down there loses its bit all the same."""
+    # Below PATH_MAX the write meter is blind and falls back on the growth of the workspace's whole filesystem
+    # (results/write_meter.py): on the test run's shared /tmp, other tests writing beside this one would count as
+    # this run's (seen: SANDBOX.WORKSPACE_LIMIT in a full parallel run). The workspace gets a filesystem of its own.
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0755", "tmpfs", str(harness.workspace)], check=True)
+    try:
+        os.chown(harness.workspace, SANDBOX_UID, SANDBOX_UID)
+        await _deep_tree_run(harness, profile)
+    finally:
+        subprocess.run(["umount", "-l", str(harness.workspace)], check=False)
+
+
+async def _deep_tree_run(harness: Harness, profile: str) -> None:
     run = await harness.run(py(DEEP_PROBE), profile)
     out = run.out
     assert (out["ok"], out["exit_code"]) == (False, 0)
