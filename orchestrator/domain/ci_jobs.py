@@ -48,7 +48,11 @@ class CiJobRequest(_Model):
         "caps.allowed_images name it; never pulled.",
     )
     profile: ProfileName | None = Field(default=None, description=f"Default: {DEFAULT_CI_PROFILE!r}.")
-    tenant: str | None = Field(default=None, description="The owning tenant (the token's; an admin may name one).")
+    tenant: str | None = Field(
+        default=None,
+        pattern=WORKSPACE_NAME_PATTERN,
+        description="The owning tenant (the token's; an admin may name one): it names a directory of workspaces.",
+    )
     subject: str | None = Field(default=None, description="Who asks (the token's; an admin may name one).")
 
 
