@@ -36,14 +36,13 @@ from pathlib import Path
 import yaml
 from engine import docker_cli, docker_env
 from options import parse
-from service_overhead import pct, start_server, wait_up
+from service_overhead import TOKEN, bench_service, pct, start_server, wait_up
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from orchestrator.client import AsyncClient
 from orchestrator.evidence import iter_records
 from tests.support.github_runner import Runner
 
-TOKEN = "bench-token-0123456789abcdef"
 IMAGE = "sandbox-orchestrator/default:latest"
 
 
@@ -62,12 +61,7 @@ def write_config(root: Path, *, pool: bool = True) -> Path:
         "caps": {"allowed_images": ["sandbox-orchestrator/*"]},
         "evidence": {"path": str(root / "evidence.jsonl")},
         "pool": {"enabled": pool},
-        "service": {
-            "tokens": [{"subject": "bench", "role": "agent", "tenants": ["bench"], "token": TOKEN}],
-            "store": str(root / "state" / "service.db"),
-            "workspaces": str(root / "workspaces"),
-            "limits": {"rate_per_s": 1e9, "burst": 10**9},
-        },
+        "service": bench_service(root),
     }
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(config))

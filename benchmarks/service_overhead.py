@@ -55,17 +55,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def bench_service(root: Path) -> dict[str, object]:
+    """The benchmarks' ``service:`` section: one agent token, the state under ``root``, no rate limit."""
+    return {
+        "tokens": [{"subject": "bench", "role": "agent", "tenants": ["bench"], "token": TOKEN}],
+        "store": str(root / "state" / "service.db"),
+        "workspaces": str(root / "workspaces"),
+        "limits": {"rate_per_s": 1e9, "burst": 10**9},
+    }
+
+
 def write_config(root: Path) -> Path:
     config = {
         "safety": {"mode": "allow", "denylist": ["sudo"]},
         "approvals": {"provider": "none"},
         "evidence": {"path": str(root / "evidence.jsonl")},
-        "service": {
-            "tokens": [{"subject": "bench", "role": "agent", "tenants": ["bench"], "token": TOKEN}],
-            "store": str(root / "state" / "service.db"),
-            "workspaces": str(root / "workspaces"),
-            "limits": {"rate_per_s": 1e9, "burst": 10**9},
-        },
+        "service": bench_service(root),
     }
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(config))

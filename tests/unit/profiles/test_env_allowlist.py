@@ -4,25 +4,13 @@ same rule and names every name it refuses."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from pydantic import ValidationError
 
 from orchestrator.domain.errors import InputInvalid
 from orchestrator.pipeline.launch import sandbox_env
-from orchestrator.profiles import Profile, ProfileRegistry, resolve
+from orchestrator.profiles import ProfileRegistry, resolve
 from orchestrator.profiles.models import env_admitted, is_env_glob
-
-
-def make(**kw: Any) -> Profile:
-    return Profile.model_validate({"name": "p", "description": "d", **kw})
-
-
-def errors_of(**kw: Any) -> list[tuple[str, str]]:
-    with pytest.raises(ValidationError) as info:
-        make(**kw)
-    return [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in info.value.errors()]
+from tests.unit.profiles.test_models import errors_of, make  # the profile models' own helpers
 
 
 @pytest.mark.parametrize("entries", [["*"], ["GITHUB_*", "RUNNER_*", "CI"], ["LC_[A-Z]*", "X?"], ["[!L]*"]])
