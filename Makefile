@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup ci-externals image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants bench-ci bench-ci-k8s clean
+.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup ci-externals mcp-inspector image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants bench-ci bench-ci-k8s clean
 
 all: test
 
@@ -67,6 +67,13 @@ setup:
 # the script themselves: a fresh machine gets it on the first run)
 ci-externals:
 	bash scripts/ci-externals.sh
+
+# the MCP Inspector's command-line client (npm's @modelcontextprotocol/inspector-cli, its tree pinned by
+# scripts/mcp-inspector/package-lock.json) on that node 20, cached by version in the state directory; prints the
+# path of its wrapper. The MCP tests call the script themselves, as the CI tests do ci-externals: a fresh machine
+# gets it on the first run (~8 s), then it is found at once
+mcp-inspector:
+	bash scripts/mcp-inspector.sh
 
 # the controller image sandbox-orchestrator/controller:<version> (Dockerfile), without a registry
 image: setup
