@@ -20,6 +20,7 @@ from orchestrator.cli import (
     ci_cmd,
     evidence_cmd,
     grants_cmd,
+    mcp_cmd,
     ops_cmd,
     profiles_cmd,
     run_cmd,
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops_cmd.register(sub)
     warm_cmd.register(sub)
     serve_cmd.register(sub)
+    mcp_cmd.register(sub)
     ci_cmd.register(sub)
     return parser
 

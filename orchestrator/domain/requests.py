@@ -26,6 +26,7 @@ from orchestrator.domain.ci import CiContext
 from orchestrator.domain.errors import InputInvalid
 from orchestrator.domain.hosts import parse_pattern
 from orchestrator.domain.images import IMAGE_MAX, IMAGE_PATTERN
+from orchestrator.domain.mcp import McpContext
 from orchestrator.domain.text import has_surrogates
 
 #: an environment variable name a request may set (the OpenAPI document states the same pattern): a shell's
@@ -192,6 +193,11 @@ class _RequestBase(_Frozen):
         description="The CI job this request is a step of (provider, repository, workflow, job, step, run, ref, "
         "event, actor), from the runner's own variables: rules may match it (ci:), approvers see it, the "
         "evidence links the step to its job.",
+    )
+    mcp: McpContext | None = Field(
+        default=None,
+        description="The MCP call this request came from (transport, MCP session, client, tool); set by the MCP "
+        "server, recorded with the request's context.",
     )
     call_id: OptionalName | None = Field(default=None, description="The agent's tool-call id.")
     session_id: OptionalName | None = Field(default=None, description="Agent or exec session id.")

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.domain.ci import CiRecord
+from orchestrator.domain.mcp import McpContext
 
 RiskLevelName = Literal["low", "medium", "high", "critical"]
 
@@ -107,6 +108,7 @@ class RequestContext(_Frozen):
     ci: CiRecord | None = Field(
         default=None, description="The CI job the request is a step of, with the key of its job run (job_key)."
     )
+    mcp: McpContext | None = Field(default=None, description="The MCP call the request came from.")
 
 
 class SanitizedRequest(_Frozen):

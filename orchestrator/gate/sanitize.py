@@ -199,6 +199,7 @@ def sanitize(
             session_id=request.session_id if not isinstance(request, WriteStdinRequest) else None,
             retry_of=request.retry_of,
             ci=request.ci.recorded() if request.ci is not None else None,
+            mcp=request.mcp,
         ),
         **fields,
     )

@@ -10,7 +10,9 @@ from pathlib import Path
 from orchestrator.backends.base import CommandLaunch, LaunchSpec, SessionLaunch, Workspace
 from orchestrator.domain.errors import InputInvalid, PolicyDenied, SandboxUnavailable
 from orchestrator.domain.requests import (
+    ApplyPatchRequest,
     ExecCommandRequest,
+    FileWriteRequest,
     Request,
     ShellCommandRequest,
     ShellExecRequest,
@@ -24,6 +26,17 @@ from orchestrator.profiles import ResolvedProfile
 from orchestrator.profiles.models import env_admitted, is_code_loading_env
 
 SHELL = ("/bin/bash", "-c")
+# The file tools run in a sandbox like any command (the workspace is the sandbox's, links and all, and the write
+# is one of the run's side effects); their content arrives on stdin, never in the argv or the environment. The
+# programs are fixed: the path is an argument, never part of a script.
+WRITE_FILE = (
+    "/bin/sh",
+    "-c",
+    'umask 022; dir=$(dirname -- "$1") && mkdir -p -- "$dir" && cat > "$1"',
+    "file_write",
+)
+# git's apply (in the default image; it works outside a repository too): a unified or git diff, all or nothing
+APPLY_PATCH = ("git", "apply", "--verbose", "--whitespace=nowarn", "-")
 # an orphan is collected once its deadline has passed by this much (teardown has time to finish)
 DEADLINE_GRACE_S = 30.0
 
@@ -38,6 +51,10 @@ def command_argv(request: Request) -> tuple[str, ...]:
         return (*SHELL, request.command)
     if isinstance(request, ExecCommandRequest):
         return (*SHELL, request.cmd)
+    if isinstance(request, FileWriteRequest):
+        return (*WRITE_FILE, request.path)
+    if isinstance(request, ApplyPatchRequest):
+        return APPLY_PATCH
     raise InputInvalid(f"tool {request.tool!r} does not run a command in a sandbox")
 
 
@@ -129,5 +146,14 @@ def launch_spec(
         env=sandbox_env(profile, dict(request.env)),
         owner=owner_label(),
         deadline_unix=deadline,
-        kind=SessionLaunch(tty=request.tty) if session else CommandLaunch(tty=request.tty),
+        kind=SessionLaunch(tty=request.tty) if session else CommandLaunch(stdin=_stdin(request), tty=request.tty),
     )
+
+
+def _stdin(request: Request) -> bytes | None:
+    """What a file tool's program reads: the content or the patch (the gate saw it; evidence keeps its digest)."""
+    if isinstance(request, FileWriteRequest):
+        return request.content.encode("utf-8")
+    if isinstance(request, ApplyPatchRequest):
+        return request.patch.encode("utf-8")
+    return None

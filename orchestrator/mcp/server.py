@@ -1,0 +1,127 @@
+"""The SDK's low-level server over the tool table: ``tools/list`` from ``tools.TOOLS``, ``tools/call`` validated
+against the same models (a malformed call is a protocol error, INVALID_PARAMS, naming the fields and never their
+values), then run by ``calls``. Who the call is for comes from the transport: ``resolve`` maps a request's
+context to the caller's controller (the token's principal on /mcp; the process's over stdio)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from orchestrator.domain.errors import OrchestratorError, SandboxUnavailable
+from orchestrator.domain.mcp import McpContext, McpTransport
+from orchestrator.mcp.calls import HANDLERS, CallContext, refusal
+from orchestrator.mcp.controller import Controller
+from orchestrator.mcp.tools import BY_NAME, TOOLS
+
+log = logging.getLogger(__name__)
+SERVER_NAME = "sandbox-orchestrator"
+INSTRUCTIONS = (
+    "Every command runs in a fresh, contained sandbox (no network, read-only root, the workspace mounted) after "
+    "a deterministic policy and, where it asks, a person said yes. Refusals come back as tool errors with a "
+    "stable code (error.code) and what to do about them. Sessions (exec_command, write_stdin) keep a process "
+    "running between calls."
+)
+_PRINTABLE = re.compile(r"[^\x20-\x7e]")
+
+#: (the request's context) -> the controller acting for its caller, and the session it came in
+Resolve = Callable[[ServerRequestContext[Any, Any]], tuple[Controller, str | None]]
+
+
+def _client_label(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    params = ctx.session.client_params
+    info = params.client_info if params is not None else None
+    if info is None:
+        return None
+    label = _PRINTABLE.sub("?", f"{info.name}/{info.version}")[:256]
+    return label or None
+
+
+def _fields(err: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '(arguments)'}: {e['msg']}" for e in err.errors(include_input=False)
+    )
+
+
+def _call_id(session: str | None, request_id: object) -> str | None:
+    """The call's id in the evidence: the JSON-RPC id is the connection's own, so the session (or, without one,
+    a random word) tells it apart from another connection's call of the same id."""
+    if request_id is None:
+        return None
+    return f"{session or 'mcp-' + uuid.uuid4().hex[:12]}:{request_id}"[:256]
+
+
+def build_server(transport: McpTransport, resolve: Resolve, *, version: str = "") -> Server[Any]:
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=tool.name,
+                    title=tool.title,
+                    description=tool.description,
+                    input_schema=tool.input_schema(),
+                    annotations=types.ToolAnnotations(
+                        title=tool.title,
+                        read_only_hint=tool.read_only,
+                        destructive_hint=not tool.read_only,
+                        idempotent_hint=tool.read_only,
+                        open_world_hint=False,
+                    ),
+                )
+                for tool in TOOLS
+            ]
+        )
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        tool = BY_NAME.get(params.name)
+        if tool is None:
+            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name[:64]!r}: tools/list names them")
+        try:
+            args = tool.model.model_validate(params.arguments or {})
+        except ValidationError as err:
+            raise MCPError(types.INVALID_PARAMS, f"{tool.name}: {_fields(err)}") from None
+        controller, session = resolve(ctx)
+
+        async def progress(done: float, total: float | None, message: str) -> None:
+            await ctx.session.report_progress(done, total, message)
+
+        context = CallContext(
+            controller=controller,
+            mcp=McpContext(transport=transport, session=session, client=_client_label(ctx)),
+            call_id=_call_id(session, ctx.request_id),
+            progress=progress,
+        )
+        try:
+            answer = await HANDLERS[tool.model](context, args)
+        except OrchestratorError as err:  # the handlers answer refusals themselves; this is a last word
+            answer = refusal(err)
+        except Exception:  # never a traceback to the caller: logged here, a stable code there
+            log.exception("MCP tool %s failed", tool.name)
+            answer = refusal(SandboxUnavailable(f"the controller could not complete {tool.name} (see its log)"))
+        return types.CallToolResult(
+            content=[types.TextContent(text=answer.text)],
+            structured_content=answer.structured,
+            is_error=answer.is_error,
+        )
+
+    return Server(
+        SERVER_NAME,
+        version=version,
+        title="Sandbox orchestrator",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
