@@ -128,7 +128,7 @@ def _request_schemas() -> dict[str, Any]:
     argv_note = f"No NUL; each at most {MAX_ARG_BYTES} bytes in UTF-8; the first not empty."
     for model in defs.values():
         props: dict[str, Any] = model.get("properties", {})
-        if "tool" not in props:
+        if "tool" not in props or "tenant" not in props:  # a request model (McpContext has a tool too)
             continue
         _constrain(props["cwd"], _kernel_text(MAX_PATH_BYTES), f"No NUL; at most {MAX_PATH_BYTES} bytes in UTF-8.")
         env = props["env"]
