@@ -53,6 +53,7 @@ _NOT_PRELOADED = (
     "orchestrator.client",
     "orchestrator.cli.serve_cmd",
     "orchestrator.ci.gitlab",
+    "orchestrator.mcp",  # the MCP server (its SDK, starlette, the client's aiohttp): a process of its own
 )
 
 
