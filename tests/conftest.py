@@ -39,6 +39,7 @@ XDIST_GROUPS: tuple[tuple[str, str, str], ...] = (
     ("k8s", "", "k8s"),
     ("integration", "api/", "docker-api"),
     ("integration", "ci/", "docker-api"),  # the CI front doors drive the service too
+    ("integration", "mcp/", "docker-api"),  # so does the MCP front door
     ("firsthour", "", "first-hour"),
     ("integration", "", "docker"),
 )
