@@ -37,7 +37,7 @@ REFUSALS = (
 
 
 class _Input(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)  # JSON types as the schema says
 
 
 class Escalation(_Input):
