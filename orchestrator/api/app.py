@@ -14,6 +14,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from orchestrator.api.asgi import ASGIBridge
 from orchestrator.api.auth import RateLimiter, TokenBook
 from orchestrator.api.connections import SERVED, ConnectionGuard, mark_served
 from orchestrator.api.errors import answer
@@ -27,10 +28,14 @@ from orchestrator.api.ui import add_ui_routes
 from orchestrator.ci.github.hook import GithubHook
 from orchestrator.ci.jobs import CiJobs
 from orchestrator.domain.wire import ExecutionView
+from orchestrator.mcp.http import PRINCIPAL_STATE, McpHttp
 from orchestrator.service.hosting import Service
 
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
+MCP_PATH = "/mcp"
+#: open MCP sessions at once (Streamable HTTP's Mcp-Session-Id; an idle one closes after 30 minutes)
+MCP_MAX_SESSIONS = 1000
 _PUBLIC = frozenset((r.method, r.path) for r in ROUTES if not r.auth)
 
 
@@ -80,12 +85,23 @@ def build_app(service: Service) -> web.Application:
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
     add_ui_routes(app)  # the approvals page (public files; its data calls carry the token)
+    # the MCP tools over Streamable HTTP: behind the same middleware (token, rate), bodies bounded alike
+    mcp = McpHttp(service, max_body_bytes=service.limits.max_body_bytes, max_sessions=MCP_MAX_SESSIONS, version=VERSION)
+    bridge = ASGIBridge(
+        mcp.app,
+        max_body_bytes=service.limits.max_body_bytes,
+        body_timeout_s=service.limits.body_timeout_s,
+        state=lambda request: {PRINCIPAL_STATE: request[PRINCIPAL]},
+    )
+    app.router.add_route("*", MCP_PATH, bridge.handle)
+    app.on_shutdown.append(bridge.on_shutdown)  # an open MCP event stream ends now, not after aiohttp's wait
 
     async def lifecycle(app: web.Application) -> object:
         await service.start()
         await jobs.recover()  # the CI jobs a previous controller left open (after the executions' recovery)
         expiry = asyncio.create_task(jobs.expire_forever(), name="ci-job-expiry")
-        yield
+        async with mcp.running():  # the MCP sessions' task group: left in the task that entered it
+            yield
         expiry.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await expiry
