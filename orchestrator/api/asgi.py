@@ -53,6 +53,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 DISCONNECT_POLL_S = 0.5
+#: ``scope["state"][CLIENT_GONE]``: an asyncio.Event set once the client left (or the server shuts down)
+CLIENT_GONE = "client_gone"
 DISCONNECT_GRACE_S = 1.0  # after http.disconnect, before the app's task is cancelled
 CANCEL_WAIT_S = 5.0  # a cancelled app that is still running after this is logged and left
 CHUNK_BYTES = 64 * 1024
@@ -94,6 +96,9 @@ class ASGIBridge:
             return error_response(_too_large(self.max_body_bytes))
         scope = _scope(request, self.state(request) if self.state is not None else {})
         exchange = _Exchange(request, self.max_body_bytes, self.body_timeout_s)
+        # beyond ASGI: work the app started for this request elsewhere (a stateful MCP session's tool call runs
+        # in the session's task, not the request's) can learn that the client left
+        scope["state"][CLIENT_GONE] = exchange.gone
         self._running.add(exchange)
         try:
             return await exchange.run(self.app, scope)

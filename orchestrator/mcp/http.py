@@ -18,11 +18,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST
 
 from orchestrator.domain.principal import Principal
-from orchestrator.mcp.controller import Controller, ServiceController
-from orchestrator.mcp.server import build_server
+from orchestrator.mcp.controller import ServiceController
+from orchestrator.mcp.server import Caller, build_server
 from orchestrator.service.hosting import Service
 
 PRINCIPAL_STATE = "sandbox_principal"
+#: the API's bridge sets this event in the scope's state once the request's client left (api.asgi.CLIENT_GONE)
+CLIENT_GONE_STATE = "client_gone"
 SESSION_HEADER = "mcp-session-id"
 #: an MCP session nobody used for this long is closed (its calls are executions: they stay on the record)
 SESSION_IDLE_S = 30 * 60
@@ -34,14 +36,19 @@ class McpHttp:
     def __init__(self, service: Service, *, max_body_bytes: int, max_sessions: int, version: str = "") -> None:
         self.service = service
 
-        def resolve(ctx: ServerRequestContext[Any, Any]) -> tuple[Controller, str | None]:
+        def resolve(ctx: ServerRequestContext[Any, Any]) -> Caller:
             request = ctx.request
             state = getattr(request, "scope", {}).get("state", {})
             principal = state.get(PRINCIPAL_STATE)
             if not isinstance(principal, Principal):  # the API checks every token first: never reached
                 raise MCPError(INVALID_REQUEST, "unauthenticated")
             headers = getattr(request, "headers", {})
-            return ServiceController(service, principal), headers.get(SESSION_HEADER)
+            gone = state.get(CLIENT_GONE_STATE)
+            return Caller(
+                ServiceController(service, principal),
+                headers.get(SESSION_HEADER),
+                gone if isinstance(gone, asyncio.Event) else None,
+            )
 
         self.server = build_server("streamable-http", resolve, version=version)
         # DNS-rebinding protection is for servers without authentication; every request here carries a token

@@ -5,21 +5,24 @@ context to the caller's controller (the token's principal on /mcp; the process's
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from orchestrator.domain.errors import OrchestratorError, SandboxUnavailable
+from orchestrator.domain.errors import ExecutionCancelled, OrchestratorError, SandboxUnavailable
 from orchestrator.domain.mcp import McpContext, McpTransport
-from orchestrator.mcp.calls import HANDLERS, CallContext, refusal
+from orchestrator.mcp.calls import HANDLERS, CallContext, ToolAnswer, refusal
 from orchestrator.mcp.controller import Controller
 from orchestrator.mcp.tools import BY_NAME, TOOLS
 
@@ -33,8 +36,19 @@ INSTRUCTIONS = (
 )
 _PRINTABLE = re.compile(r"[^\x20-\x7e]")
 
-#: (the request's context) -> the controller acting for its caller, and the session it came in
-Resolve = Callable[[ServerRequestContext[Any, Any]], tuple[Controller, str | None]]
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a call is for: the controller acting for them, the MCP session it came in, and (where the transport
+    can tell) an event set once its client left."""
+
+    controller: Controller
+    session: str | None
+    gone: asyncio.Event | None = None
+
+
+#: (the request's context) -> its caller
+Resolve = Callable[[ServerRequestContext[Any, Any]], Caller]
 
 
 def _client_label(ctx: ServerRequestContext[Any, Any]) -> str | None:
@@ -58,6 +72,30 @@ def _call_id(session: str | None, request_id: object) -> str | None:
     if request_id is None:
         return None
     return f"{session or 'mcp-' + uuid.uuid4().hex[:12]}:{request_id}"[:256]
+
+
+async def _unless_gone(work: Awaitable[ToolAnswer], gone: asyncio.Event | None) -> ToolAnswer:
+    """``work``'s answer; cancelled once the client left (a stateful HTTP session's call outlives its request's
+    connection otherwise: the SDK cancels only on notifications/cancelled). Its cancellation is recorded."""
+    if gone is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    left = asyncio.ensure_future(gone.wait())
+    try:
+        await asyncio.wait({task, left}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait({task})
+        raise
+    finally:
+        left.cancel()
+    if not task.done():
+        task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait({task})
+        raise ExecutionCancelled("the client left before the call ended")
+    return task.result()
 
 
 def build_server(transport: McpTransport, resolve: Resolve, *, version: str = "") -> Server[Any]:
@@ -93,19 +131,19 @@ def build_server(transport: McpTransport, resolve: Resolve, *, version: str = ""
             args = tool.model.model_validate(params.arguments or {})
         except ValidationError as err:
             raise MCPError(types.INVALID_PARAMS, f"{tool.name}: {_fields(err)}") from None
-        controller, session = resolve(ctx)
+        caller = resolve(ctx)
 
         async def progress(done: float, total: float | None, message: str) -> None:
             await ctx.session.report_progress(done, total, message)
 
         context = CallContext(
-            controller=controller,
-            mcp=McpContext(transport=transport, session=session, client=_client_label(ctx)),
-            call_id=_call_id(session, ctx.request_id),
+            controller=caller.controller,
+            mcp=McpContext(transport=transport, session=caller.session, client=_client_label(ctx)),
+            call_id=_call_id(caller.session, ctx.request_id),
             progress=progress,
         )
         try:
-            answer = await HANDLERS[tool.model](context, args)
+            answer = await _unless_gone(HANDLERS[tool.model](context, args), caller.gone)
         except OrchestratorError as err:  # the handlers answer refusals themselves; this is a last word
             answer = refusal(err)
         except Exception:  # never a traceback to the caller: logged here, a stable code there

@@ -17,7 +17,7 @@ from mcp.server.stdio import stdio_server
 from orchestrator.client.aio import AsyncClient
 from orchestrator.domain.principal import Principal, Role
 from orchestrator.mcp.controller import Controller, RemoteController, ServiceController
-from orchestrator.mcp.server import build_server
+from orchestrator.mcp.server import Caller, build_server
 from orchestrator.service.hosting import Service
 
 LOCAL_TENANT = "default"
@@ -35,8 +35,8 @@ def local_principal() -> Principal:
 async def _serve(controller: Controller) -> None:
     session = f"stdio-{uuid.uuid4().hex[:16]}"  # this process is the MCP session
 
-    def resolve(ctx: ServerRequestContext[Any, Any]) -> tuple[Controller, str | None]:
-        return controller, session
+    def resolve(ctx: ServerRequestContext[Any, Any]) -> Caller:
+        return Caller(controller, session)  # the host closing stdio ends the server: its calls are cancelled
 
     server = build_server("stdio", resolve)
     async with stdio_server() as (read, write):
