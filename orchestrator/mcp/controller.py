@@ -14,7 +14,7 @@ from orchestrator.client.aio import AsyncClient
 from orchestrator.domain.errors import Forbidden, SessionNotFound
 from orchestrator.domain.principal import Principal, Role
 from orchestrator.domain.wire import ExecutionView, SessionAnswer
-from orchestrator.service.hosting import Service
+from orchestrator.service.hosting import Service, evidence_of
 
 
 class Controller(Protocol):
@@ -32,6 +32,10 @@ class Controller(Protocol):
 
     async def pending_ask(self, call_id: str) -> PendingAsk | None:
         """The ask a call's request waits on (a session's open has no execution view to poll), when known."""
+        ...
+
+    async def evidence(self, execution_id: str) -> list[dict[str, Any]]:
+        """The evidence records of one of the caller's executions, oldest first (NotFound otherwise)."""
         ...
 
 
@@ -94,6 +98,9 @@ class ServiceController:
                 return PendingAsk(ask.id, ask.policy_reason, ask.deadline)
         return None
 
+    async def evidence(self, execution_id: str) -> list[dict[str, Any]]:
+        return await evidence_of(self.service, execution_id, self.principal)
+
     def _owner(self, session_id: str) -> tuple[str, str]:
         """As the HTTP route decides it: another tenant's or subject's session is never told apart from none."""
         principal = self.principal
@@ -129,6 +136,9 @@ class RemoteController:
 
     async def write_stdin(self, session_id: str, chars: str, *, yield_ms: int, max_bytes: int) -> SessionAnswer:
         return await self.client.write_stdin(session_id, chars, yield_time_ms=yield_ms, max_output_bytes=max_bytes)
+
+    async def evidence(self, execution_id: str) -> list[dict[str, Any]]:
+        return (await self.client.evidence(execution_id)).records
 
     async def pending_ask(self, call_id: str) -> PendingAsk | None:
         return None  # an agent's token may not list asks: the caller is told it waits, not for how long

@@ -6,6 +6,7 @@ context to the caller's controller (the token's principal on /mcp; the process's
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import uuid
@@ -64,6 +65,10 @@ def _fields(err: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(map(str, e['loc'])) or '(arguments)'}: {e['msg']}" for e in err.errors(include_input=False)
     )
+
+
+EVIDENCE_TEMPLATE = "sandbox://executions/{execution_id}/evidence"
+_EVIDENCE_URI = re.compile(r"^sandbox://executions/([A-Za-z0-9._-]{1,128})/evidence$")
 
 
 def _call_id(session: str | None, request_id: object) -> str | None:
@@ -155,6 +160,45 @@ def build_server(transport: McpTransport, resolve: Resolve, *, version: str = ""
             is_error=answer.is_error,
         )
 
+    async def list_templates(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    name="evidence",
+                    title="An execution's evidence",
+                    uri_template=EVIDENCE_TEMPLATE,
+                    description="The hash-chained evidence records of one of your executions (a tool result's "
+                    "execution_id), oldest first: the decision, who approved, the sandbox's lifecycle, the end.",
+                    mime_type="application/json",
+                )
+            ]
+        )
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[])  # one per execution: read through the template
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        found = _EVIDENCE_URI.fullmatch(uri)
+        if found is None:
+            raise MCPError(
+                types.INVALID_PARAMS, f"no such resource: resources/templates/list names them ({uri[:80]!r})"
+            )
+        try:
+            records = await resolve(ctx).controller.evidence(found.group(1))
+        except OrchestratorError as err:  # another tenant's execution is one that does not exist
+            raise MCPError(types.INVALID_PARAMS, f"{err.code}: {err.message}") from None
+        text = json.dumps(records, separators=(",", ":"))
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=text)]
+        )
+
     return Server(
         SERVER_NAME,
         version=version,
@@ -162,4 +206,7 @@ def build_server(transport: McpTransport, resolve: Resolve, *, version: str = ""
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_resource_templates=list_templates,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
     )
