@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup ci-externals mcp-inspector image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants bench-ci bench-ci-k8s clean
+.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup ci-externals mcp-inspector image k8s-up k8s-down test-k8s bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants bench-ci bench-ci-k8s bench-mcp clean
 
 all: test
 
@@ -115,6 +115,11 @@ bench-ci-k8s: $(STAMP) setup
 
 bench-service: $(STAMP) setup
 	$(BIN)/python benchmarks/service_overhead.py $(BENCH_ARGS)
+
+# the MCP front door: tools/call run / exec_command over Streamable HTTP vs the client's POSTs, over stdio vs
+# execute() in process, write_stdin through MCP vs the API (BENCH_ARGS=--sdk-floor: the SDK's own cost, in memory)
+bench-mcp: $(STAMP) setup
+	$(BIN)/python benchmarks/mcp_overhead.py $(BENCH_ARGS)
 
 bench-workspace: $(STAMP) setup
 	$(BIN)/python benchmarks/workspace_scan.py $(BENCH_ARGS)
