@@ -104,27 +104,34 @@ async def _unless_gone(work: Awaitable[ToolAnswer], gone: asyncio.Event | None) 
 
 
 def build_server(transport: McpTransport, resolve: Resolve, *, version: str = "") -> Server[Any]:
+    # the table is fixed: its schemas made once (pydantic builds one in about a millisecond). The 2026-07-28
+    # Streamable HTTP entry checks a tools/call's Mcp-Param-* headers against its tool's schema before every
+    # call: without get_tool_input_schema it runs the tools/list handler to find it, each call
+    schemas: dict[str, dict[str, Any]] = {tool.name: tool.input_schema() for tool in TOOLS}
+    listed = [
+        types.Tool(
+            name=tool.name,
+            title=tool.title,
+            description=tool.description,
+            input_schema=schemas[tool.name],
+            annotations=types.ToolAnnotations(
+                title=tool.title,
+                read_only_hint=tool.read_only,
+                destructive_hint=not tool.read_only,
+                idempotent_hint=tool.read_only,
+                open_world_hint=False,
+            ),
+        )
+        for tool in TOOLS
+    ]
+
+    def input_schema(name: str) -> dict[str, Any] | None:
+        return schemas.get(name)
+
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(
-            tools=[
-                types.Tool(
-                    name=tool.name,
-                    title=tool.title,
-                    description=tool.description,
-                    input_schema=tool.input_schema(),
-                    annotations=types.ToolAnnotations(
-                        title=tool.title,
-                        read_only_hint=tool.read_only,
-                        destructive_hint=not tool.read_only,
-                        idempotent_hint=tool.read_only,
-                        open_world_hint=False,
-                    ),
-                )
-                for tool in TOOLS
-            ]
-        )
+        return types.ListToolsResult(tools=list(listed))
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -204,6 +211,7 @@ def build_server(transport: McpTransport, resolve: Resolve, *, version: str = ""
         version=version,
         title="Sandbox orchestrator",
         instructions=INSTRUCTIONS,
+        get_tool_input_schema=input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resource_templates=list_templates,
