@@ -95,7 +95,7 @@ def _cap(text: str, tokens: int | None) -> tuple[str, bool]:
 async def _until_final(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
     """Submit and wait for the end, telling the caller how an ask goes. Cancelled (the client went away or
     cancelled the call): the execution is cancelled too, and the cancellation recorded."""
-    view = await ctx.controller.submit(raw, wait_s=FIRST_WAIT_S)
+    view = await _submitted(ctx, raw)
     started = time.monotonic()
     try:
         while not view.state.final:
@@ -111,6 +111,23 @@ async def _until_final(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
     return view
 
 
+async def _submitted(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
+    """The submit's answer (once decided, or FIRST_WAIT_S later). Cancelled meanwhile: the execution's id comes
+    only with that answer, so the submit is still waited for (shielded, at most FIRST_WAIT_S), and then its
+    execution cancelled; a submit given up on would leave it running (or asking) for nobody."""
+    submitting = asyncio.ensure_future(ctx.controller.submit(raw, wait_s=FIRST_WAIT_S))
+    try:
+        return await asyncio.shield(submitting)
+    except asyncio.CancelledError:
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait({submitting})
+            if not submitting.cancelled() and submitting.exception() is None:  # a refusal: nothing to stop
+                view = submitting.result()
+                if not view.state.final:
+                    await _cancel(ctx.controller, view.execution_id)
+        raise
+
+
 async def _cancel(controller: Controller, execution_id: str) -> None:
     with contextlib.suppress(OrchestratorError):  # it ended meanwhile (EXECUTION.NOT_RUNNING): nothing to stop
         await controller.cancel(execution_id)
@@ -124,8 +141,12 @@ def _waiting(view: ExecutionView) -> str:
     return f"{view.state.value}: {view.execution_id}"
 
 
-def _execution_answer(view: ExecutionView, tokens: int | None, *, content_only: bool = False) -> ToolAnswer:
-    """A finished execution as a result: the run's outcome, or why it never ran."""
+def _execution_answer(
+    view: ExecutionView, tokens: int | None, *, content_only: bool = False, own_program: bool = False
+) -> ToolAnswer:
+    """A finished execution as a result: the run's outcome, or why it never ran. ``own_program``: the program is
+    the tool's own (the file writer, git apply), so its non-zero exit is the tool failing (``content_only``
+    implies it: cat)."""
     result = view.result
     if result is None:
         error = view.error or ErrorBody(code="EXECUTION.CANCELLED", message="the run ended before its sandbox ran")
@@ -162,18 +183,20 @@ def _execution_answer(view: ExecutionView, tokens: int | None, *, content_only: 
             + ", ".join(f"{effects.get(k, 0)} {k}" for k in ("created", "modified", "deleted"))
             + f", {effects.get('bytes_written', 0)} bytes written"
         )
-    # a command's own non-zero exit is an answer the model reads; a limit or a refusal is an error
-    return ToolAnswer("\n".join(lines), structured, failure is not None or (content_only and failed))
+    # a command's own non-zero exit is an answer the model reads; a limit or a refusal is an error, and so is a
+    # file tool that did not do what it was asked (a missing file, a patch that does not apply)
+    tool_failed = (content_only or own_program) and failed
+    return ToolAnswer("\n".join(lines), structured, failure is not None or tool_failed)
 
 
 async def _execute(
-    ctx: CallContext, raw: dict[str, Any], tokens: int | None, *, content_only: bool = False
+    ctx: CallContext, raw: dict[str, Any], tokens: int | None, *, content_only: bool = False, own_program: bool = False
 ) -> ToolAnswer:
     try:
         view = await _until_final(ctx, raw)
     except OrchestratorError as err:
         return refusal(err)
-    return _execution_answer(view, tokens, content_only=content_only)
+    return _execution_answer(view, tokens, content_only=content_only, own_program=own_program)
 
 
 # -- the tools ---------------------------------------------------------------------------------------------
@@ -197,12 +220,12 @@ async def read_file(ctx: CallContext, args: ReadFileInput) -> ToolAnswer:
 
 async def write_file(ctx: CallContext, args: WriteFileInput) -> ToolAnswer:
     raw = {**_governed(args, ctx, "write_file"), "tool": "file_write", "path": args.path, "content": args.content}
-    return await _execute(ctx, raw, None)
+    return await _execute(ctx, raw, None, own_program=True)
 
 
 async def apply_patch(ctx: CallContext, args: ApplyPatchInput) -> ToolAnswer:
     raw = {**_governed(args, ctx, "apply_patch"), "tool": "apply_patch", "patch": args.patch}
-    return await _execute(ctx, raw, None)
+    return await _execute(ctx, raw, None, own_program=True)
 
 
 async def _session_waits(ctx: CallContext) -> str:
