@@ -59,8 +59,8 @@ async def test_the_documented_host_registrations_connect(tmp_path: Path) -> None
         http = block("mcp-http.json")
         headers = {k: v.replace("${SANDBOX_TOKEN}", token_of("agent-a")) for k, v in http["headers"].items()}
         url = http["url"].replace(DOC_URL, harness.url)
-        async with create_mcp_http_client(headers=headers) as transport:
-            async with Client(streamable_http_client(url, http_client=transport)) as client:
-                await _runs_true(client)
+        transport = create_mcp_http_client(headers=headers)
+        async with transport, Client(streamable_http_client(url, http_client=transport)) as client:
+            await _runs_true(client)
     finally:
         await harness.stop()
