@@ -32,8 +32,6 @@ from orchestrator.mcp.tools import (
     _Input,
 )
 
-#: how long the first answer waits for a run to end (a quick command ends in one round trip)
-FIRST_WAIT_S = 2.0
 #: while an ask waits, a progress notification this often (the time left with it)
 ASK_TICK_S = 1.0
 #: while a command runs, a progress notification this often
@@ -68,11 +66,18 @@ def refusal(err: OrchestratorError, execution_id: str | None = None) -> ToolAnsw
     return ToolAnswer(f"refused: {err.code}: {err.message}", structured, True)
 
 
-def _governed(args: _Governed, ctx: CallContext, tool: str) -> dict[str, Any]:
-    """The fields every request of a call carries: its context (never from the arguments), and what it asks."""
+def _context(ctx: CallContext, tool: str) -> dict[str, Any]:
+    """What every request of a call carries, write_stdin's too: its MCP context and call id (never from the
+    arguments), recorded with the request."""
     raw: dict[str, Any] = {"mcp": ctx.mcp.model_copy(update={"tool": tool}).model_dump(exclude_none=True)}
     if ctx.call_id is not None:
         raw["call_id"] = ctx.call_id
+    return raw
+
+
+def _governed(args: _Governed, ctx: CallContext, tool: str) -> dict[str, Any]:
+    """The fields every governed request of a call carries: its context, and what it asks."""
+    raw = _context(ctx, tool)
     if args.profile is not None:
         raw["profile"] = args.profile
     if args.retry_of is not None:
@@ -99,9 +104,13 @@ async def _until_final(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
     started = time.monotonic()
     try:
         while not view.state.final:
-            pending = view.state is ExecutionState.PENDING_APPROVAL
-            await ctx.progress(time.monotonic() - started, None, _waiting(view))
-            view = await ctx.controller.wait(view.execution_id, wait_s=ASK_TICK_S if pending else RUN_TICK_S)
+            if view.state is ExecutionState.PENDING_APPROVAL:  # told at once, then every tick
+                await ctx.progress(time.monotonic() - started, None, _waiting(view))
+                view = await ctx.controller.wait(view.execution_id, wait_s=ASK_TICK_S)
+                continue
+            view = await ctx.controller.wait(view.execution_id, wait_s=RUN_TICK_S)  # answered as it ends
+            if not view.state.final:
+                await ctx.progress(time.monotonic() - started, None, _waiting(view))
     except asyncio.CancelledError:
         # the SDK's cancel scope (anyio) cancels every await in it again: the cancellation is recorded under a
         # shield, before the call's end lets anything (a closing service) go on
@@ -112,10 +121,11 @@ async def _until_final(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
 
 
 async def _submitted(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
-    """The submit's answer (once decided, or FIRST_WAIT_S later). Cancelled meanwhile: the execution's id comes
-    only with that answer, so the submit is still waited for (shielded, at most FIRST_WAIT_S), and then its
-    execution cancelled; a submit given up on would leave it running (or asking) for nobody."""
-    submitting = asyncio.ensure_future(ctx.controller.submit(raw, wait_s=FIRST_WAIT_S))
+    """The submit's answer, as soon as the request is decided (running, or its ask queued): the call then waits
+    with the execution's id in hand. Cancelled meanwhile: the id comes only with that answer, so the submit is
+    still waited for (shielded: the decision's time), and then its execution cancelled; a submit given up on
+    would leave it running (or asking) for nobody."""
+    submitting = asyncio.ensure_future(ctx.controller.submit(raw, wait_s=0.0))
     try:
         return await asyncio.shield(submitting)
     except asyncio.CancelledError:
@@ -293,7 +303,11 @@ async def write_stdin(ctx: CallContext, args: WriteStdinInput) -> ToolAnswer:
     started = time.monotonic()
     try:
         answer = await ctx.controller.write_stdin(
-            args.session_id, args.chars, yield_ms=args.yield_time_ms, max_bytes=_max_bytes(args.max_output_tokens)
+            args.session_id,
+            args.chars,
+            yield_ms=args.yield_time_ms,
+            max_bytes=_max_bytes(args.max_output_tokens),
+            context=_context(ctx, "write_stdin"),
         )
     except OrchestratorError as err:
         return refusal(err)

@@ -28,7 +28,11 @@ class Controller(Protocol):
 
     async def open_session(self, raw: dict[str, Any]) -> SessionAnswer: ...
 
-    async def write_stdin(self, session_id: str, chars: str, *, yield_ms: int, max_bytes: int) -> SessionAnswer: ...
+    async def write_stdin(
+        self, session_id: str, chars: str, *, yield_ms: int, max_bytes: int, context: dict[str, Any]
+    ) -> SessionAnswer:
+        """``context``: the call's ``mcp`` and ``call_id``, recorded with the write where the controller takes them."""
+        ...
 
     async def pending_ask(self, call_id: str) -> PendingAsk | None:
         """The ask a call's request waits on (a session's open has no execution view to poll), when known."""
@@ -71,10 +75,13 @@ class ServiceController:
         reply = await self.service.sessions.open(owned, workspace=workspace)
         return reply.to_wire()
 
-    async def write_stdin(self, session_id: str, chars: str, *, yield_ms: int, max_bytes: int) -> SessionAnswer:
+    async def write_stdin(
+        self, session_id: str, chars: str, *, yield_ms: int, max_bytes: int, context: dict[str, Any]
+    ) -> SessionAnswer:
         tenant, subject = self._owner(session_id)
         reply = await self.service.sessions.write(
             {
+                **context,  # first: the fields below are the caller's and the session's, never the context's
                 "tool": "write_stdin",
                 "session_id": session_id,
                 "chars": chars,
@@ -134,7 +141,10 @@ class RemoteController:
     async def open_session(self, raw: dict[str, Any]) -> SessionAnswer:
         return await self.client.open_session({**raw, "tool": "exec_command"})
 
-    async def write_stdin(self, session_id: str, chars: str, *, yield_ms: int, max_bytes: int) -> SessionAnswer:
+    async def write_stdin(
+        self, session_id: str, chars: str, *, yield_ms: int, max_bytes: int, context: dict[str, Any]
+    ) -> SessionAnswer:
+        # the API's write_stdin takes characters only: the controller records the write without the MCP context
         return await self.client.write_stdin(session_id, chars, yield_time_ms=yield_ms, max_output_bytes=max_bytes)
 
     async def evidence(self, execution_id: str) -> list[dict[str, Any]]:
