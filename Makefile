@@ -19,13 +19,14 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check orchestrator tests benchmarks scripts
-	$(BIN)/ruff format --check orchestrator scripts/testcluster tests/unit/testcluster
+	$(BIN)/ruff check orchestrator tests benchmarks scripts docs/examples
+	$(BIN)/ruff format --check orchestrator scripts/testcluster tests/unit/testcluster docs/examples
 	$(BIN)/shellcheck scripts/*.sh .ci/run
 
 typecheck: $(STAMP)
 	$(BIN)/mypy orchestrator
 	$(BIN)/mypy scripts/testcluster
+	$(BIN)/mypy docs/examples
 
 importlint: $(STAMP)
 	$(BIN)/lint-imports
