@@ -32,8 +32,6 @@ from orchestrator.mcp.tools import (
     _Input,
 )
 
-#: how long the first answer waits for a run to end (a quick command ends in one round trip)
-FIRST_WAIT_S = 2.0
 #: while an ask waits, a progress notification this often (the time left with it)
 ASK_TICK_S = 1.0
 #: while a command runs, a progress notification this often
@@ -106,9 +104,13 @@ async def _until_final(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
     started = time.monotonic()
     try:
         while not view.state.final:
-            pending = view.state is ExecutionState.PENDING_APPROVAL
-            await ctx.progress(time.monotonic() - started, None, _waiting(view))
-            view = await ctx.controller.wait(view.execution_id, wait_s=ASK_TICK_S if pending else RUN_TICK_S)
+            if view.state is ExecutionState.PENDING_APPROVAL:  # told at once, then every tick
+                await ctx.progress(time.monotonic() - started, None, _waiting(view))
+                view = await ctx.controller.wait(view.execution_id, wait_s=ASK_TICK_S)
+                continue
+            view = await ctx.controller.wait(view.execution_id, wait_s=RUN_TICK_S)  # answered as it ends
+            if not view.state.final:
+                await ctx.progress(time.monotonic() - started, None, _waiting(view))
     except asyncio.CancelledError:
         # the SDK's cancel scope (anyio) cancels every await in it again: the cancellation is recorded under a
         # shield, before the call's end lets anything (a closing service) go on
@@ -119,10 +121,11 @@ async def _until_final(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
 
 
 async def _submitted(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
-    """The submit's answer (once decided, or FIRST_WAIT_S later). Cancelled meanwhile: the execution's id comes
-    only with that answer, so the submit is still waited for (shielded, at most FIRST_WAIT_S), and then its
-    execution cancelled; a submit given up on would leave it running (or asking) for nobody."""
-    submitting = asyncio.ensure_future(ctx.controller.submit(raw, wait_s=FIRST_WAIT_S))
+    """The submit's answer, as soon as the request is decided (running, or its ask queued): the call then waits
+    with the execution's id in hand. Cancelled meanwhile: the id comes only with that answer, so the submit is
+    still waited for (shielded: the decision's time), and then its execution cancelled; a submit given up on
+    would leave it running (or asking) for nobody."""
+    submitting = asyncio.ensure_future(ctx.controller.submit(raw, wait_s=0.0))
     try:
         return await asyncio.shield(submitting)
     except asyncio.CancelledError:

@@ -408,7 +408,7 @@ async def test_a_call_the_client_cancels_ends_its_execution_cancelled_on_the_rec
     harness: Harness, mode: Mode, waits_on: str
 ) -> None:
     """The host gives up a call (its task cancelled, as when its user stops a turn). run: `sleep 30`, cancelled as
-    soon as its sandbox runs, within the call's first wait for the end (calls.FIRST_WAIT_S); ask: cancelled
+    soon as its sandbox runs, as soon as it was decided; ask: cancelled
     after the first progress notification, while the call polls. Either way the execution ends cancelled, on
     the record, and nothing is left of it: no sandbox, no pending ask."""
     admin = harness.client("admin")
