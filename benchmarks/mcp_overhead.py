@@ -56,15 +56,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.support
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from engine import docker_env
 from mcp import Client
 from options import parse
-from service_overhead import TOKEN, bench_service, pct, start_server, wait_up
+from service_overhead import TOKEN, pct, start_server, wait_up
+from service_overhead import write_config as service_config
 
 from orchestrator.client import AsyncClient
 from orchestrator.domain.wire import ExecutionState, ExecutionView, SessionAnswer
@@ -87,17 +86,9 @@ SHELL = {"tool": "shell_command", "command": "true"}
 
 
 def write_config(root: Path) -> Path:
-    """Everything allowed but sudo, nobody to ask; state, workspaces and evidence under ``root``."""
+    """The service benchmark's config (everything allowed but sudo, nobody to ask), under ``root``."""
     root.mkdir(parents=True, exist_ok=True)
-    config = {
-        "safety": {"mode": "allow", "denylist": ["sudo"]},
-        "approvals": {"provider": "none"},
-        "evidence": {"path": str(root / "evidence.jsonl")},
-        "service": bench_service(root),
-    }
-    path = root / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return service_config(root)
 
 
 # -- measuring -----------------------------------------------------------------------------------------

@@ -25,6 +25,11 @@ _Host = Annotated[str, StringConstraints(min_length=1, max_length=261)]
 _Id = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 _Word = Annotated[str, StringConstraints(max_length=128 * 1024, pattern=_NO_NUL)]
 
+YieldMs = Annotated[int, Field(ge=0, le=MAX_YIELD_MS, description="How long to wait for output before answering (ms).")]
+OutputTokens = Annotated[
+    int | None, Field(ge=1, le=MAX_OUTPUT_TOKENS, description="Answer with at most about this many tokens of output.")
+]
+
 REFUSALS = (
     " A refusal is a result marked isError whose structured content has error.code: POLICY.DENIED (the policy "
     "says no: do not retry the same thing), APPROVAL.DENIED / APPROVAL.TIMEOUT (a person said no, or nobody "
@@ -68,9 +73,7 @@ class RunInput(_Governed):
     command: _Word | None = Field(default=None, min_length=1, description="A shell string, run by bash -c.")
     workdir: _Path | None = Field(default=None, description="Working directory, relative to the workspace.")
     timeout_ms: int | None = Field(default=None, ge=1, le=86_400_000, description="Wall-clock limit.")
-    max_output_tokens: int | None = Field(
-        default=None, ge=1, le=MAX_OUTPUT_TOKENS, description="Return at most about this many tokens of output."
-    )
+    max_output_tokens: OutputTokens = None
 
     @model_validator(mode="after")
     def _one(self) -> RunInput:
@@ -87,12 +90,8 @@ class ExecCommandInput(_Governed):
     cmd: _Word = Field(min_length=1, description="The shell command to run (bash -c), kept running as a session.")
     workdir: _Path | None = Field(default=None, description="Working directory, relative to the workspace.")
     tty: bool = Field(default=False, description="Run it in a terminal (a REPL, a prompt); stdout and stderr merge.")
-    yield_time_ms: int = Field(
-        default=1000, ge=0, le=MAX_YIELD_MS, description="How long to wait for output before answering."
-    )
-    max_output_tokens: int | None = Field(
-        default=None, ge=1, le=MAX_OUTPUT_TOKENS, description="Answer with at most about this many tokens."
-    )
+    yield_time_ms: YieldMs = 1000
+    max_output_tokens: OutputTokens = None
 
 
 class WriteStdinInput(_Input):
@@ -100,19 +99,13 @@ class WriteStdinInput(_Input):
     chars: Annotated[str, StringConstraints(max_length=MAX_STDIN_CHARS)] = Field(
         default="", description='Characters to write ("\\n" ends a line); "" only polls for output.'
     )
-    yield_time_ms: int = Field(
-        default=1000, ge=0, le=MAX_YIELD_MS, description="How long to wait for output before answering."
-    )
-    max_output_tokens: int | None = Field(
-        default=None, ge=1, le=MAX_OUTPUT_TOKENS, description="Answer with at most about this many tokens."
-    )
+    yield_time_ms: YieldMs = 1000
+    max_output_tokens: OutputTokens = None
 
 
 class ReadFileInput(_Governed):
     path: _Path = Field(description="The file, relative to the workspace.")
-    max_output_tokens: int | None = Field(
-        default=None, ge=1, le=MAX_OUTPUT_TOKENS, description="Return at most about this many tokens of it."
-    )
+    max_output_tokens: OutputTokens = None
 
 
 class WriteFileInput(_Governed):
