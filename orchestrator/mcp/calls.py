@@ -6,7 +6,7 @@ as errors with their stable code, for the model to react to; only malformed argu
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from orchestrator.mcp.tools import (
     _Input,
 )
 
+log = logging.getLogger(__name__)
 #: while an ask waits, a progress notification this often (the time left with it)
 ASK_TICK_S = 1.0
 #: while a command runs, a progress notification this often
@@ -111,9 +112,10 @@ async def _until_final(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
             view = await ctx.controller.wait(view.execution_id, wait_s=RUN_TICK_S)  # answered as it ends
             if not view.state.final:
                 await ctx.progress(time.monotonic() - started, None, _waiting(view))
-    except asyncio.CancelledError:
-        # the SDK's cancel scope (anyio) cancels every await in it again: the cancellation is recorded under a
-        # shield, before the call's end lets anything (a closing service) go on
+    except BaseException:
+        # cancelled (or the wait itself failed: a forwarding controller that did not answer): the execution never
+        # goes on for nobody. The SDK's cancel scope (anyio) cancels every await in it again: the cancellation is
+        # recorded under a shield, before the call's end lets anything (a closing service) go on
         with anyio.CancelScope(shield=True):
             await _cancel(ctx.controller, view.execution_id)
         raise
@@ -139,8 +141,12 @@ async def _submitted(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
 
 
 async def _cancel(controller: Controller, execution_id: str) -> None:
-    with contextlib.suppress(OrchestratorError):  # it ended meanwhile (EXECUTION.NOT_RUNNING): nothing to stop
+    try:
         await controller.cancel(execution_id)
+    except OrchestratorError:  # it ended meanwhile (EXECUTION.NOT_RUNNING): nothing to stop
+        pass
+    except Exception:  # the call already ends with its own failure: this one is logged, never raised over it
+        log.warning("MCP call: could not cancel %s", execution_id, exc_info=True)
 
 
 def _waiting(view: ExecutionView) -> str:
@@ -283,19 +289,21 @@ async def exec_command(ctx: CallContext, args: ExecCommandInput) -> ToolAnswer:
     opening = asyncio.ensure_future(ctx.controller.open_session(raw))
     try:
         # an ask keeps the open waiting: tell the caller it still waits (the session's execution decides it)
-        while True:
+        while not opening.done():
             done, _ = await asyncio.wait({opening}, timeout=ASK_TICK_S)
-            if done:
-                break
-            await ctx.progress(time.monotonic() - started, None, await _session_waits(ctx))
-        answer = opening.result()
-    except OrchestratorError as err:
-        return refusal(err)
-    except asyncio.CancelledError:
-        opening.cancel()  # the service stops what it started and records the cancellation: waited for, shielded
+            if not done:
+                await ctx.progress(time.monotonic() - started, None, await _session_waits(ctx))
+    except BaseException:
+        # cancelled, or telling the caller how it waits failed: the service stops what it started (a session
+        # nobody would learn the id of) and records the cancellation: waited for, shielded
+        opening.cancel()
         with anyio.CancelScope(shield=True):
             await asyncio.wait({opening})
         raise
+    try:
+        answer = opening.result()
+    except OrchestratorError as err:
+        return refusal(err)
     return _session_answer(answer, time.monotonic() - started)
 
 

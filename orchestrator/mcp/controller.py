@@ -94,13 +94,15 @@ class ServiceController:
         return reply.to_wire()
 
     async def pending_ask(self, call_id: str) -> PendingAsk | None:
+        # the caller's own ask only: a call id is the client's word (its JSON-RPC id), so another caller's ask of
+        # the same id, in this tenant or another, is never told
         for ask in await asyncio.to_thread(self.service.store.approvals.pending):
             context = ask.sanitized.get("context")
             if (
                 isinstance(context, dict)
                 and context.get("call_id") == call_id
                 and self.principal.sees(ask.tenant)
-                and ask.subject == context.get("subject")
+                and ask.subject == self.principal.subject
             ):
                 return PendingAsk(ask.id, ask.policy_reason, ask.deadline)
         return None

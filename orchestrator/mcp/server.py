@@ -52,13 +52,18 @@ class Caller:
 Resolve = Callable[[ServerRequestContext[Any, Any]], Caller]
 
 
+def _label(text: str) -> str:
+    """What the client sent, as the evidence records it: printable ASCII (anything else, a control character or
+    a lone surrogate, is a '?'), at most 256 characters. Sanitized, never refused: a call never fails on it."""
+    return _PRINTABLE.sub("?", text[:256])
+
+
 def _client_label(ctx: ServerRequestContext[Any, Any]) -> str | None:
     params = ctx.session.client_params
     info = params.client_info if params is not None else None
     if info is None:
         return None
-    label = _PRINTABLE.sub("?", f"{info.name}/{info.version}")[:256]
-    return label or None
+    return _label(f"{info.name}/{info.version}") or None
 
 
 def _fields(err: ValidationError) -> str:
@@ -73,10 +78,11 @@ _EVIDENCE_URI = re.compile(r"^sandbox://executions/([A-Za-z0-9._-]{1,128})/evide
 
 def _call_id(session: str | None, request_id: object) -> str | None:
     """The call's id in the evidence: the JSON-RPC id is the connection's own, so the session (or, without one,
-    a random word) tells it apart from another connection's call of the same id."""
+    a random word) tells it apart from another connection's call of the same id. The client chose the id:
+    sanitized as a label is (a lone surrogate in it would have the request refused as INPUT.INVALID)."""
     if request_id is None:
         return None
-    return f"{session or 'mcp-' + uuid.uuid4().hex[:12]}:{request_id}"[:256]
+    return _label(f"{session or 'mcp-' + uuid.uuid4().hex[:12]}:{request_id}")
 
 
 async def _unless_gone(work: Awaitable[ToolAnswer], gone: asyncio.Event | None) -> ToolAnswer:
@@ -144,14 +150,18 @@ def build_server(transport: McpTransport, resolve: Resolve, *, version: str = ""
         except ValidationError as err:
             raise MCPError(types.INVALID_PARAMS, f"{tool.name}: {_fields(err)}") from None
         caller = resolve(ctx)
+        session = (_label(caller.session) or None) if caller.session is not None else None
 
         async def progress(done: float, total: float | None, message: str) -> None:
-            await ctx.session.report_progress(done, total, message)
+            try:
+                await ctx.session.report_progress(done, total, message)
+            except Exception:  # a courtesy: a client that cannot take it still gets its answer, its call goes on
+                log.debug("MCP progress not delivered", exc_info=True)
 
         context = CallContext(
             controller=caller.controller,
-            mcp=McpContext(transport=transport, session=caller.session, client=_client_label(ctx)),
-            call_id=_call_id(caller.session, ctx.request_id),
+            mcp=McpContext(transport=transport, session=session, client=_client_label(ctx)),
+            call_id=_call_id(session, ctx.request_id),
             progress=progress,
         )
         try:
