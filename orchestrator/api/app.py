@@ -34,8 +34,10 @@ from orchestrator.service.hosting import Service
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
 MCP_PATH = "/mcp"
-#: open MCP sessions at once (Streamable HTTP's Mcp-Session-Id; an idle one closes after 30 minutes)
+#: open MCP sessions at once (Streamable HTTP's Mcp-Session-Id; an idle one closes after 30 minutes), and at most
+#: this many of them one caller's (a token's principal): one token cannot take them all from the other tenants
 MCP_MAX_SESSIONS = 1000
+MCP_MAX_SESSIONS_PER_CALLER = 100
 _PUBLIC = frozenset((r.method, r.path) for r in ROUTES if not r.auth)
 
 
@@ -86,7 +88,13 @@ def build_app(service: Service) -> web.Application:
         app.router.add_route(route.method, route.path, route.handler)
     add_ui_routes(app)  # the approvals page (public files; its data calls carry the token)
     # the MCP tools over Streamable HTTP: behind the same middleware (token, rate), bodies bounded alike
-    mcp = McpHttp(service, max_body_bytes=service.limits.max_body_bytes, max_sessions=MCP_MAX_SESSIONS, version=VERSION)
+    mcp = McpHttp(
+        service,
+        max_body_bytes=service.limits.max_body_bytes,
+        max_sessions=MCP_MAX_SESSIONS,
+        max_sessions_per_caller=MCP_MAX_SESSIONS_PER_CALLER,
+        version=VERSION,
+    )
     bridge = ASGIBridge(
         mcp.app,
         max_body_bytes=service.limits.max_body_bytes,
