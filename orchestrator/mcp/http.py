@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections import Counter
 from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
@@ -19,6 +20,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.requests import ClientDisconnect
 
 from orchestrator.domain.errors import OrchestratorError, SessionLimit
 from orchestrator.domain.principal import Principal
@@ -34,6 +36,19 @@ SESSION_HEADER = "mcp-session-id"
 _VERSION_HEADER = b"mcp-protocol-version"
 #: an MCP session nobody used for this long is closed (its calls are executions: they stay on the record)
 SESSION_IDLE_S = 30 * 60
+
+
+class _ClientLeft(logging.Filter):
+    """The SDK logs a session's POST whose client left before its body was in as an error, with its traceback:
+    any token could fill the log with them (200 a second). A client that leaves is no error of ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], ClientDisconnect))
+
+
+_SDK_TRANSPORT_LOG = logging.getLogger("mcp.server.streamable_http")
+if not any(isinstance(f, _ClientLeft) for f in _SDK_TRANSPORT_LOG.filters):
+    _SDK_TRANSPORT_LOG.addFilter(_ClientLeft())
 
 
 class McpHttp:

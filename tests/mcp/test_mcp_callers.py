@@ -6,8 +6,10 @@ controller. On the real engine."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -159,3 +161,29 @@ async def test_one_token_cannot_hold_every_mcp_session(
         assert (await in_session(http, harness.url, hog, first, "DELETE"))[0] == 200
         assert (await open_session(http, harness.url, hog))[0] == 200
         assert (await open_session(http, harness.url, hog))[0] == 429
+
+
+async def test_a_client_that_leaves_mid_body_is_no_error_in_the_log(
+    tmp_path: Path, engine: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session's POST whose client leaves before its body is in: the SDK logged each as an ERROR with its
+    traceback, which any token could repeat 200 times a second."""
+    async with serving(tmp_path) as harness, aiohttp.ClientSession() as http:
+        status, session, _ = await open_session(http, harness.url, token_of("agent-a"))
+        assert status == 200 and session is not None
+        port = int(harness.url.rsplit(":", 1)[1])
+        caplog.set_level(logging.WARNING)
+        for _ in range(3):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            head = (
+                f"POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token_of('agent-a')}\r\n"
+                f"Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {LEGACY}\r\nContent-Type: application/json\r\n"
+                f"Accept: {ACCEPT}\r\nContent-Length: 1000\r\n\r\n"
+            )
+            writer.write(head.encode() + b'{"jsonrpc":')  # and never the rest
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            writer.close()
+        await asyncio.sleep(1.5)  # the bridge sees each leave (polled) and tells the SDK
+        assert (await in_session(http, harness.url, token_of("agent-a"), session))[0] == 200  # the session goes on
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("mcp.") and r.levelno >= logging.ERROR] == []
