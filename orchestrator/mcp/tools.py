@@ -9,7 +9,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from orchestrator.domain.requests import (
+    MAX_ARG_BYTES,
     MAX_CONTENT_CHARS,
+    MAX_PATH_BYTES,
     MAX_STDIN_CHARS,
     MAX_YIELD_MS,
 )
@@ -20,10 +22,12 @@ BYTES_PER_TOKEN = 4
 MAX_OUTPUT_TOKENS = 262_144  # 1 MiB of output, the most one session answer holds
 # no NUL anywhere: the kernel takes none, so the request models refuse it and the schema says so
 _NO_NUL = r"^[^\x00]*$"
-_Path = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=_NO_NUL)]
+# the kernel's limits are bytes of UTF-8, which a schema cannot say: as characters they are exact for ASCII (text
+# beyond it may still be refused by the service, INPUT.INVALID naming the field)
+_Path = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_BYTES, pattern=_NO_NUL)]
 _Host = Annotated[str, StringConstraints(min_length=1, max_length=261)]
 _Id = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-_Word = Annotated[str, StringConstraints(max_length=128 * 1024, pattern=_NO_NUL)]
+_Word = Annotated[str, StringConstraints(max_length=MAX_ARG_BYTES, pattern=_NO_NUL)]
 
 YieldMs = Annotated[int, Field(ge=0, le=MAX_YIELD_MS, description="How long to wait for output before answering (ms).")]
 OutputTokens = Annotated[

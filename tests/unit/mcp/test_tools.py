@@ -7,8 +7,9 @@ from typing import Any
 
 import jsonschema
 import pytest
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
+from orchestrator.domain.requests import MAX_ARG_BYTES, MAX_PATH_BYTES, Request
 from orchestrator.mcp.tools import BY_NAME, MAX_OUTPUT_TOKENS, TOOLS
 
 CASES: list[tuple[str, dict[str, Any]]] = [
@@ -80,3 +81,33 @@ def test_governed_tools_tell_the_model_what_a_refusal_means() -> None:
     for tool in TOOLS:
         if "retry_of" in tool.model.model_fields:
             assert "SANDBOX.RESTRICTED" in tool.description and "retry_of" in tool.description, tool.name
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "request_"),
+    [
+        (
+            "read_file",
+            {"path": "p" * MAX_PATH_BYTES},
+            {"tool": "shell_exec", "argv": ["cat", "--", "p" * MAX_PATH_BYTES]},
+        ),
+        (
+            "write_file",
+            {"path": "p" * MAX_PATH_BYTES, "content": ""},
+            {"tool": "file_write", "path": "p" * MAX_PATH_BYTES, "content": ""},
+        ),
+        ("write_file", {"path": "p" * (MAX_PATH_BYTES + 1), "content": ""}, None),
+        ("run", {"argv": ["echo", "w" * MAX_ARG_BYTES]}, {"tool": "shell_exec", "argv": ["echo", "w" * MAX_ARG_BYTES]}),
+        ("run", {"argv": ["echo", "w" * (MAX_ARG_BYTES + 1)]}, None),
+        ("run", {"command": "c" * MAX_ARG_BYTES}, {"tool": "shell_command", "command": "c" * MAX_ARG_BYTES}),
+        ("exec_command", {"cmd": "c" * (MAX_ARG_BYTES + 1)}, None),
+    ],
+)
+def test_at_the_kernels_limits_the_schema_admits_what_the_service_does(
+    tool: str, arguments: dict[str, Any], request_: dict[str, Any] | None
+) -> None:
+    """ASCII at the kernel's limits (bytes, which are characters there): a call the schema admits is no
+    INPUT.INVALID of the service; one past them is a protocol error, as the schema says."""
+    assert _schema_accepts(tool, arguments) == _model_accepts(tool, arguments) == (request_ is not None)
+    if request_ is not None:
+        TypeAdapter(Request).validate_python(request_)
