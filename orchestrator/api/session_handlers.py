@@ -14,10 +14,10 @@ from orchestrator.api.body import read_json
 from orchestrator.api.keys import SERVICE, principal_of
 from orchestrator.api.sse import HEARTBEAT_S, EventStream
 from orchestrator.domain.errors import Forbidden, InputInvalid, SessionNotFound
-from orchestrator.domain.principal import Principal, Role
+from orchestrator.domain.principal import Role
 from orchestrator.domain.requests import describe_validation_error
 from orchestrator.domain.wire import OutputChunk, ResizeBody, StdinBody
-from orchestrator.service.hosting import Service
+from orchestrator.service.hosting import Service, open_session_for, session_owner, write_stdin_for
 
 M = TypeVar("M", bound=BaseModel)
 #: the most one SSE event carries
@@ -37,19 +37,6 @@ async def _body(request: web.Request, service: Service, model: type[M]) -> M:
         raise InputInvalid(describe_validation_error(err), details={"fields": fields}) from None
 
 
-def _owner(service: Service, session_id: str, principal: Principal) -> tuple[str, str]:
-    """The session's (tenant, subject) when the caller may use it; else SESSION.NOT_FOUND (another
-    tenant's or subject's session is never told apart from none)."""
-    if principal.role is Role.APPROVER:
-        raise Forbidden("an approver token cannot use sessions")
-    owner = service.sessions.owner(session_id)
-    if owner is None or not principal.sees(owner[0]):
-        raise SessionNotFound(f"no session {session_id}", details={"session_id": session_id})
-    if principal.role is not Role.ADMIN and owner[1] != principal.subject:
-        raise SessionNotFound(f"no session {session_id}", details={"session_id": session_id})
-    return owner
-
-
 async def open_session(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     principal = principal_of(request)
@@ -60,27 +47,23 @@ async def open_session(request: web.Request) -> web.Response:
         raise InputInvalid("the body must be a JSON object (an exec_command request)", details={"fields": ["(root)"]})
     if raw.get("tool", "exec_command") != "exec_command":
         raise InputInvalid("a session opens with tool exec_command", details={"fields": ["tool"]})
-    raw = service.manager.owned({**raw, "tool": "exec_command"}, principal)
-    workspace = await service.manager.workspaces.ensure(raw["tenant"], raw.get("session_id"))
-    reply = await service.sessions.open(raw, workspace=workspace)
+    reply = await open_session_for(service, raw, principal)
     return _answer(reply.to_wire(), 201)
 
 
 async def write_stdin(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     session_id = request.match_info["id"]
-    tenant, subject = _owner(service, session_id, principal_of(request))
+    principal = principal_of(request)
+    session_owner(service, session_id, principal)  # before the body is read
     body = await _body(request, service, StdinBody)
-    reply = await service.sessions.write(
-        {
-            "tool": "write_stdin",
-            "session_id": session_id,
-            "chars": body.chars,
-            "yield_time_ms": body.yield_time_ms,
-            "max_output_bytes": body.max_output_bytes,
-            "tenant": tenant,
-            "subject": subject,
-        }
+    reply = await write_stdin_for(
+        service,
+        session_id,
+        principal,
+        chars=body.chars,
+        yield_ms=body.yield_time_ms,
+        max_bytes=body.max_output_bytes,
     )
     return _answer(reply.to_wire())
 
@@ -88,7 +71,7 @@ async def write_stdin(request: web.Request) -> web.Response:
 async def resize(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     session_id = request.match_info["id"]
-    tenant, subject = _owner(service, session_id, principal_of(request))
+    tenant, subject = session_owner(service, session_id, principal_of(request))
     body = await _body(request, service, ResizeBody)
     await service.sessions.resize(session_id, tenant=tenant, subject=subject, rows=body.rows, cols=body.cols)
     return web.Response(status=204)
@@ -97,7 +80,7 @@ async def resize(request: web.Request) -> web.Response:
 async def close_session(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     session_id = request.match_info["id"]
-    tenant, subject = _owner(service, session_id, principal_of(request))
+    tenant, subject = session_owner(service, session_id, principal_of(request))
     reply = await service.sessions.close(session_id, tenant=tenant, subject=subject)
     return _answer(reply.to_wire())
 
@@ -108,7 +91,7 @@ async def follow_output(request: web.Request) -> web.StreamResponse:
     stream sent, a write_stdin answer does not repeat."""
     service = request.app[SERVICE]
     session_id = request.match_info["id"]
-    tenant, subject = _owner(service, session_id, principal_of(request))
+    tenant, subject = session_owner(service, session_id, principal_of(request))
     stream = await EventStream.open(request)
     with contextlib.suppress(ConnectionResetError, TimeoutError, asyncio.CancelledError, SessionNotFound):
         while True:

@@ -140,6 +140,14 @@ async def _submitted(ctx: CallContext, raw: dict[str, Any]) -> ExecutionView:
         raise
 
 
+async def stop(task: asyncio.Future[Any]) -> None:
+    """``task`` cancelled and waited for to its end (what it records on the way out included), shielded: the
+    SDK's cancel scope (anyio) would cancel the wait itself again."""
+    task.cancel()
+    with anyio.CancelScope(shield=True):
+        await asyncio.wait({task})
+
+
 async def _cancel(controller: Controller, execution_id: str) -> None:
     try:
         await controller.cancel(execution_id)
@@ -296,9 +304,7 @@ async def exec_command(ctx: CallContext, args: ExecCommandInput) -> ToolAnswer:
     except BaseException:
         # cancelled, or telling the caller how it waits failed: the service stops what it started (a session
         # nobody would learn the id of) and records the cancellation: waited for, shielded
-        opening.cancel()
-        with anyio.CancelScope(shield=True):
-            await asyncio.wait({opening})
+        await stop(opening)
         raise
     try:
         answer = opening.result()

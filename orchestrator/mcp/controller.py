@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.client.aio import AsyncClient
-from orchestrator.domain.errors import Forbidden, SessionNotFound
-from orchestrator.domain.principal import Principal, Role
+from orchestrator.domain.principal import Principal
 from orchestrator.domain.wire import ExecutionView, SessionAnswer
-from orchestrator.service.hosting import Service, evidence_of
+from orchestrator.service.hosting import Service, evidence_of, open_session_for, write_stdin_for
 
 
 class Controller(Protocol):
@@ -67,29 +65,19 @@ class ServiceController:
         return await self.service.manager.cancel(execution_id, self.principal)
 
     async def open_session(self, raw: dict[str, Any]) -> SessionAnswer:
-        if self.principal.role is Role.APPROVER:
-            raise Forbidden("an approver token cannot open sessions")
-        manager = self.service.manager
-        owned = manager.owned({**raw, "tool": "exec_command"}, self.principal)
-        workspace: Path = await manager.workspaces.ensure(owned["tenant"], owned.get("session_id"))
-        reply = await self.service.sessions.open(owned, workspace=workspace)
-        return reply.to_wire()
+        return (await open_session_for(self.service, raw, self.principal)).to_wire()
 
     async def write_stdin(
         self, session_id: str, chars: str, *, yield_ms: int, max_bytes: int, context: dict[str, Any]
     ) -> SessionAnswer:
-        tenant, subject = self._owner(session_id)
-        reply = await self.service.sessions.write(
-            {
-                **context,  # first: the fields below are the caller's and the session's, never the context's
-                "tool": "write_stdin",
-                "session_id": session_id,
-                "chars": chars,
-                "yield_time_ms": yield_ms,
-                "max_output_bytes": max_bytes,
-                "tenant": tenant,
-                "subject": subject,
-            }
+        reply = await write_stdin_for(
+            self.service,
+            session_id,
+            self.principal,
+            chars=chars,
+            yield_ms=yield_ms,
+            max_bytes=max_bytes,
+            context=context,
         )
         return reply.to_wire()
 
@@ -109,20 +97,6 @@ class ServiceController:
 
     async def evidence(self, execution_id: str) -> list[dict[str, Any]]:
         return await evidence_of(self.service, execution_id, self.principal)
-
-    def _owner(self, session_id: str) -> tuple[str, str]:
-        """As the HTTP route decides it: another tenant's or subject's session is never told apart from none."""
-        principal = self.principal
-        if principal.role is Role.APPROVER:
-            raise Forbidden("an approver token cannot use sessions")
-        owner = self.service.sessions.owner(session_id)
-        if (
-            owner is None
-            or not principal.sees(owner[0])
-            or (principal.role is not Role.ADMIN and owner[1] != principal.subject)
-        ):
-            raise SessionNotFound(f"no session {session_id}", details={"session_id": session_id})
-        return owner
 
 
 class RemoteController:

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -23,7 +22,7 @@ from pydantic import ValidationError
 
 from orchestrator.domain.errors import ExecutionCancelled, OrchestratorError, SandboxUnavailable
 from orchestrator.domain.mcp import McpContext, McpTransport
-from orchestrator.mcp.calls import HANDLERS, CallContext, ToolAnswer, refusal
+from orchestrator.mcp.calls import HANDLERS, CallContext, ToolAnswer, refusal, stop
 from orchestrator.mcp.controller import Controller
 from orchestrator.mcp.tools import BY_NAME, TOOLS
 
@@ -95,16 +94,12 @@ async def _unless_gone(work: Awaitable[ToolAnswer], gone: asyncio.Event | None) 
     try:
         await asyncio.wait({task, left}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
-        task.cancel()
-        with anyio.CancelScope(shield=True):
-            await asyncio.wait({task})
+        await stop(task)
         raise
     finally:
         left.cancel()
     if not task.done():
-        task.cancel()
-        with anyio.CancelScope(shield=True):
-            await asyncio.wait({task})
+        await stop(task)
         raise ExecutionCancelled("the client left before the call ended")
     return task.result()
 

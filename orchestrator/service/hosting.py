@@ -19,8 +19,8 @@ from orchestrator.approvals.queue import QueueApprover
 from orchestrator.approvals.rules import RuleApprovalsConfig, RuleApprover
 from orchestrator.backends.base import SandboxBackend
 from orchestrator.budgets.book import GrantBook
-from orchestrator.domain.errors import OrchestratorError
-from orchestrator.domain.principal import Principal
+from orchestrator.domain.errors import Forbidden, OrchestratorError, SessionNotFound
+from orchestrator.domain.principal import Principal, Role
 from orchestrator.evidence import EvidenceWriter, format_ts, records_of, verify
 from orchestrator.gate.policy import PolicySource
 from orchestrator.pipeline.backend_choice import backend_for
@@ -31,7 +31,7 @@ from orchestrator.pipeline.reaper import collect_orphans
 from orchestrator.pipeline.tasks import Guarded
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.executions import ExecutionManager
-from orchestrator.service.sessions import Sessions
+from orchestrator.service.sessions import SessionReply, Sessions
 from orchestrator.service.tokens import Credential, load_credentials
 from orchestrator.service.workspaces import Workspaces
 from orchestrator.state.session_approvals import StoredSessionApprovals
@@ -153,6 +153,59 @@ class Service:
         await self.sessions.aclose()  # a session does not outlive its controller: each ends, on the record
         await self.orchestrator.aclose()
         await self.store.close()
+
+
+# -- a caller's sessions: the rules every front door (the HTTP routes, the MCP tools) applies alike --------------
+async def open_session_for(service: Service, raw: dict[str, Any], principal: Principal) -> SessionReply:
+    """Open ``raw`` (an exec_command request's fields) for ``principal``: its tenant and subject are the token's,
+    its workspace made."""
+    if principal.role is Role.APPROVER:
+        raise Forbidden("an approver token cannot open sessions")
+    owned = service.manager.owned({**raw, "tool": "exec_command"}, principal)
+    workspace = await service.manager.workspaces.ensure(owned["tenant"], owned.get("session_id"))
+    return await service.sessions.open(owned, workspace=workspace)
+
+
+def session_owner(service: Service, session_id: str, principal: Principal) -> tuple[str, str]:
+    """The session's (tenant, subject) when ``principal`` may use it; else SESSION.NOT_FOUND (another tenant's or
+    subject's session is never told apart from none)."""
+    if principal.role is Role.APPROVER:
+        raise Forbidden("an approver token cannot use sessions")
+    owner = service.sessions.owner(session_id)
+    if (
+        owner is None
+        or not principal.sees(owner[0])
+        or (principal.role is not Role.ADMIN and owner[1] != principal.subject)
+    ):
+        raise SessionNotFound(f"no session {session_id}", details={"session_id": session_id})
+    return owner
+
+
+async def write_stdin_for(
+    service: Service,
+    session_id: str,
+    principal: Principal,
+    *,
+    chars: str,
+    yield_ms: int,
+    max_bytes: int,
+    context: dict[str, Any] | None = None,
+) -> SessionReply:
+    """``chars`` to a session ``principal`` may use. ``context``: what the request records beside (an MCP call's
+    ``mcp`` and ``call_id``); never the caller's, the session's or the tool's fields."""
+    tenant, subject = session_owner(service, session_id, principal)
+    return await service.sessions.write(
+        {
+            **(context or {}),
+            "tool": "write_stdin",
+            "session_id": session_id,
+            "chars": chars,
+            "yield_time_ms": yield_ms,
+            "max_output_bytes": max_bytes,
+            "tenant": tenant,
+            "subject": subject,
+        }
+    )
 
 
 # evidence reads run apart (never in the pool the approval queue and the engine calls use), two at a time
