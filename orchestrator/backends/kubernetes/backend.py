@@ -66,7 +66,7 @@ from orchestrator.backends.kubernetes.manifest import (
     pod_manifest,
     sandbox_argv,
 )
-from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive
+from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive, shared_lease
 from orchestrator.backends.kubernetes.pod_session import PodSession
 from orchestrator.backends.kubernetes.pod_stdio import PodStdio
 from orchestrator.backends.kubernetes.preflight import (
@@ -288,11 +288,11 @@ class KubernetesBackend:
     async def _hold_lease(self, kube: KubeClient, owner: str) -> None:
         lease = self._leases.get(owner)
         if lease is None:
-            lease = self._leases[owner] = OwnerLease(kube, self._namespace, owner)
-        if lease.held:
+            lease = self._leases[owner] = shared_lease(self.endpoint, self._namespace, owner)
+        if lease.held_by(kube):
             return
         try:
-            await self._call(lease.hold)
+            await self._call(lease.hold, kube)
         except KubeError as exc:
             raise self._error(exc, "cannot take the controller's lease (orphan collection needs it)") from exc
 
@@ -925,8 +925,9 @@ class KubernetesBackend:
             self._watch.close()
             self._watch = None
         for lease in self._leases.values():
-            with contextlib.suppress(Exception):
-                await asyncio.get_running_loop().run_in_executor(self._pool(), lease.release)
+            if kube is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.get_running_loop().run_in_executor(self._pool(), lease.release, kube)
         self._leases.clear()
         self._pods.clear()
         if kube is not None:

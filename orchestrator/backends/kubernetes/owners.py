@@ -55,14 +55,19 @@ def owners_alive(leases: list[JsonObject], now: datetime) -> dict[str, bool]:
 
 class OwnerLease:
     """This controller's Lease: taken by :meth:`hold` (blocking, before the first pod), renewed on a daemon
-    thread, released by :meth:`release`."""
+    thread, released by :meth:`release`.
 
-    def __init__(self, kube: KubeClient, namespace: str, owner: str) -> None:
-        self._kube = kube
+    One per owner in a process, whatever the number of backends (:func:`shared_lease`): two objects renewing
+    one Lease each from its own resourceVersion conflict ("the object has been modified"), and the first to
+    close would delete the Lease under the other's live pods. Each backend lends its client; renewals use
+    whichever is still lent, and the Lease is deleted when the last backend gives it back."""
+
+    def __init__(self, namespace: str, owner: str) -> None:
         self._namespace = namespace
         self.owner = owner
         self.name = lease_name(owner)
         self._lock = threading.Lock()
+        self._clients: list[KubeClient] = []
         self._held = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,44 +92,78 @@ class OwnerLease:
             },
         }
 
-    def _renew(self) -> None:
-        try:
-            current = self._kube.get_lease(self._namespace, self.name)
-        except KubeError as exc:
-            if exc.kind != "not_found":
-                raise
-            self._kube.create_lease(self._namespace, self._body(None))
-            return
-        body = self._body(current)
-        body["spec"]["acquireTime"] = (current.get("spec") or {}).get("acquireTime")
-        self._kube.replace_lease(self._namespace, self.name, body)
+    def _renew(self, kube: KubeClient) -> None:
+        """Create or renew it; a conflict (someone wrote it between our read and write: a controller of
+        the same identity restarted) is read again and retried once."""
+        for attempt in range(2):
+            try:
+                current = kube.get_lease(self._namespace, self.name)
+            except KubeError as exc:
+                if exc.kind != "not_found":
+                    raise
+                try:
+                    kube.create_lease(self._namespace, self._body(None))
+                    return
+                except KubeError as created:
+                    if created.kind != "conflict" or attempt:  # 409: created meanwhile
+                        raise
+                    continue
+            body = self._body(current)
+            body["spec"]["acquireTime"] = (current.get("spec") or {}).get("acquireTime")
+            try:
+                kube.replace_lease(self._namespace, self.name, body)
+                return
+            except KubeError as exc:
+                if exc.kind != "conflict" or attempt:
+                    raise
 
-    def hold(self) -> None:
-        """Take (or renew) the Lease now; start renewing it. Raises KubeError if the server refuses."""
+    def hold(self, kube: KubeClient) -> None:
+        """Take (or renew) the Lease now through ``kube`` (lent until :meth:`release` gives it back); start
+        renewing it. Raises KubeError if the server refuses."""
         with self._lock:
-            self._renew()
+            self._renew(kube)
+            if kube not in self._clients:
+                self._clients.append(kube)
             if self._held:
                 return
             self._held = True
+            self._stop.clear()
             self._thread = threading.Thread(target=self._keep, name="k8s-owner-lease", daemon=True)
             self._thread.start()
 
-    @property
-    def held(self) -> bool:
-        return self._held
+    def held_by(self, kube: KubeClient) -> bool:
+        return self._held and kube in self._clients
 
     def _keep(self) -> None:
         while not self._stop.wait(RENEW_S):
             try:
                 with self._lock:
-                    self._renew()
+                    if self._clients:
+                        self._renew(self._clients[-1])
             except KubeError as exc:  # the next renewal tries again; DURATION_S leaves room for three
                 log.warning("could not renew the controller's lease %s: %s", self.name, exc)
 
-    def release(self) -> None:
-        self._stop.set()
-        if not self._held:
-            return
-        self._held = False
-        with contextlib.suppress(KubeError):
-            self._kube.delete_lease(self._namespace, self.name)
+    def release(self, kube: KubeClient) -> None:
+        """``kube`` is given back; the last one deletes the Lease (its pods are gone or orphans now)."""
+        with self._lock:
+            if kube in self._clients:
+                self._clients.remove(kube)
+            if self._clients or not self._held:
+                return
+            self._held = False
+            self._stop.set()
+            with contextlib.suppress(KubeError):
+                kube.delete_lease(self._namespace, self.name)
+
+
+_SHARED: dict[tuple[str, str, str], OwnerLease] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_lease(cluster: str, namespace: str, owner: str) -> OwnerLease:
+    """This process's one OwnerLease of ``owner`` in ``namespace`` of the cluster at ``cluster``."""
+    with _SHARED_LOCK:
+        lease = _SHARED.get((cluster, namespace, owner))
+        if lease is None:
+            lease = _SHARED[(cluster, namespace, owner)] = OwnerLease(namespace, owner)
+        return lease
