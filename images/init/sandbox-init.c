@@ -10,9 +10,11 @@
  * signal, opens no file but /dev/null, and reads no byte past the message (what follows on stdin is the
  * command's own input).
  *
- * The message: the 4 bytes "SBX2", the payload's length (4 bytes, big-endian, at most MAX_PAYLOAD), then
+ * The message: the 4 bytes "SBX3", the payload's length (4 bytes, big-endian, at most MAX_PAYLOAD), then
  * the payload: NUL-terminated strings, nothing after the last one:
  *     report   "" or REPORT_LEN lowercase hex digits: a token fresh for this launch (see below)
+ *     status   "" (exec the command: it replaces this process) or "3" (supervise it and report its end on
+ *              descriptor 3: see "The status channel" below; needs a report token and PID 1)
  *     stdin    "stdin" (the command reads the rest of this stream) or "null" (it reads /dev/null)
  *     cwd      the working directory, absolute
  *     argc     decimal, 1..MAX_ITEMS, then that many arguments (the first names the program, found
@@ -27,17 +29,37 @@
  * "sandbox-init[<token>:<status>]: <reason>": the orchestrator's proof that the command never ran (it can then
  * answer as a cold start that failed). The command can never forge it: the token exists only in the
  * message, which this process consumed, and in its memory, which the execve replaced.
+ *
+ * The status channel (status "3"). Then this process stays PID 1: it forks the command, forwards it the
+ * signals it gets, reaps every process, and once the command ended kills what it left behind (kill -1:
+ * every other process of the PID namespace, as the runtime would when PID 1 exits) and writes ONE line on
+ * descriptor 3 -- a pipe whose other end the orchestrator reads -- then exits with the command's status
+ * (128 + the signal's number for a command killed by one, as the runtime reports it):
+ *     sandbox-status v1 <token> ran=<0|1> exit=<n> signal=<n> oom_kills=<n> cpu_ns=<n> cpu_from=<w>
+ *         memory_peak=<n> pids_peak=<n> pids_hits=<n> started_ns=<n> finished_ns=<n>\n
+ * (one line; -1: unknown). ran=0: the program could not be executed (exit 126/127, as above). The figures
+ * are its own cgroup's (v1 or v2, as the runtime mounted it at /sys/fs/cgroup): OOM kills and CPU since
+ * the launch, the memory and pids peaks of the container; CPU from getrusage where no cgroup says.
+ * The command can never write that line: descriptor 3 is close-on-exec (never inherited), this process is
+ * not dumpable (its /proc/1/fd and memory are root's: the command has no capability), the pipe's name is
+ * removed by the orchestrator before the launch message is sent, and the line needs the token.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
-#define MAGIC "SBX2"
+#define MAGIC "SBX3"
+#define STATUS_FD 3
 #define MAX_PAYLOAD (1024 * 1024)
 #define MAX_ITEMS 4096
 #define REPORT_LEN 32
@@ -130,7 +152,216 @@ static int exec_in_path(char **argv, char **env) {
     }
 }
 
+/* -- the status channel -------------------------------------------------------------------------------- */
+
+/* the first number after "<key> " in a file of "key value" lines (memory.events, memory.oom_control,
+ * pids.events), or the file's only number when key is NULL; -1 when unreadable */
+static long long read_counter(const char *path, const char *key) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    char text[4096];
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    text[n] = '\0';
+    const char *at = text;
+    if (key != NULL) {
+        size_t len = strlen(key);
+        for (at = text; at != NULL; at = strchr(at, '\n'), at = at ? at + 1 : NULL)
+            if (strncmp(at, key, len) == 0 && at[len] == ' ')
+                break;
+        if (at == NULL)
+            return -1;
+        at += len + 1;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long value = strtoll(at, &end, 10);
+    if (errno != 0 || end == at || value < 0)
+        return -1;
+    return value;
+}
+
+/* the first readable of a table of files (cgroup v2's name, then v1's) */
+struct source {
+    const char *path;
+    const char *key;
+    long long scale; /* to the reported unit */
+};
+
+static long long first_of(const struct source *sources, size_t n, size_t *which) {
+    for (size_t i = 0; i < n; i++) {
+        long long value = read_counter(sources[i].path, sources[i].key);
+        if (value >= 0) {
+            if (which != NULL)
+                *which = i;
+            return value * sources[i].scale;
+        }
+    }
+    return -1;
+}
+
+static const struct source OOM_KILLS[] = {
+    {"/sys/fs/cgroup/memory.events", "oom_kill", 1},
+    {"/sys/fs/cgroup/memory/memory.oom_control", "oom_kill", 1},
+};
+static const struct source CPU_NS[] = {
+    {"/sys/fs/cgroup/cpu.stat", "usage_usec", 1000},
+    {"/sys/fs/cgroup/cpuacct/cpuacct.usage", NULL, 1},
+    {"/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage", NULL, 1},
+};
+static const struct source MEMORY_PEAK[] = {
+    {"/sys/fs/cgroup/memory.peak", NULL, 1},
+    {"/sys/fs/cgroup/memory/memory.max_usage_in_bytes", NULL, 1},
+};
+static const struct source PIDS_PEAK[] = {
+    {"/sys/fs/cgroup/pids.peak", NULL, 1},
+    {"/sys/fs/cgroup/pids/pids.peak", NULL, 1},
+};
+static const struct source PIDS_HITS[] = {
+    {"/sys/fs/cgroup/pids.events", "max", 1},
+    {"/sys/fs/cgroup/pids/pids.events", "max", 1},
+};
+#define COUNT(table) (sizeof table / sizeof table[0])
+
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static long long children_cpu_ns(void) {
+    struct rusage usage;
+    if (getrusage(RUSAGE_CHILDREN, &usage) != 0)
+        return -1;
+    long long us = (long long)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000LL +
+                   (long long)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+    return us * 1000;
+}
+
+/* signals a supervisor cannot take for the command: faults of its own, and the unblockable ones */
+static int forwarded(int sig) {
+    switch (sig) {
+    case SIGKILL: case SIGSTOP: case SIGSEGV: case SIGBUS: case SIGILL: case SIGFPE: case SIGABRT:
+    case SIGTRAP: case SIGSYS: case SIGTTIN: case SIGTTOU: case SIGPIPE:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+/* Fork the command, forward signals, reap; then kill what it left, report its end once on STATUS_FD and
+ * exit as it did. Never returns. */
+static void supervise(char **argv) {
+    sigset_t all, original;
+    sigemptyset(&all);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (forwarded(sig))
+            sigaddset(&all, sig);
+    if (sigprocmask(SIG_BLOCK, &all, &original) != 0)
+        die(125, "cannot block signals", strerror(errno));
+    int exec_failed[2];
+    if (pipe2(exec_failed, O_CLOEXEC) != 0)
+        die(125, "cannot make a pipe", strerror(errno));
+    size_t cpu_table = 0;
+    long long oom_before = first_of(OOM_KILLS, COUNT(OOM_KILLS), NULL);
+    long long cpu_before = first_of(CPU_NS, COUNT(CPU_NS), &cpu_table);
+    long long started = now_ns();
+    pid_t child = fork();
+    if (child < 0)
+        die(125, "cannot fork", strerror(errno));
+    if (child == 0) {
+        close(exec_failed[0]);
+        if (sigprocmask(SIG_SETMASK, &original, NULL) != 0)
+            die(125, "cannot unblock signals", strerror(errno));
+        int failure = exec_in_path(argv, environ);
+        ssize_t written = write(exec_failed[1], &failure, sizeof failure);
+        (void)written;
+        die(failure == ENOENT || failure == ENOTDIR ? 127 : 126, argv[0], strerror(failure));
+    }
+    close(exec_failed[1]);
+    signal(SIGPIPE, SIG_IGN); /* a reader gone is a report lost, never this process killed */
+    /* the command's streams are its own from now on: they end when its processes are gone, not when
+     * this one exits */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        close(null);
+    }
+    int failure = 0;
+    ssize_t got;
+    do
+        got = read(exec_failed[0], &failure, sizeof failure);
+    while (got < 0 && errno == EINTR);
+    close(exec_failed[0]);
+    int ran = got == 0; /* end of file: the exec succeeded and closed its end */
+
+    int status = 0;
+    for (int ended = 0; !ended;) {
+        siginfo_t info;
+        int sig = sigwaitinfo(&all, &info);
+        if (sig < 0)
+            continue;
+        if (sig != SIGCHLD) {
+            kill(child, sig);
+            continue;
+        }
+        for (;;) {
+            int st;
+            pid_t pid = waitpid(-1, &st, WNOHANG);
+            if (pid <= 0)
+                break;
+            if (pid == child) {
+                status = st;
+                ended = 1;
+            }
+        }
+    }
+    long long finished = now_ns();
+    kill(-1, SIGKILL); /* what the command left behind: every other process of this PID namespace */
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+        ;
+    long long oom_after = first_of(OOM_KILLS, COUNT(OOM_KILLS), NULL);
+    long long cpu_after = first_of(CPU_NS, COUNT(CPU_NS), NULL);
+    long long cpu = -1;
+    const char *cpu_from = "none";
+    if (cpu_before >= 0 && cpu_after >= cpu_before) {
+        cpu = cpu_after - cpu_before;
+        cpu_from = "cgroup";
+    } else {
+        cpu = children_cpu_ns();
+        cpu_from = cpu >= 0 ? "rusage" : "none";
+    }
+    (void)cpu_table;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    int signo = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    char line[512];
+    int len = snprintf(line, sizeof line,
+                       "sandbox-status v1 %s ran=%d exit=%d signal=%d oom_kills=%lld cpu_ns=%lld cpu_from=%s"
+                       " memory_peak=%lld pids_peak=%lld pids_hits=%lld started_ns=%lld finished_ns=%lld\n",
+                       report, ran, code, signo,
+                       oom_before >= 0 && oom_after >= oom_before ? oom_after - oom_before : -1LL, cpu, cpu_from,
+                       first_of(MEMORY_PEAK, COUNT(MEMORY_PEAK), NULL), first_of(PIDS_PEAK, COUNT(PIDS_PEAK), NULL),
+                       first_of(PIDS_HITS, COUNT(PIDS_HITS), NULL), started, finished);
+    if (len > 0 && (size_t)len < sizeof line) {
+        ssize_t written;
+        do /* one write of less than PIPE_BUF bytes: the line arrives whole or not at all */
+            written = write(STATUS_FD, line, (size_t)len);
+        while (written < 0 && errno == EINTR);
+    }
+    close(STATUS_FD);
+    _exit(code);
+}
+
 int main(void) {
+    /* its /proc entries (fd, mem, environ) root's, whatever user runs it: the command (same user, no
+     * capability) can neither use its descriptors nor read its memory */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+        die(125, "cannot make the init undumpable", strerror(errno));
     unsigned char header[8];
     read_exactly(header, sizeof header);
     if (memcmp(header, MAGIC, 4) != 0)
@@ -150,6 +381,10 @@ int main(void) {
     if (token_len != 0 && (token_len != REPORT_LEN || strspn(token, "0123456789abcdef") != REPORT_LEN))
         die(125, "malformed launch message", "a bad report token");
     report = token;
+    char *status_mode = next_string(&c);
+    int with_status = strcmp(status_mode, "3") == 0;
+    if (!with_status && status_mode[0] != '\0')
+        die(125, "malformed launch message", "a bad status descriptor");
     char *mode = next_string(&c);
     int with_stdin = strcmp(mode, "stdin") == 0;
     if (!with_stdin && strcmp(mode, "null") != 0)
@@ -179,6 +414,17 @@ int main(void) {
     }
     if (c.at != c.end)
         die(125, "malformed launch message", "bytes after the last string");
+    if (with_status) {
+        /* only under a token (the line's proof), as PID 1 (kill -1 must mean this container), on an open
+         * descriptor that no command inherits */
+        if (token_len == 0)
+            die(125, "malformed launch message", "a status channel without a report token");
+        if (getpid() != 1)
+            die(125, "the status channel needs the init to be PID 1", NULL);
+        int flags = fcntl(STATUS_FD, F_GETFD);
+        if (flags < 0 || fcntl(STATUS_FD, F_SETFD, flags | FD_CLOEXEC) != 0)
+            die(125, "the status descriptor is not open", strerror(errno));
+    }
 
     if (!with_stdin) {
         int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -192,6 +438,8 @@ int main(void) {
     for (size_t i = 0; i < envc; i++)
         if (putenv(env[i]) != 0)
             die(125, "cannot set the environment", strerror(errno));
+    if (with_status)
+        supervise(argv);
     int failure = exec_in_path(argv, environ);
     die(failure == ENOENT || failure == ENOTDIR ? 127 : 126, argv[0], strerror(failure));
     return 125;

@@ -24,10 +24,12 @@ from orchestrator.domain.errors import InputInvalid
 
 #: where our images keep the init (root-owned, read-only like the rest of the image)
 INIT_PATH = "/usr/lib/sandbox-orchestrator/sandbox-init"
-MAGIC = b"SBX2"
+MAGIC = b"SBX3"
 MAX_PAYLOAD = 1024 * 1024
 MAX_ITEMS = 4096
 REPORT_LEN = 32  # hex digits of a report token
+#: the descriptor a supervising init reports the command's end on (the message's status field)
+STATUS_FD = "3"
 _TOKEN = re.compile(rb"[0-9a-f]{%d}" % REPORT_LEN)
 
 
@@ -37,13 +39,22 @@ def new_report_token() -> str:
 
 
 def launch_message(
-    argv: Sequence[str], env: Mapping[str, str], cwd: str, *, with_stdin: bool, report: str = ""
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str,
+    *,
+    with_stdin: bool,
+    report: str = "",
+    status_channel: bool = False,
 ) -> bytes:
-    """The message for ``argv`` run in ``cwd`` with ``env`` (``report``: "" or a ``new_report_token``);
-    INPUT.INVALID past the init's bounds (MAX_ITEMS arguments or variables, MAX_PAYLOAD bytes) or for
-    what it cannot carry (NUL)."""
+    """The message for ``argv`` run in ``cwd`` with ``env`` (``report``: "" or a ``new_report_token``;
+    ``status_channel``: the init supervises the command and reports its end on descriptor 3, see
+    ``init_status``); INPUT.INVALID past the init's bounds (MAX_ITEMS arguments or variables, MAX_PAYLOAD
+    bytes) or for what it cannot carry (NUL)."""
     if report and not _TOKEN.fullmatch(report.encode("ascii", "replace")):
         raise ValueError("a report token is REPORT_LEN lowercase hex digits")
+    if status_channel and not report:
+        raise ValueError("a status channel needs a report token: its line is the init's by the token")
     if not argv or not argv[0]:
         raise InputInvalid("argv must not be empty", details={"field": "argv"})
     if not cwd.startswith("/"):
@@ -53,7 +64,8 @@ def launch_message(
     entries = [f"{name}={value}" for name, value in env.items()]
     if any(not name or "=" in name for name in env):
         raise InputInvalid("environment names must be non-empty without '='", details={"field": "env"})
-    parts = [report, "stdin" if with_stdin else "null", cwd, str(len(argv)), *argv, str(len(entries)), *entries]
+    status = STATUS_FD if status_channel else ""
+    parts = [report, status, "stdin" if with_stdin else "null", cwd, str(len(argv)), *argv, str(len(entries)), *entries]
     encoded = [part.encode("utf-8", "surrogateescape") for part in parts]
     if any(b"\0" in part for part in encoded):
         raise InputInvalid("argv, env and the working directory cannot hold NUL", details={"field": "argv"})
@@ -66,13 +78,20 @@ def launch_message(
     return MAGIC + struct.pack(">I", len(payload)) + payload
 
 
-def spec_launch_message(spec: LaunchSpec, *, report: str = "") -> bytes:
+def spec_launch_message(spec: LaunchSpec, *, report: str = "", status_channel: bool = False) -> bytes:
     """The launch message of a one-shot ``spec`` for a waiting sandbox (validated like a cold run's spec);
     INPUT.INVALID for a terminal or a session, which a waiting sandbox does not run."""
     if not isinstance(spec.kind, CommandLaunch) or spec.kind.tty:
         raise InputInvalid("a pooled sandbox runs a command without a terminal or session", details={"field": "tty"})
     check_spec(spec)
-    return launch_message(spec.argv, spec.env, spec.workdir, with_stdin=spec.stdin is not None, report=report)
+    return launch_message(
+        spec.argv,
+        spec.env,
+        spec.workdir,
+        with_stdin=spec.stdin is not None,
+        report=report,
+        status_channel=status_channel,
+    )
 
 
 def fits_launch(spec: LaunchSpec) -> bool:

@@ -124,13 +124,13 @@ def test_a_command_that_cannot_run_says_why_like_a_shell(
 
 
 def canary_message(canary: Path) -> list[bytes]:
-    return [b"", b"null", b"/", b"2", b"touch", str(canary).encode(), b"1", b"PATH=/usr/bin:/bin"]
+    return [b"", b"", b"null", b"/", b"2", b"touch", str(canary).encode(), b"1", b"PATH=/usr/bin:/bin"]
 
 
 @pytest.mark.parametrize(
     "mangle",
     [
-        lambda parts: b"SBX1" + raw(*parts)[4:],  # magic (the first version's: no report token)
+        lambda parts: b"SBX2" + raw(*parts[:1], *parts[2:])[4:],  # magic (the second version's: no status field)
         lambda parts: MAGIC + struct.pack(">I", 0),  # empty payload
         lambda parts: MAGIC + struct.pack(">I", MAX_PAYLOAD + 1) + b"x" * 64,  # too long
         lambda parts: raw(*parts)[:-3],  # cut short
@@ -140,14 +140,18 @@ def canary_message(canary: Path) -> list[bytes]:
         lambda parts: raw(b"0" * 31, *parts[1:]),  # report tokens: too short, upper case, not hex
         lambda parts: raw(b"A" * 32, *parts[1:]),
         lambda parts: raw(b"g" * 32, *parts[1:]),
-        lambda parts: raw(parts[0], b"both", *parts[2:]),  # stdin mode
-        lambda parts: raw(*parts[:2], b"relative", *parts[3:]),
-        lambda parts: raw(*parts[:3], b"-2", *parts[4:]),  # counts: sign, junk, zero, too many
-        lambda parts: raw(*parts[:3], b"+2", *parts[4:]),
-        lambda parts: raw(*parts[:3], b"2x", *parts[4:]),
-        lambda parts: raw(*parts[:3], b"0", *parts[4:]),
-        lambda parts: raw(*parts[:3], str(MAX_ITEMS + 1).encode(), *parts[4:]),
-        lambda parts: raw(*parts[:3], b"1", b"", *parts[5:]),  # an empty program name
+        lambda parts: raw(parts[0], b"4", *parts[2:]),  # status descriptors: another, junk, without a token
+        lambda parts: raw(parts[0], b"33", *parts[2:]),
+        lambda parts: raw(parts[0], b"3", *parts[2:]),
+        lambda parts: raw(b"0" * 32, b"3", *parts[2:]),  # (a token, but not PID 1 here: refused)
+        lambda parts: raw(*parts[:2], b"both", *parts[3:]),  # stdin mode
+        lambda parts: raw(*parts[:3], b"relative", *parts[4:]),
+        lambda parts: raw(*parts[:4], b"-2", *parts[5:]),  # counts: sign, junk, zero, too many
+        lambda parts: raw(*parts[:4], b"+2", *parts[5:]),
+        lambda parts: raw(*parts[:4], b"2x", *parts[5:]),
+        lambda parts: raw(*parts[:4], b"0", *parts[5:]),
+        lambda parts: raw(*parts[:4], str(MAX_ITEMS + 1).encode(), *parts[5:]),
+        lambda parts: raw(*parts[:4], b"1", b"", *parts[6:]),  # an empty program name
         lambda parts: raw(*parts[:-1], b"NO_EQUALS"),
         lambda parts: raw(*parts[:-1], b"=value"),
         lambda parts: raw(*parts, b"trailing"),

@@ -1,0 +1,98 @@
+"""The end of a command as our init reports it on its status channel (``images/init/sandbox-init.c``).
+
+A supervising init writes one line on a descriptor the command never inherits, under the launch's report
+token: whether the command ran, its exit (or the signal that killed it), the OOM kills of its cgroup and
+its usage (CPU since the launch, memory and pids peaks, creations refused at the pids limit). The line
+is read as hostile input anyway: anything but exactly one well-formed line under this launch's token is
+no report (``None``), and a missing report is never a success -- the caller then goes by the engine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from orchestrator.backends.base import ExitState, ResourceUsage
+
+#: the longest line an init writes (it writes less than 512 bytes); a reader keeps no more than this
+MAX_LINE = 512
+
+_LINE = re.compile(
+    rb"sandbox-status v1 (?P<token>[0-9a-f]{32}) ran=(?P<ran>[01]) exit=(?P<exit>\d{1,3}) signal=(?P<signal>\d{1,2})"
+    rb" oom_kills=(?P<oom>-1|\d{1,18}) cpu_ns=(?P<cpu>-1|\d{1,19}) cpu_from=(?P<cpu_from>cgroup|rusage|none)"
+    rb" memory_peak=(?P<memory>-1|\d{1,19}) pids_peak=(?P<pids>-1|\d{1,18}) pids_hits=(?P<hits>-1|\d{1,18})"
+    rb" started_ns=(?P<started>\d{1,19}) finished_ns=(?P<finished>\d{1,19})\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class InitStatus:
+    """One command's end, as its init saw it."""
+
+    ran: bool  # False: the program could not be executed (exit 126 or 127)
+    exit_code: int  # 128 + the signal's number for a command a signal killed, as the runtime reports it
+    signal: int | None
+    oom_kills: int | None  # OOM kills in the sandbox's cgroup since the launch (None: unknown)
+    cpu_ns: int | None
+    cpu_from: str  # "cgroup" (the container's), "rusage" (the reaped processes'), "none"
+    memory_peak_bytes: int | None
+    pids_peak: int | None
+    pids_limit_hits: int | None
+    started_at: datetime
+    finished_at: datetime
+
+    @property
+    def oom_killed(self) -> bool:
+        return bool(self.oom_kills)
+
+    def exit_state(self) -> ExitState:
+        return ExitState(
+            exit_code=self.exit_code,
+            oom_killed=self.oom_killed,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+        )
+
+    def usage(self) -> ResourceUsage:
+        return ResourceUsage(
+            memory_peak_bytes=self.memory_peak_bytes,
+            cpu_total_ns=self.cpu_ns,
+            pids_peak=self.pids_peak,
+            pids_limit_hits=self.pids_limit_hits,
+        )
+
+
+def _known(value: bytes) -> int | None:
+    number = int(value)
+    return None if number < 0 else number
+
+
+def _time(ns: bytes) -> datetime:
+    return datetime.fromtimestamp(int(ns) / 1e9, tz=UTC)
+
+
+def parse_status(data: bytes, report: str) -> InitStatus | None:
+    """The report in ``data`` (all the channel carried) when it is exactly one line under ``report``."""
+    if not report or len(data) > MAX_LINE:
+        return None
+    found = _LINE.fullmatch(data)
+    if found is None or found["token"] != report.encode("ascii"):
+        return None
+    started, finished = int(found["started"]), int(found["finished"])
+    if finished < started:
+        return None
+    signal = int(found["signal"])
+    return InitStatus(
+        ran=found["ran"] == b"1",
+        exit_code=int(found["exit"]),
+        signal=signal or None,
+        oom_kills=_known(found["oom"]),
+        cpu_ns=_known(found["cpu"]),
+        cpu_from=found["cpu_from"].decode(),
+        memory_peak_bytes=_known(found["memory"]),
+        pids_peak=_known(found["pids"]),
+        pids_limit_hits=_known(found["hits"]),
+        started_at=_time(found["started"]),
+        finished_at=_time(found["finished"]),
+    )

@@ -1,0 +1,213 @@
+"""The init's status channel (images/init/sandbox-init.c, status "3"): compiled as the image build does and
+run as PID 1 of a PID namespace of its own, as a user without capabilities, like a sandbox's: the command's
+end reported once, under the launch's token, on a descriptor the command can neither inherit nor reach."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.backends._support.init_status import MAX_LINE, InitStatus, parse_status
+from orchestrator.backends._support.launch_message import launch_message, new_report_token
+from tests.support.init_build import SOURCE, compile_init
+
+NOBODY = 65534
+
+
+@pytest.fixture(scope="module")
+def init(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None:
+        pytest.skip("a PID namespace needs root and util-linux's unshare and setpriv")
+    del tmp_path_factory  # pytest's are root's alone (0700): nobody must be able to run the init
+    directory = Path(tempfile.mkdtemp(prefix="so-init-status-", dir="/tmp"))
+    directory.chmod(0o755)
+    yield compile_init(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def launch(
+    init: Path, script: str, token: str, stdin: bytes | None = None, argv: list[str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``sh -c script`` (or ``argv``) under the init, PID 1 of a new PID namespace (with its own /proc), as
+    nobody without capabilities; its descriptor 3 the status pipe (put there by bash: dash's redirections
+    take descriptors up to 9)."""
+    message = launch_message(
+        argv or ["sh", "-c", script], {"PATH": "/usr/bin:/bin"}, "/", with_stdin=stdin is not None, report=token,
+        status_channel=True,
+    )  # fmt: skip
+    status_r, status_w = os.pipe()
+    command = [
+        "unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+        "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+        "--bounding-set=-all", "bash", "-c", f'exec "$0" 3>&{status_w}', str(init),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w,), cwd="/"
+    )
+    os.close(status_w)
+    process.status_fd = status_r  # type: ignore[attr-defined]
+    assert process.stdin is not None
+    process.stdin.write(message + (stdin or b""))
+    process.stdin.close()
+    process.stdin = None
+    return process
+
+
+def finish(process: subprocess.Popen[bytes], timeout: float = 20) -> tuple[int, bytes, bytes, bytes]:
+    """Its exit, stdout, stderr and all its status channel carried."""
+    stdout, stderr = process.communicate(timeout=timeout)
+    channel = b""
+    fd = process.status_fd  # type: ignore[attr-defined]
+    while chunk := os.read(fd, 4096):
+        channel += chunk
+    os.close(fd)
+    return process.returncode, stdout, stderr, channel
+
+
+def report(init: Path, script: str) -> tuple[int, InitStatus | None, bytes]:
+    token = new_report_token()
+    code, stdout, stderr, channel = finish(launch(init, script, token))
+    assert b"Sanitizer" not in stderr, stderr
+    return code, parse_status(channel, token), stdout
+
+
+@pytest.mark.parametrize(
+    ("script", "code", "sig"),
+    [
+        ("exit 0", 0, None),
+        ("exit 3", 3, None),
+        ("exit 255", 255, None),
+        ("kill -TERM $$", 143, signal.SIGTERM),
+        ("kill -KILL $$", 137, signal.SIGKILL),
+        ("kill -SEGV $$", 139, signal.SIGSEGV),
+    ],
+)
+def test_the_commands_end_is_reported_once_and_is_the_inits_exit(init: Path, script: str, code: int, sig: int) -> None:
+    exit_code, status, _ = report(init, script)
+    assert status is not None
+    assert (status.ran, status.exit_code, status.signal, exit_code) == (True, code, sig, code)
+    assert status.started_at <= status.finished_at
+    assert status.cpu_from in ("cgroup", "rusage")
+    assert status.cpu_ns is not None and status.cpu_ns >= 0
+
+
+def test_a_program_that_cannot_run_is_reported_as_never_run(init: Path) -> None:
+    token = new_report_token()
+    code, stdout, stderr, channel = finish(launch(init, "", token, argv=["no-such-program-7f3e"]))
+    status = parse_status(channel, token)
+    assert status is not None and (status.ran, status.exit_code, code, stdout) == (False, 127, 127, b"")
+    assert stderr == f"sandbox-init[{token}:127]: no-such-program-7f3e: No such file or directory\n".encode()
+
+
+def test_stdin_and_output_are_the_commands_own(init: Path) -> None:
+    token = new_report_token()
+    data = b"\x00binary\xff\n" * 5000
+    code, stdout, _, channel = finish(launch(init, "cat; echo done >&2", token, stdin=data))
+    assert (code, stdout) == (0, data)
+    assert parse_status(channel, token) is not None
+
+
+def test_what_the_command_leaves_behind_is_killed_before_the_report(init: Path) -> None:
+    """A process the command started and left running holds its stdout: it is killed, so the streams end."""
+    began = time.monotonic()
+    code, status, stdout = report(init, "sleep 60 & echo started; exit 4")
+    assert time.monotonic() - began < 15
+    assert (code, stdout) == (4, b"started\n") and status is not None and status.exit_code == 4
+
+
+def test_signals_sent_to_the_init_reach_the_command(init: Path) -> None:
+    # the command asks PID 1 (the init) to stop it, as a runtime would: the init forwards, the command ends
+    code, status, stdout = report(init, "trap 'echo got TERM; exit 7' TERM; kill -TERM 1; sleep 5 & wait")
+    assert (code, stdout) == (7, b"got TERM\n") and status is not None
+
+
+def test_the_command_cannot_forge_or_reach_the_status_channel(init: Path) -> None:
+    """It does not inherit descriptor 3, cannot open the init's through /proc (not dumpable), cannot read its
+    memory or environment for the token: only the init's own line is on the channel."""
+    fake = "sandbox-status v1 " + "0" * 32 + " ran=1 exit=0 signal=0"
+    script = (
+        f"echo '{fake}' >&3 && echo wrote-3; echo '{fake}' >/proc/1/fd/3 && echo wrote-proc;"
+        " cat /proc/1/mem >/dev/null && echo read-mem; cat /proc/1/environ && echo read-env;"
+        " [ -e /proc/self/fd/3 ] && echo has-3; exit 9"
+    )
+    token = new_report_token()
+    code, stdout, _, channel = finish(launch(init, script, token))
+    assert code == 9
+    assert stdout == b"", stdout
+    status = parse_status(channel, token)
+    assert status is not None and status.exit_code == 9 and channel.count(b"\n") == 1
+
+
+def test_an_init_killed_before_it_reports_leaves_no_report(init: Path) -> None:
+    """A missing report is never a success: the channel just ends."""
+    token = new_report_token()
+    process = launch(init, "sleep 30", token)
+    deadline = time.monotonic() + 10
+    children: list[str] = []
+    while not children and time.monotonic() < deadline:  # unshare's child: the init, PID 1 of its namespace
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        time.sleep(0.02)
+    time.sleep(0.2)
+    os.kill(int(children[0]), signal.SIGKILL)
+    _, _, _, channel = finish(process)
+    assert channel == b"" and parse_status(channel, token) is None
+
+
+def test_a_report_is_only_one_well_formed_line_under_this_launchs_token() -> None:
+    token = new_report_token()
+    line = (
+        f"sandbox-status v1 {token} ran=1 exit=0 signal=0 oom_kills=0 cpu_ns=5 cpu_from=cgroup memory_peak=10"
+        " pids_peak=2 pids_hits=0 started_ns=1 finished_ns=2\n"
+    ).encode()
+    status = parse_status(line, token)
+    assert status is not None and status.usage().memory_peak_bytes == 10 and not status.oom_killed
+    assert parse_status(line, new_report_token()) is None  # another launch's
+    assert parse_status(line, "") is None
+    assert parse_status(line + line, token) is None  # twice: not the init's (it writes once)
+    assert parse_status(line[:-1], token) is None  # cut
+    assert parse_status(b"x" + line, token) is None
+    assert parse_status(line.replace(b"finished_ns=2", b"finished_ns=0"), token) is None  # ends before it began
+    unknown = parse_status(
+        line.replace(b"oom_kills=0", b"oom_kills=-1").replace(b"memory_peak=10", b"memory_peak=-1"), token
+    )
+    assert unknown is not None and unknown.oom_kills is None and unknown.memory_peak_bytes is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=MAX_LINE + 8))
+def test_any_bytes_on_the_channel_are_a_report_only_under_the_token(data: bytes) -> None:
+    token = "ab" * 16
+    status = parse_status(data, token)
+    assert status is None or data.startswith(f"sandbox-status v1 {token} ".encode())
+
+
+@pytest.fixture(scope="module")
+def init_asan(init: Path) -> Path:
+    """The init built with AddressSanitizer and UBSan beside the plain one (nobody can run it there)."""
+    binary = init.parent / "sandbox-init-asan"
+    built = subprocess.run(
+        ["gcc", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-Wall", "-Wextra", "-Werror",
+         "-Wconversion", "-o", str(binary), str(SOURCE)],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    if built.returncode != 0:
+        pytest.skip(f"no sanitizer build here: {built.stderr.decode()[-300:]}")
+    return binary
+
+
+@pytest.mark.parametrize("script", ["exit 5", "kill -KILL $$", "sleep 30 & exit 0", "cat /proc/1/mem"])
+def test_the_supervisor_is_memory_safe(init_asan: Path, script: str) -> None:
+    token = new_report_token()
+    _, _, stderr, channel = finish(launch(init_asan, script, token))
+    assert b"Sanitizer" not in stderr and b"runtime error" not in stderr, stderr[-2000:]
+    assert parse_status(channel, token) is not None
