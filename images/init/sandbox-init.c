@@ -6,9 +6,9 @@
  * command. It waits for ONE launch message on its stdin -- Docker: the engine's attach stream, opened by
  * the orchestrator before the container started; Kubernetes: a named pipe whose writer the orchestrator
  * exec'd in the pod's sidecar (nothing else runs in the pod before the launch) -- then applies it and execs
- * the command, which replaces it as PID 1 in a container no one has used. It never forks, handles no
- * signal, opens no file but /dev/null, and reads no byte past the message (what follows on stdin is the
- * command's own input).
+ * the command, which replaces it as PID 1 in a container no one has used -- or, with a status channel
+ * (below), forks it and stays PID 1 to report its end. It reads no byte past the message (what follows on
+ * stdin is the command's own input) and opens no file but /dev/null and, to report, its cgroup's counters.
  *
  * The message: the 4 bytes "SBX3", the payload's length (4 bytes, big-endian, at most MAX_PAYLOAD), then
  * the payload: NUL-terminated strings, nothing after the last one:
