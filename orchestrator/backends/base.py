@@ -370,6 +370,22 @@ class SandboxBackend(Protocol):
         engine (its pid, watched); None when it cannot (the caller inspects)."""
         ...
 
+    # -- an end the sandbox's own init reported ------------------------------------------------------------
+    # A launched sandbox's init may report its command's end itself, on a channel the command cannot write
+    # (sandbox-init.c's status channel), before the engine notices it (a kubelet relists once a second). Then
+    # wait() returns at the report, inspect() and usage() give the report's figures, every process of the
+    # sandbox is gone (the init killed them), and the engine's own account is only the confirmation: the
+    # caller records the end first and asks ``confirm_end`` after (then compares, then destroys).
+
+    def end_reported(self, handle: SandboxHandle) -> bool:
+        """Whether wait()'s exit came from the sandbox's own init."""
+        ...
+
+    async def confirm_end(self, handle: SandboxHandle) -> ExitState | None:
+        """The engine's own account of an end the init reported, once the engine has it (bounded by the
+        backend); None when it did not come in time."""
+        ...
+
     # -- egress (``ResolvedProfile.network`` allowlist) -----------------------------------------------------
     # The egress proxy becomes the sandbox's only route. The sandbox is made started waiting (PooledLaunch),
     # ``open_egress`` puts the proxy in its reach, then ``launch`` runs the command. The route is served until

@@ -50,6 +50,9 @@ class EventType(StrEnum):
     CONTAINER_OOM = "container_oom"
     CONTAINER_KILLED = "container_killed"
     CONTAINER_DESTROYED = "container_destroyed"
+    # the sandbox's init reported its end (the run was answered from it) and the engine's own account then
+    # disagreed (exit code, OOM) or never came: a failure-level note after the end record
+    END_UNCONFIRMED = "end_unconfirmed"
     # an interactive session (exec_command) around its execution's own records: input and output as sizes
     # and sha256 only, never their content
     SESSION_OPENED = "session_opened"

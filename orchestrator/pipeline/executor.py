@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -110,6 +111,9 @@ class RunOutcome:
     lifecycle: str
     error: OrchestratorError | None
     pids_limit_killed: bool = False  # the runtime stopped the sandbox at its pids limit (gVisor)
+    # the end came from the sandbox's own init: the engine's account of it, and the sandbox's removal, are
+    # recorded after the end record, by this (the caller starts it once the end record is written)
+    confirm: Callable[[], Awaitable[None]] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -261,6 +265,7 @@ async def run_in_sandbox(
     margin = redactor.margin
     live = None if on_output is None else LiveOutput(redactor, profile, on_output, on_capped)
     launched_at: datetime | None = None
+    reported = False  # its end from its own init's report: the engine confirms it after the end record
     try:
         if meter is not None:  # the watches are set up while the events are subscribed to and the sandbox made
             meter_started = asyncio.ensure_future(asyncio.to_thread(meter.start))
@@ -325,6 +330,7 @@ async def run_in_sandbox(
                     await capture_task
         state = await backend.inspect(handle)
         usage = await backend.usage(handle)
+        reported = not timed_out and backend.end_reported(handle)
         if launched_at is not None and state.finished_at is not None and state.finished_at < launched_at:
             # the pre-started sandbox had ended before its command was sent (its init killed meanwhile):
             # what the engine reports is not this command's, and nothing may say it ran
@@ -336,13 +342,13 @@ async def run_in_sandbox(
         if live is not None:
             live.finish(None)  # no capture to end with (it failed): only what was settled was shown
         duration_ms = round((time.monotonic() - started) * 1000)
-        if handle is not None:
-            await asyncio.shield(_teardown(backend, handle, seen))
-        lifecycle = _lifecycle_status(follower, seen)
-        if not follower.done():
-            follower.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await follower
+        if reported:  # every process of the sandbox is gone (its init killed them): only its removal waits
+            lifecycle = CONFIRMATION_FOLLOWS
+        else:
+            if handle is not None:
+                await asyncio.shield(_teardown(backend, handle, seen))
+            lifecycle = _lifecycle_status(follower, seen)
+            await _stop_following(follower)
         if meter_started is not None:
             # the sandbox is gone: the meter's last look settles its figures
             meter_report = await asyncio.shield(_stop_meter(meter, meter_started))
@@ -350,7 +356,13 @@ async def run_in_sandbox(
     oom = bool(state and state.oom_killed)
     pids_killed = bool(state and state.pids_limit_killed)
     pids_hits = usage.pids_limit_hits if usage else None
-    side_effects, side_effects_error = await workspace_changes(before, workspace, redactor, profile)
+    try:
+        side_effects, side_effects_error = await workspace_changes(before, workspace, redactor, profile)
+    except BaseException:  # cancelled: no outcome, so no confirmation after it either: removed now
+        if reported and handle is not None:
+            await asyncio.shield(_teardown(backend, handle, seen))
+            await _stop_following(follower)
+        raise
     # the first that applies: how the sandbox ended, then what the workspace record says, then a note
     if error is not None:  # set above: the run cannot be told as any other
         pass
@@ -382,7 +394,11 @@ async def run_in_sandbox(
         )
     stdout = keep_output(captures[0], profile.stdout_max_bytes, redactor) if captures else None
     stderr = keep_output(captures[1], profile.stderr_max_bytes, redactor) if captures else None
+    confirm = None
+    if reported and handle is not None and state is not None:
+        confirm = functools.partial(_confirm_end, backend, handle, state, record=record, seen=seen, follower=follower)
     return RunOutcome(
+        confirm=confirm,
         exit_code=state.exit_code if state and state.exit_code is not None else exit_code,
         stdout=stdout.data if stdout else b"",
         stderr=stderr.data if stderr else b"",
@@ -425,6 +441,63 @@ async def _stop_meter(meter: WorkspaceMeter | None, started: asyncio.Future[None
         return None
     assert meter is not None
     return await asyncio.to_thread(meter.stop)
+
+
+async def _stop_following(follower: asyncio.Task[None]) -> None:
+    if not follower.done():
+        follower.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await follower
+
+
+#: the end record's ``lifecycle_stream`` when the sandbox's init reported the end
+CONFIRMATION_FOLLOWS = "reported by the sandbox's init: the engine's end and the removal follow this record"
+
+
+async def _confirm_end(
+    backend: SandboxBackend,
+    handle: SandboxHandle,
+    reported: ExitState,
+    *,
+    record: Record,
+    seen: dict[str, asyncio.Event],
+    follower: asyncio.Task[None],
+) -> None:
+    """After the end record of a run whose init reported its end: the engine's own account (its lifecycle
+    records follow as it gives them), compared with the report -- a disagreement, or no account in time, is
+    an ``end_unconfirmed`` record (status failed) -- then the sandbox's removal, as any run's teardown."""
+    try:
+        engine = await backend.confirm_end(handle)
+        problem = end_disagreement(reported, engine)
+        if problem is not None:
+            log.warning("sandbox %s: %s", handle.name, problem)
+            await record(
+                EventType.END_UNCONFIRMED,
+                status="failed",
+                reason=problem,
+                data={
+                    "sandbox_id": handle.sandbox_id,
+                    "reported": {"exit_code": reported.exit_code, "oom_killed": reported.oom_killed},
+                    "engine": None
+                    if engine is None
+                    else {"exit_code": engine.exit_code, "oom_killed": engine.oom_killed},
+                },
+            )
+    finally:
+        await asyncio.shield(_teardown(backend, handle, seen))
+        await _stop_following(follower)
+
+
+def end_disagreement(reported: ExitState, engine: ExitState | None) -> str | None:
+    """Why the engine's account does not confirm the init's report (None: it does)."""
+    if engine is None:
+        return "the engine did not report the end its init reported in time"
+    if engine.exit_code != reported.exit_code:
+        return f"the init reported exit {reported.exit_code}, the engine exit {engine.exit_code}"
+    if engine.oom_killed != reported.oom_killed:
+        said = "an OOM kill" if reported.oom_killed else "no OOM kill"
+        return f"the init reported {said}, the engine {'one' if engine.oom_killed else 'none'}"
+    return None
 
 
 def _lifecycle_status(follower: asyncio.Task[None], seen: dict[str, asyncio.Event]) -> str:

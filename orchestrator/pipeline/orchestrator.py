@@ -180,6 +180,12 @@ class Orchestrator:
         pool = self.pool
         return 0 if pool is None else pool.retire(str(Path(workspace).resolve()))
 
+    async def settle(self) -> None:
+        """Until the runs answered from their sandbox's own end report have the engine's confirmation on the
+        record and their sandbox removed (they follow the end record: ``pipeline/confirmations.py``)."""
+        if self.runner is not None:
+            await self.runner.confirmations.settle()
+
     async def aclose(self) -> None:
         await self.background.cancel_all()
         if self.runner is not None:

@@ -49,6 +49,7 @@ from orchestrator.egress.runs import Egress, EgressSettings, NameRedactor
 from orchestrator.evidence import EventType
 from orchestrator.pipeline.authorizer import Authorization
 from orchestrator.pipeline.config import PoolSettings
+from orchestrator.pipeline.confirmations import Confirmations
 from orchestrator.pipeline.end_record import failed_side_effects, finished_fields
 from orchestrator.pipeline.executor import RunOutcome, run_in_sandbox, workspace_changes
 from orchestrator.pipeline.governing import Governing, check_workspace, governing_paths
@@ -89,6 +90,7 @@ class Runner:
         self.restricted = restricted
         self.governing = governing
         self.egress = Egress(egress or EgressSettings())  # the proxy of the runs whose profile reaches hosts
+        self.confirmations = Confirmations()  # runs answered from their init's report: their engine's end follows
         # pre-started sandboxes (pipeline/pool.py): when the config enables them and the backend can
         self.pool: SandboxPool | None = None
         if pool is not None and pool.enabled and backend.capabilities.can_pool:
@@ -280,39 +282,43 @@ class Runner:
                 # engine's work is most of a run), and the next command of an agent comes later than that
                 self.pool.want(pool_key, pool_spec)  # the route is the run's own: never in the spec kept
 
-        error = outcome.error
-        limit = _limiting_bound(auth, profile, own_timeout_s)
-        if isinstance(error, SandboxTimeout) and limit is not None:
-            # stopped where a bound's budget ended, not at its own timeout
-            error = SandboxGrantLimit(
-                f"stopped after {profile.wall_timeout_s:g}s: what grant {limit.grant_id} had left for it"
-                f" (its own timeout: {own_timeout_s:g}s)",
-                details={"grant_id": limit.grant_id},
-            )
-        if error is None:
-            error = restriction(outcome, profile, route, execution_id, names)
-            if error is not None:  # a retry of it is linked to what it was refused
-                self.restricted.add(execution_id, request.tenant, error)
-        if error is None and outcome.truncated:
-            error = SandboxOutputLimit("output passed the profile's cap and was truncated")
-        used = functools.partial(
-            cover.used,
-            cpu_seconds=outcome.cpu_seconds,
-            output_bytes=outcome.kept_bytes,
-            wall_seconds=outcome.duration_ms / 1000,
-        )
-        await despite_cancellation(self.reservations.charge(auth.reservations, records, used, ran=True))
-        # bounded in advance, and never raising: the end record is what makes the run accountable
         try:
-            await despite_cancellation(
-                record(EventType.EXECUTION_FINISHED, durable=True, **finished_fields(outcome, profile, error))
+            error = outcome.error
+            limit = _limiting_bound(auth, profile, own_timeout_s)
+            if isinstance(error, SandboxTimeout) and limit is not None:
+                # stopped where a bound's budget ended, not at its own timeout
+                error = SandboxGrantLimit(
+                    f"stopped after {profile.wall_timeout_s:g}s: what grant {limit.grant_id} had left for it"
+                    f" (its own timeout: {own_timeout_s:g}s)",
+                    details={"grant_id": limit.grant_id},
+                )
+            if error is None:
+                error = restriction(outcome, profile, route, execution_id, names)
+                if error is not None:  # a retry of it is linked to what it was refused
+                    self.restricted.add(execution_id, request.tenant, error)
+            if error is None and outcome.truncated:
+                error = SandboxOutputLimit("output passed the profile's cap and was truncated")
+            used = functools.partial(
+                cover.used,
+                cpu_seconds=outcome.cpu_seconds,
+                output_bytes=outcome.kept_bytes,
+                wall_seconds=outcome.duration_ms / 1000,
             )
-        except asyncio.CancelledError:
-            # the command ran to its end and its end record is on disk: a cancel now comes too late
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-        return ExecutionResult(auth, outcome, error)
+            await despite_cancellation(self.reservations.charge(auth.reservations, records, used, ran=True))
+            # bounded in advance, and never raising: the end record is what makes the run accountable
+            try:
+                await despite_cancellation(
+                    record(EventType.EXECUTION_FINISHED, durable=True, **finished_fields(outcome, profile, error))
+                )
+            except asyncio.CancelledError:
+                # the command ran to its end and its end record is on disk: a cancel now comes too late
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+            return ExecutionResult(auth, outcome, error)
+        finally:  # its init reported its end: the engine's confirmation and the removal follow the end record
+            if outcome.confirm is not None:
+                self.confirmations.start(outcome.confirm)
 
     def _check_egress(self, profile: ResolvedProfile, spec: LaunchSpec) -> None:
         """SANDBOX.UNAVAILABLE when a run that may reach hosts cannot have the proxy as its only route here:
@@ -341,7 +347,8 @@ class Runner:
             return None
         # the directory itself, not only its path: a workspace replaced since a sandbox was filled with it
         # (its bind mount is the old directory) is another key
-        return PoolKey(spec.profile.profile_hash, spec.workspace.local_path, (found.st_dev, found.st_ino), tenant)
+        workspace_id = (found.st_dev, found.st_ino)
+        return PoolKey(spec.profile.name, spec.profile.profile_hash, spec.workspace.local_path, workspace_id, tenant)
 
     def prestart(self, raw: Any, *, workspace: Path) -> bool:
         """Have the pool start a sandbox for runs like ``raw`` in ``workspace`` now (see Orchestrator.prestart)."""
@@ -359,7 +366,7 @@ class Runner:
         key = self._pool_key(spec, request.tenant, session=False)
         if key is None:
             return False
-        self.pool.want(key, spec)
+        self.pool.want(key, spec, announced=True)
         return True
 
     def check_workspace(self, workspace: Path) -> None:
@@ -374,6 +381,7 @@ class Runner:
         )
 
     async def aclose(self) -> None:
+        await self.confirmations.aclose()
         if self.pool is not None:
             await self.pool.aclose()
         await self.egress.aclose()

@@ -117,15 +117,34 @@ async def test_a_pooled_pod_run_is_a_cold_runs_equal(pipeline: PooledPipeline) -
     assert died.data is not None and died.data["exit_code"] == 3
 
 
-async def test_the_command_replaces_the_init_as_the_pods_pid_1(pipeline: PooledPipeline) -> None:
-    raw = pipeline.raw("cat /proc/1/cmdline | tr '\\0' ' '; echo; ulimit -n; ulimit -f; id -u")
+async def test_the_init_stays_pid_1_and_reports_the_end_with_the_pods_usage(pipeline: PooledPipeline) -> None:
+    """The init stays PID 1 to report the command's end (issue 24); the command is its child, under the
+    profile's rlimits, its /proc/1 out of reach; the end is the init's report, the kubelet's follows it."""
+    command = (
+        "cat /proc/1/cmdline | tr '\\0' ' '; echo; ulimit -n; ulimit -f; id -u; echo $PPID;"
+        " ls /proc/1/fd 2>/dev/null || echo unreadable; head -c 20000000 /dev/zero | tail -c 1 >/dev/null; exit 6"
+    )
+    raw = pipeline.raw(command)
     await pipeline.ready(raw)
-    out = (await pipeline.run(raw)).to_json()
+    result = await pipeline.run(raw)
+    out = result.to_json()
     profile = ProfileRegistry().resolve("workspace-write")
     lines = out["stdout"].splitlines()
-    # PID 1 is the command's shell (the init exec'd it), under the profile's rlimits (bash: 1 KiB blocks)
-    assert lines[0].startswith("/bin/bash -c cat /proc/1/cmdline"), lines
-    assert lines[1:] == [str(profile.nofile), str(profile.fsize_bytes // 1024), "1000"]
+    assert lines[0] == "/usr/lib/sandbox-orchestrator/sandbox-init ", lines
+    # bash: 1 KiB blocks; the command's shell is the init's child; the init's descriptors are root's
+    assert lines[1:] == [str(profile.nofile), str(profile.fsize_bytes // 1024), "1000", "1", "unreadable"], lines
+    assert out["exit_code"] == 6
+    execution = str(result.authorization.execution_id)
+    (finished,) = [r for r in pipeline.records(execution) if r.event == "execution_finished"]
+    assert finished.data is not None and finished.data["lifecycle_stream"].startswith("reported by the sandbox's init")
+    usage = finished.data.get("usage") or {}
+    assert usage.get("memory_peak_bytes", 0) > 1_000_000 and usage.get("cpu_total_ns", 0) > 0, finished.data
+    await pipeline.orch.settle()  # the kubelet's account and the pod's removal, after the end record
+    events = [r.event for r in pipeline.records(execution)]
+    assert events.index("execution_finished") < events.index("container_destroyed"), events
+    assert "end_unconfirmed" not in events, events
+    died = next(r for r in pipeline.records(execution) if r.event == "container_died")
+    assert died.data is not None and died.data["exit_code"] == 6
 
 
 async def test_no_pod_is_ever_served_twice(pipeline: PooledPipeline) -> None:

@@ -747,6 +747,15 @@ class DockerBackend:
             return
         sandbox.init_pidfd = fd
 
+    def end_reported(self, handle: SandboxHandle) -> bool:
+        """Never: the engine's exit report is the end (its init execs the command: no status channel)."""
+        del handle
+        return False
+
+    async def confirm_end(self, handle: SandboxHandle) -> ExitState | None:
+        del handle
+        return None
+
     def still_waiting(self, handle: SandboxHandle) -> bool | None:
         sandbox = self._sandboxes.get(handle.sandbox_id)
         if sandbox is None:

@@ -31,8 +31,9 @@ from typing import ParamSpec, TypeVar
 from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.connection import ClientClosed, LazyClient
 from orchestrator.backends._support.host_paths import ENGINE_STATE
+from orchestrator.backends._support.init_status import InitStatus, parse_status
 from orchestrator.backends._support.input_feed import send_to
-from orchestrator.backends._support.launch_message import fits_launch, spec_launch_message
+from orchestrator.backends._support.launch_message import fits_launch, new_report_token, spec_launch_message
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
@@ -108,6 +109,8 @@ SYNC_TIMEOUT_S = 30.0
 KILL_REPORT_S = 30.0
 #: how often a wait looks whether its pod was stopped meanwhile (then its bound applies)
 WAIT_RECHECK_S = 2.0
+#: how long the kubelet's account of an end the init reported is waited for (it relists once a second)
+CONFIRM_S = 10.0
 #: how soon the stdio relays are tried again while the pod cannot run them yet (each try is a round trip)
 STDIO_RETRY_S = 0.05
 
@@ -133,6 +136,9 @@ class _Pod:
     copy_error: str | None = None
     pooled: bool = False  # pre-started: its init waits for launch()
     launched: bool = False
+    report: str = ""  # the launch's token: the init's status line is under it
+    # the command's end as its init reported it (then wait() did not wait for the kubelet)
+    init_status: InitStatus | None = None
     egress_ip: str | None = None  # served by the egress proxy at this address (open_egress), until destroy
 
 
@@ -429,7 +435,7 @@ class KubernetesBackend:
                 session.start_reading()
 
         else:
-            relays = stdio = PodStdio(kube, self._namespace, name)
+            relays = stdio = PodStdio(kube, self._namespace, name, with_status=pod.pooled)
 
             async def connect() -> None:
                 await relays.open(pod.stdin, max(1.0, deadline - time.monotonic()))
@@ -635,10 +641,14 @@ class KubernetesBackend:
             code = await self._session_exit(pod, pod.stdio, watch)
             if code is not None:
                 return code
+        if pod is not None and pod.report and isinstance(pod.stdio, PodStdio):
+            status = await self._reported_end(handle, pod, pod.stdio, watch)
+            if status is not None:
+                await self._close_egress(pod)
+                return status.exit_code
         await self._until_ended(handle, pod, watch)
-        if pod is not None and pod.egress_ip is not None:  # its address may go to another pod from now on
-            ip, pod.egress_ip = pod.egress_ip, None
-            await asyncio.shield(self._egress.close(ip))
+        if pod is not None:
+            await self._close_egress(pod)
         last = watch.last(handle.name)
         state = None if last is None else pods.exit_state(last)
         if state is None or state.exit_code is None:
@@ -653,6 +663,63 @@ class KubernetesBackend:
             elif pod.copy_error is None:
                 await self._copy_out(pod)
         return state.exit_code
+
+    async def _close_egress(self, pod: _Pod) -> None:
+        if pod.egress_ip is not None:  # its address may go to another pod from now on
+            ip, pod.egress_ip = pod.egress_ip, None
+            await asyncio.shield(self._egress.close(ip))
+
+    async def _reported_end(
+        self, handle: SandboxHandle, pod: _Pod, stdio: PodStdio, watch: PodWatch
+    ) -> InitStatus | None:
+        """The command's end as its init reported it, as soon as it did; None when the init's pipe ended
+        without a report under this launch's token (the init was killed, the pod stopped or evicted, the
+        node lost) -- then the pod's end as the kubelet reports it says, as for any pod."""
+        if pod.init_status is not None:
+            return pod.init_status
+        reported = asyncio.ensure_future(stdio.status())
+        ended = asyncio.ensure_future(self._until_ended(handle, pod, watch))
+        try:
+            await asyncio.wait({reported, ended}, return_when=asyncio.FIRST_COMPLETED)
+            if not reported.done():  # the pod ended first: its pipe ends with it (its reader sees the end)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(WAIT_RECHECK_S):
+                        await asyncio.shield(reported)
+            data = reported.result() if reported.done() and not reported.cancelled() else b""
+        finally:
+            reported.cancel()
+            if not ended.done():
+                ended.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await ended
+        pod.init_status = parse_status(data, pod.report)
+        if pod.init_status is None and data:
+            log.warning(
+                "pod %s: its status pipe carried %d bytes that are no report of its init", handle.name, len(data)
+            )
+        return pod.init_status
+
+    def end_reported(self, handle: SandboxHandle) -> bool:
+        """Whether wait()'s exit came from the sandbox's own init (the kubelet's account of it follows)."""
+        pod = self._pods.get(handle.name)
+        return pod is not None and pod.init_status is not None
+
+    async def confirm_end(self, handle: SandboxHandle) -> ExitState | None:
+        """The kubelet's own account of an end the init reported, once it reports it (within CONFIRM_S:
+        it relists once a second); None if it does not in time."""
+        watch = await self._pod_watch()
+
+        def terminated(last: JsonObject | None, gone: bool) -> bool:
+            return gone or (last is not None and pods.terminated(last) is not None)
+
+        try:
+            await watch.until(handle.name, terminated, CONFIRM_S)
+        except (TimeoutError, KubeError):
+            return None
+        last = watch.last(handle.name)
+        if last is None or pods.terminated(last) is None:
+            return None
+        return pods.exit_state(last)
 
     async def _session_exit(self, pod: _Pod, session: PodSession, watch: PodWatch) -> int | None:
         """A session's exit code as its exec stream reported it (its workspace copied back in copy mode);
@@ -741,6 +808,9 @@ class KubernetesBackend:
                 raise self._error(exc, f"cannot inspect pod {handle.name}", sandbox=handle.name) from exc
         state = pods.exit_state(last)
         pod = self._pods.get(handle.name)
+        if pod is not None and pod.init_status is not None:  # its init's report; the kubelet's follows
+            reported = pod.init_status.exit_state()
+            return dataclasses.replace(reported, image_id=state.image_id, error=pod.copy_error)
         if pod is not None and pod.session_exit is not None:  # the session's command, not the idle container
             state = dataclasses.replace(state, exit_code=pod.session_exit, finished_at=pod.session_ended_at)
         notes = [state.error]
@@ -752,8 +822,11 @@ class KubernetesBackend:
         return dataclasses.replace(state, error=error) if error != state.error else state
 
     async def usage(self, handle: SandboxHandle) -> ResourceUsage:
-        """Unknown: the kubelet's figures are node-scoped (the controller has no node access)."""
-        del handle
+        """What the init read from the pod's own cgroup at the command's end; unknown without its report (the
+        kubelet's figures are node-scoped: the controller has no node access)."""
+        pod = self._pods.get(handle.name)
+        if pod is not None and pod.init_status is not None:
+            return pod.init_status.usage()
         return ResourceUsage()
 
     async def destroy(self, handle: SandboxHandle) -> None:
@@ -837,7 +910,8 @@ class KubernetesBackend:
                 f"{handle.name} takes no launch: it is gone, was not pre-started, or was launched already",
                 details={"sandbox": handle.name},
             )
-        message = spec_launch_message(spec)
+        pod.report = new_report_token()
+        message = spec_launch_message(spec, report=pod.report, status_channel=True)
         pod.launched = True  # exactly once, whatever happens next
         await self._call(pod.stdio.launch, message, spec.stdin, self.settings.start_timeout_s)
 

@@ -203,7 +203,13 @@ def split_cpu(cpus: float) -> tuple[int, int]:
 
 
 def _add_helpers(
-    pod_spec: dict[str, Any], command: dict[str, Any], profile: ResolvedProfile, *, copy: bool, with_stdin: bool
+    pod_spec: dict[str, Any],
+    command: dict[str, Any],
+    profile: ResolvedProfile,
+    *,
+    copy: bool,
+    with_stdin: bool,
+    with_status: bool,
 ) -> None:
     """The sidecar (beside the command, idle: the stdio relays and the workspace's copy back are exec'd
     in it) and, in copy mode, ``workspace-in`` (an init container: the command starts only once the
@@ -232,7 +238,8 @@ def _add_helpers(
     idle = pod_spec["activeDeadlineSeconds"] + 60  # the deadline stops it; this is only a bound
     sidecar_mounts = [stdio, {**workspace, "readOnly": True}] if copy else [stdio]
     cpu = split_cpu(profile.cpus)
-    sidecar = helper(SIDECAR, sidecar_command(idle, with_stdin=with_stdin), sidecar_mounts, cpu[1])
+    pipes = sidecar_command(idle, with_stdin=with_stdin, with_status=with_status)
+    sidecar = helper(SIDECAR, pipes, sidecar_mounts, cpu[1])
     pod_spec["containers"].append(sidecar)
     if copy:
         # it runs before the others, alone: the pod's whole cpu (an init container's request is not added)
@@ -393,7 +400,8 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
         "volumes": volumes,
     }
     with_stdin = spec.stdin is not None or spec.pooled
-    _add_helpers(spec_body, container, profile, copy=settings.workspace.mode == "copy", with_stdin=with_stdin)
+    copy = settings.workspace.mode == "copy"
+    _add_helpers(spec_body, container, profile, copy=copy, with_stdin=with_stdin, with_status=spec.pooled)
     klass = runtime_class(profile, settings)
     if klass is not None:
         spec_body["runtimeClassName"] = klass

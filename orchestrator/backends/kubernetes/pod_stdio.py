@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from orchestrator.backends._support.init_status import MAX_LINE
 from orchestrator.backends._support.threads import in_daemon_thread
 from orchestrator.backends.kubernetes.channels import ChannelError, Channels
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError, exit_code
@@ -24,6 +25,7 @@ from orchestrator.backends.kubernetes.start_barrier import (
     PIPES,
     READY_MARKER,
     SIDECAR,
+    STATUS,
     launch_header,
     launch_writer_command,
     reader_command,
@@ -38,24 +40,28 @@ RELAY_STDERR_MAX = 4096
 
 
 class PodStdio:
-    """Open with :meth:`open` (the relays connected: from then on the command can start)."""
+    """Open with :meth:`open` (the relays connected: from then on the command can start). ``with_status``:
+    a pre-started pod's, whose init reports the command's end on a pipe of its own (:meth:`status`)."""
 
-    def __init__(self, kube: KubeClient, namespace: str, name: str) -> None:
+    def __init__(self, kube: KubeClient, namespace: str, name: str, *, with_status: bool = False) -> None:
         self._kube = kube
         self._namespace = namespace
         self._name = name
         self._sinks = Sinks()
+        self._streams = (*PIPES, STATUS) if with_status else PIPES
         self._channels: dict[str, Channels] = {}
         self._launcher: Channels | None = None  # a pre-started pod's launch writer, until launch()
         self._launched: Channels | None = None
         self.readers: list[asyncio.Future[None]] = []
+        # what the status pipe carried, once it ended (at most MAX_LINE + 1 bytes: more is no report)
+        self._status: asyncio.Future[bytes] | None = None
 
     async def open(self, stdin: bytes | None, timeout_s: float) -> None:
         """Connect the relays not connected yet (raises the first ``KubeError`` after keeping those that
         did connect: a relay that runs holds its pipe, and a second one on the same pipe would split the
         output; call again to retry the others). Once all are, each output's reader starts, and stdin is
         fed on a thread of its own (the command reads it only as fast as it is read)."""
-        missing = [stream for stream in PIPES if stream not in self._channels]
+        missing = [stream for stream in self._streams if stream not in self._channels]
         opened = await asyncio.gather(
             *(asyncio.to_thread(self._open_reader, stream, timeout_s) for stream in missing), return_exceptions=True
         )
@@ -68,6 +74,10 @@ class PodStdio:
         if self.readers:  # connected by an earlier call (a pooled pod's launcher is retried after it)
             return
         for stream, channels in self._channels.items():
+            if stream == STATUS:
+                status = functools.partial(self._read_status, channels)
+                self._status = asyncio.ensure_future(in_daemon_thread(status, f"status-{self._name}"))
+                continue
             read = functools.partial(self._read, stream, channels)
             self.readers.append(asyncio.ensure_future(in_daemon_thread(read, f"{stream}-{self._name}")))
         if stdin is not None:
@@ -188,6 +198,29 @@ class PodStdio:
             # a relay that failed (its pipe never appeared, the pod was stopped): logged, never output
             text = diagnostics.decode("utf-8", "replace").strip()
             log.info("the %s relay of %s ended with exit %s: %s", stream, self._name, code, text)
+
+    def _read_status(self, channels: Channels) -> bytes:
+        """All the status pipe carries, to its end (the init's exit, or the pod's), up to MAX_LINE + 1 bytes
+        (the init writes one line of less; anything else is no report); a broken stream is no report."""
+        data = bytearray()
+
+        def keep(chunk: bytes) -> None:
+            data.extend(chunk[: max(0, MAX_LINE + 1 - len(data))])
+
+        try:
+            channels.pump(keep, lambda _diagnostics: None)
+        except ChannelError as exc:
+            log.debug("the status relay of %s broke: %s", self._name, exc)
+            return b""
+        finally:
+            channels.close()
+        return bytes(data)
+
+    async def status(self) -> bytes:
+        """What the init reported on its status pipe, once the pipe ended (b"": nothing, or no status pipe)."""
+        if self._status is None:
+            return b""
+        return await asyncio.shield(self._status)
 
     async def until_done(self) -> None:
         """Until both outputs ended; a broken relay raises ``ChannelError``."""

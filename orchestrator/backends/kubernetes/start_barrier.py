@@ -26,12 +26,15 @@ STDIO_VOLUME = "sandbox-io"
 #: the barrier's $0 (how the shell names itself in its messages)
 NAME = "sandbox-start"
 PIPES = ("stdout", "stderr")
+#: a pre-started pod's fourth pipe: its init's status channel (its descriptor 3, see sandbox-init.c)
+STATUS = "status"
 #: how long the barrier and a relay wait for the pipes to appear (the sidecar makes them as it starts)
 PIPE_WAIT_S = 60
 
 
-def _names(with_stdin: bool) -> list[str]:
-    return [*PIPES, "stdin"] if with_stdin else list(PIPES)
+def _names(with_stdin: bool, with_status: bool = False) -> list[str]:
+    """The pipes in the order the command's side opens them (each open waits for its other end)."""
+    return [*PIPES, *([STATUS] if with_status else []), *(["stdin"] if with_stdin else [])]
 
 
 def _wait_for(paths: str) -> str:
@@ -42,9 +45,9 @@ def _wait_for(paths: str) -> str:
     )
 
 
-def sidecar_command(idle_s: int, *, with_stdin: bool) -> list[str]:
+def sidecar_command(idle_s: int, *, with_stdin: bool, with_status: bool = False) -> list[str]:
     """The sidecar: make the pipes, then idle (the relays and the copy back are exec'd in it)."""
-    pipes = " ".join(f"{STDIO_DIR}/{name}" for name in _names(with_stdin))
+    pipes = " ".join(f"{STDIO_DIR}/{name}" for name in _names(with_stdin, with_status))
     return [SHELL, "-c", f'/usr/bin/mkfifo -m 0600 {pipes} && exec sleep "$1"', SIDECAR, str(idle_s)]
 
 
@@ -58,10 +61,11 @@ def barrier_command(command: list[str], *, with_stdin: bool) -> list[str]:
 
 def pooled_barrier_command(init: list[str]) -> list[str]:
     """A pre-started pod's command: ``init`` (our sandbox-init, behind ``env -u``/``prlimit``) once its
-    pipes have their other ends. stdout and stderr first (the relays connect as the pod is filled), stdin
-    last: it opens once the claim's writer does, and brings the launch message, then the command's stdin."""
-    paths = " ".join(f'"$d/{name}"' for name in _names(True))
-    script = f'd={STDIO_DIR}; {_wait_for(paths)} exec "$@" >"$d/stdout" 2>"$d/stderr" <"$d/stdin"'
+    pipes have their other ends. stdout, stderr and the status channel first (their relays connect as the
+    pod is filled), stdin last: it opens once the launch writer does, and brings the launch message, then
+    the command's stdin."""
+    paths = " ".join(f'"$d/{name}"' for name in _names(True, True))
+    script = f'd={STDIO_DIR}; {_wait_for(paths)} exec "$@" >"$d/stdout" 2>"$d/stderr" 3>"$d/{STATUS}" <"$d/stdin"'
     return [SHELL, "-c", script, NAME, *init]
 
 
@@ -92,6 +96,10 @@ def writer_command(size: int) -> list[str]:
 # init has the message), then the command's stdin, then closes the pipe (the command reads EOF). It then
 # waits for its exec stream to end (the pod's deletion) instead of exiting: its stream never ends while the
 # controller may still be reading its marker.
+#
+# Before it says READY_MARKER it removes the status pipe's name: by then the init's side holds the pipe (the
+# barrier opened it before stdin) and so does its reader, and no one else can ever open it (a pipe opens for
+# writing even on a read-only mount); the launch message, and so the command, comes after.
 
 #: what the launch writer says once the whole message is in the pipe of a live init
 LAUNCHED_MARKER = b"sandbox-io-launched\n"
@@ -104,11 +112,11 @@ def launch_header(message_size: int, stdin_size: int) -> bytes:
 def launch_writer_command() -> list[str]:
     """Run by exec in a pre-started pod's sidecar as it is filled (see above)."""
     script = _wait_for('"$1"') + (
-        " exec 3>\"$1\" || exit 125; printf 'sandbox-io-ready\\n' >&2;"
+        ' exec 3>"$1" || exit 125; rm -f "$2" || exit 125; printf \'sandbox-io-ready\\n\' >&2;'
         " read n m || exit 125; head -c \"$n\" >&3 || exit 125; printf 'sandbox-io-launched\\n' >&2;"
         ' head -c "$m" >&3; exec 3>&-; cat >/dev/null'
     )
-    return [SHELL, "-c", script, "launch-writer", f"{STDIO_DIR}/stdin"]
+    return [SHELL, "-c", script, "launch-writer", f"{STDIO_DIR}/stdin", f"{STDIO_DIR}/{STATUS}"]
 
 
 # -- sessions -------------------------------------------------------------------------------------------
