@@ -33,7 +33,12 @@ from orchestrator.backends._support.connection import ClientClosed, LazyClient
 from orchestrator.backends._support.host_paths import ENGINE_STATE
 from orchestrator.backends._support.init_status import InitStatus, parse_status
 from orchestrator.backends._support.input_feed import send_to
-from orchestrator.backends._support.launch_message import fits_launch, new_report_token, spec_launch_message
+from orchestrator.backends._support.launch_message import (
+    fits_launch,
+    init_refusal,
+    new_report_token,
+    spec_launch_message,
+)
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
@@ -139,6 +144,8 @@ class _Pod:
     report: str = ""  # the launch's token: the init's status line is under it
     # the command's end as its init reported it (then wait() did not wait for the kubelet)
     init_status: InitStatus | None = None
+    # a one-shot command started through the init: launched by start() once the pod's stdio is held
+    launch_at_start: LaunchSpec | None = None
     egress_ip: str | None = None  # served by the egress proxy at this address (open_egress), until destroy
 
 
@@ -169,6 +176,8 @@ class KubernetesBackend:
         self._probe_profile: ResolvedProfile | None = None
         self._leases: dict[str, OwnerLease] = {}
         self._policy_checked_at = 0.0
+        # pods get pod-level cpu and memory (manifest.pod_resources) until the cluster is seen to drop them
+        self._pod_level = True
         self._egress = PodEgress(self.settings.egress)
 
     @property
@@ -305,8 +314,11 @@ class KubernetesBackend:
     # -- one sandbox ------------------------------------------------------------------------------------
 
     async def create(self, spec: LaunchSpec) -> SandboxHandle:
-        """The pod, admitted by the API server; it starts as soon as the scheduler places it."""
-        manifest = pod_manifest(spec, self.settings)
+        """The pod, admitted by the API server; it starts as soon as the scheduler places it. A one-shot
+        command the init can carry starts as a pre-started pod does, and is launched into it as soon as its
+        stdio is held (start()): its init then reports its end (see ``_reported_end``)."""
+        through_init = not spec.pooled and not spec.session and not spec.tty and fits_launch(spec)
+        manifest = pod_manifest(spec, self.settings, waiting=through_init, pod_level=self._pod_level)
         name = manifest["metadata"]["name"]
         kube = await self._client()
         await self._require_network_policy(kube)
@@ -322,16 +334,24 @@ class KubernetesBackend:
             raise
         except KubeError as exc:
             raise self._create_error(exc, spec, name) from exc
+        if self._pod_level and not (created.get("spec") or {}).get("resources"):
+            # the API server dropped the pod-level resources (PodLevelResources off): never a pod whose cpu
+            # bound went with them; from now on the sidecar's share comes out of the command's, as before
+            log.warning("the cluster drops pod-level resources: the stdio sidecar gets a cpu limit of its own")
+            self._pod_level = False
+            await self._call(_delete_ignoring_errors, kube, self._namespace, name, pods.pod_uid(created))
+            return await self.create(spec)
         handle = SandboxHandle(execution_id=spec.execution_id, sandbox_id=pods.pod_uid(created), name=name)
         self._pods[name] = _Pod(
             handle=handle,
             started=asyncio.Event(),
             workspace=spec.workspace.local_path,
             container_path=spec.profile.workspace.container_path,
-            stdin=spec.stdin,
+            stdin=None if through_init else spec.stdin,  # through the init: after the launch message
             session_argv=sandbox_argv(spec) if spec.session else None,
             tty=spec.tty,
-            pooled=spec.pooled,
+            pooled=spec.pooled or through_init,
+            launch_at_start=spec if through_init else None,
         )
         log.debug("created pod %s (%s)", name, handle.sandbox_id)
         return handle
@@ -392,6 +412,13 @@ class KubernetesBackend:
             # kubelet to report the pod running (its status lags up to a second: PLEG's relist period)
             try:
                 await self._open_stdio(pod, watch)
+                if pod.launch_at_start is not None and pod.stdio is not None:
+                    # its init holds the launch pipe, so its container runs: no need to wait for the kubelet
+                    # to say so (its status lags up to a second); the command is launched at once
+                    spec, pod.launch_at_start = pod.launch_at_start, None
+                    await self.launch(handle, spec)
+                    pod.started.set()
+                    return
             except OrchestratorError as failed:
                 self._fail_start(pod, failed)
                 raise
@@ -628,7 +655,15 @@ class KubernetesBackend:
         finally:
             if relay is not None:
                 relay.close()
-        return stdout.result(), stderr.result()
+        captured = stdout.result(), stderr.result()
+        refusal = init_refusal(pod.report, *captured)
+        if refusal is not None:  # its init ran nothing: what a cold start's refusal says (as on Docker)
+            raise SandboxStartFailed(
+                f"the kubelet's container could not start the command in pod {handle.name}: {refusal.reason}",
+                details={"sandbox": handle.name, "init_status": refusal.status}
+                | ({"command_not_found": True} if refusal.status == 127 else {}),
+            )
+        return captured
 
     async def wait(self, handle: SandboxHandle) -> int:
         pod = self._pods.get(handle.name)

@@ -87,6 +87,7 @@ COPY_IN_CONTAINER = "workspace-in"
 COPY_OUT_CONTAINER = SIDECAR
 #: what the helper containers may use (cat, tar and a shell) besides cpu: small, requests = limits like the command's
 HELPER_RESOURCES = {"memory": "32Mi", "ephemeral-storage": "16Mi"}
+HELPER_MEMORY_BYTES = 32 * 1024 * 1024  # HELPER_RESOURCES' memory, counted into the pod's
 #: the sidecar's cpu comes out of the profile's (at most this many millicores, a tenth of a small profile):
 #: a pod asks the node for exactly the profile's cpu, so as many sandboxes fit as on Docker
 SIDECAR_CPU_MILLI = 50
@@ -195,11 +196,29 @@ def _quantity_bytes(value: int) -> str:
     return str(value)
 
 
-def split_cpu(cpus: float) -> tuple[int, int]:
-    """The profile's cpu as (command, sidecar) millicores: the pod's total is the profile's."""
+def split_cpu(cpus: float, *, pod_level: bool = False) -> tuple[int, int | None]:
+    """The profile's cpu as (command, sidecar) millicores. ``pod_level``: the pod's own limit is the
+    profile's (``pod_resources``), the command's limit is the whole of it too, and the sidecar has none of
+    its own: the relays exec'd in it share the pod's cpu (with a limit of its own, 50m, every exec's start
+    was throttled to ~0.5 s, and four at once to ~2 s). Else the pod's total is the sum: the sidecar's share
+    comes out of the command's."""
     total = max(2, round(cpus * 1000))
+    if pod_level:
+        return total, None
     sidecar = max(1, min(SIDECAR_CPU_MILLI, total // 10))
     return total - sidecar, sidecar
+
+
+def pod_resources(profile: ResolvedProfile) -> dict[str, Any]:
+    """The pod-level resources (``spec.resources``, PodLevelResources: beta, on by default since 1.34): cpu
+    the profile's, memory the command's and the sidecar's; requests = limits (Guaranteed QoS)."""
+    sidecar_memory = 32 * 1024 * 1024
+    assert HELPER_RESOURCES["memory"] == "32Mi"
+    quantities = {
+        "cpu": f"{split_cpu(profile.cpus, pod_level=True)[0]}m",
+        "memory": str(profile.memory_bytes + sidecar_memory),
+    }
+    return {"requests": dict(quantities), "limits": dict(quantities)}
 
 
 def _add_helpers(
@@ -210,6 +229,7 @@ def _add_helpers(
     copy: bool,
     with_stdin: bool,
     with_status: bool,
+    pod_level: bool,
 ) -> None:
     """The sidecar (beside the command, idle: the stdio relays and the workspace's copy back are exec'd
     in it) and, in copy mode, ``workspace-in`` (an init container: the command starts only once the
@@ -217,8 +237,8 @@ def _add_helpers(
     path = profile.workspace.container_path
     stdio: dict[str, Any] = {"name": STDIO_VOLUME, "mountPath": STDIO_DIR}
 
-    def helper(name: str, argv: list[str], mounts: list[dict[str, Any]], cpu_milli: int) -> dict[str, Any]:
-        resources = {**HELPER_RESOURCES, "cpu": f"{cpu_milli}m"}
+    def helper(name: str, argv: list[str], mounts: list[dict[str, Any]], cpu_milli: int | None) -> dict[str, Any]:
+        resources = {**HELPER_RESOURCES, **({} if cpu_milli is None else {"cpu": f"{cpu_milli}m"})}
         return {
             "name": name,
             "image": profile.image,
@@ -237,13 +257,14 @@ def _add_helpers(
     workspace: dict[str, Any] = {"name": WORKSPACE_VOLUME, "mountPath": path}
     idle = pod_spec["activeDeadlineSeconds"] + 60  # the deadline stops it; this is only a bound
     sidecar_mounts = [stdio, {**workspace, "readOnly": True}] if copy else [stdio]
-    cpu = split_cpu(profile.cpus)
+    cpu = split_cpu(profile.cpus, pod_level=pod_level)
     pipes = sidecar_command(idle, with_stdin=with_stdin, with_status=with_status)
     sidecar = helper(SIDECAR, pipes, sidecar_mounts, cpu[1])
     pod_spec["containers"].append(sidecar)
     if copy:
         # it runs before the others, alone: the pod's whole cpu (an init container's request is not added)
-        init = helper(COPY_IN_CONTAINER, wait_for_copy_command(path), [{**workspace, "readOnly": False}], sum(cpu))
+        whole = cpu[0] + (cpu[1] or 0)
+        init = helper(COPY_IN_CONTAINER, wait_for_copy_command(path), [{**workspace, "readOnly": False}], whole)
         pod_spec["initContainers"] = [init]
 
 
@@ -288,9 +309,20 @@ def check_poolable(settings: KubernetesSettings) -> None:
         )
 
 
-def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | None = None) -> dict[str, Any]:
+def pod_manifest(
+    spec: LaunchSpec,
+    settings: KubernetesSettings,
+    now: float | None = None,
+    *,
+    waiting: bool = False,
+    pod_level: bool = True,
+) -> dict[str, Any]:
     """The pod for ``spec`` (validated: argv, workdir, env); ``now`` (unix time) places a pooled pod's
-    deadline."""
+    deadline. ``waiting``: a one-shot command started as a pre-started pod is, its init waiting for the
+    launch the backend sends at once (its end then reported by the init; its argv, env and stdin never in
+    the pod's spec); a pooled spec always waits. ``pod_level``: the pod's cpu and memory bounded at the
+    pod's level (``pod_resources``; the backend turns it off for a cluster that drops the field)."""
+    waiting = waiting or spec.pooled
     profile = spec.profile
     now = time.time() if now is None else now
     check_spec(spec)
@@ -334,7 +366,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
         volumes.append({"name": "tmp-empty", "emptyDir": {"medium": "Memory", "sizeLimit": EMPTY_TMP_SIZE}})
         mounts.append({"name": "tmp-empty", "mountPath": TMP, "readOnly": True})
     resources = {
-        "cpu": f"{split_cpu(profile.cpus)[0]}m",
+        "cpu": f"{split_cpu(profile.cpus, pod_level=pod_level)[0]}m",
         "memory": _quantity_bytes(profile.memory_bytes),
         "ephemeral-storage": _quantity_bytes(profile.fsize_bytes),
     }
@@ -343,7 +375,7 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
         deadline_s = max(deadline_s, math.ceil(spec.deadline_unix - now))
     if spec.session:  # the session's command is exec'd into it (start_barrier)
         main = idle_command(deadline_s + 60)
-    elif spec.pooled:  # our init, its rlimits and env set as a command's would be; launch() brings the rest
+    elif waiting:  # our init, its rlimits and env set as a command's would be; launch() brings the rest
         init = dataclasses.replace(spec, argv=(INIT_PATH,), env={})
         main = pooled_barrier_command(sandbox_argv(init))
     else:
@@ -355,8 +387,8 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
         "command": main,
         "args": [],
         # pooled: the launch message brings the working directory and the variables
-        "workingDir": profile.workspace.container_path if spec.pooled else spec.workdir,
-        "env": [] if spec.pooled else [{"name": key, "value": value} for key, value in spec.env.items()],
+        "workingDir": profile.workspace.container_path if waiting else spec.workdir,
+        "env": [] if waiting else [{"name": key, "value": value} for key, value in spec.env.items()],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "volumeMounts": mounts,
         "securityContext": {
@@ -399,9 +431,13 @@ def pod_manifest(spec: LaunchSpec, settings: KubernetesSettings, now: float | No
         "containers": [container],
         "volumes": volumes,
     }
-    with_stdin = spec.stdin is not None or spec.pooled
+    with_stdin = spec.stdin is not None or waiting
     copy = settings.workspace.mode == "copy"
-    _add_helpers(spec_body, container, profile, copy=copy, with_stdin=with_stdin, with_status=spec.pooled)
+    _add_helpers(
+        spec_body, container, profile, copy=copy, with_stdin=with_stdin, with_status=waiting, pod_level=pod_level
+    )
+    if pod_level:
+        spec_body["resources"] = pod_resources(profile)
     klass = runtime_class(profile, settings)
     if klass is not None:
         spec_body["runtimeClassName"] = klass
