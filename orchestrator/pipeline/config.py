@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,6 +16,7 @@ from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.egress.runs import EgressSettings
 from orchestrator.gate.config import SafetyConfig, default_safety_config, with_defaults
 from orchestrator.profiles import ProfileCaps
+from orchestrator.profiles.models import ProfileName
 from orchestrator.yamlfile import load_yaml_mapping, validate
 
 
@@ -116,14 +118,117 @@ class ServiceSection(BaseModel):
     limits: ServiceLimits = Field(default_factory=ServiceLimits)
 
 
+#: the most sandboxes one key may keep ready or filling (a profile's max_ready)
+MAX_READY_LIMIT = 1024
+
+
+class PoolBounds(BaseModel):
+    """``pool.profiles.<profile>``: the floor and ceiling of each key of that profile (unset: the pool's own)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    min_ready: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_READY_LIMIT,
+        description="Sandboxes kept ready or filling for each key of this profile once a run used it (default: "
+        "pool.min_ready).",
+    )
+    max_ready: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_READY_LIMIT,
+        description="The most kept ready or filling for each key of this profile, however high the demand (default:"
+        " pool.max_ready).",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyBounds:
+    """What one key of a profile keeps: ``floor`` <= ready + filling <= ``ceiling`` (within max_total)."""
+
+    floor: int
+    ceiling: int
+
+
 class PoolSettings(BaseModel):
-    """``pool:`` in the config: pre-started sandboxes (off unless enabled)."""
+    """``pool:`` in the config: pre-started sandboxes (off unless enabled), sized per key by its demand
+    (pipeline/pool_sizing.py) between a floor and a ceiling, the pool's own or its profile's."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     enabled: bool = Field(default=False, description="Pre-start sandboxes for the keys runs use.")
-    per_key: int = Field(default=2, ge=1, le=64, description="Ready sandboxes kept per key.")
+    min_ready: int = Field(
+        default=1,
+        ge=0,
+        le=MAX_READY_LIMIT,
+        description="Sandboxes kept ready or filling for each key once a run used it, however low the demand.",
+    )
+    max_ready: int = Field(
+        default=4,
+        ge=1,
+        le=MAX_READY_LIMIT,
+        description="The most kept ready or filling for each key, however high the demand.",
+    )
+    per_key: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Earlier releases' fixed size: min_ready and max_ready both (not together with either).",
+    )
     max_total: int = Field(default=16, ge=1, le=1024, description="Ready (and filling) sandboxes, all keys.")
-    ttl_s: float = Field(default=300.0, gt=0, le=86_400, description="An unclaimed sandbox is destroyed after this.")
+    ttl_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=86_400,
+        description="An unclaimed sandbox is destroyed after this; a key no run used for this long is filled no more.",
+    )
+    shrink_after_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="How long a key's busiest moment is remembered: sandboxes filled for it are retired this long "
+        "after it (down to the floor).",
+    )
+    profiles: dict[ProfileName, PoolBounds] = Field(
+        default_factory=dict,
+        description="Per profile: its keys' own min_ready and max_ready.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds_hold(self) -> PoolSettings:
+        """Each floor is within its ceiling and within max_total, whichever of the pool's or a profile's each
+        comes from; per_key stands for both of the pool's, never beside them."""
+        both = {"min_ready", "max_ready"} & self.model_fields_set
+        if self.per_key is not None and both:
+            raise ValueError(
+                f"pool.per_key is min_ready and max_ready at once (the fixed size of earlier releases): give"
+                f" either per_key or {' and '.join(sorted(both))}"
+            )
+        for profile in [None, *sorted(self.profiles)]:
+            bounds = self.bounds(profile)
+            floor, ceiling = self._bound_fields(profile)
+            if bounds.floor > bounds.ceiling:
+                raise ValueError(f"{floor} {bounds.floor} is above {ceiling} {bounds.ceiling}")
+            # per_key meant "up to per_key, within max_total": a config of earlier releases still loads
+            if bounds.floor > self.max_total and floor != "pool.per_key":
+                raise ValueError(f"{floor} {bounds.floor} is above pool.max_total {self.max_total} (all keys together)")
+        return self
+
+    def _bound_fields(self, profile: str | None) -> tuple[str, str]:
+        """Where the floor and the ceiling of ``profile``'s keys come from, as the config names them."""
+        own = self.profiles.get(profile) if profile is not None else None
+        pool = ("pool.per_key", "pool.per_key") if self.per_key is not None else ("pool.min_ready", "pool.max_ready")
+        floor = f"pool.profiles.{profile}.min_ready" if own is not None and own.min_ready is not None else pool[0]
+        ceiling = f"pool.profiles.{profile}.max_ready" if own is not None and own.max_ready is not None else pool[1]
+        return floor, ceiling
+
+    def bounds(self, profile: str | None) -> KeyBounds:
+        """The floor and ceiling of a key of ``profile`` (None: the pool's own, for profiles not listed)."""
+        floor, ceiling = (self.per_key, self.per_key) if self.per_key is not None else (self.min_ready, self.max_ready)
+        own = self.profiles.get(profile) if profile is not None else None
+        if own is not None:
+            floor = own.min_ready if own.min_ready is not None else floor
+            ceiling = own.max_ready if own.max_ready is not None else ceiling
+        return KeyBounds(floor, ceiling)
 
 
 #: The Kubernetes workspace modes pre-started pods work with (its capabilities.can_pool): a pooled pod runs

@@ -199,7 +199,7 @@ class Runner:
             redactor=redactor,
         )
         pool_key = self._pool_key(pool_spec, gate.sanitized.context.tenant, session=session)
-        try:  # a claim may wait for the sandbox being filled for its key (pool.CLAIM_WAIT_S)
+        try:  # a claim never waits for a fill, but may ask the engine whether a ready sandbox still waits
             pooled = None if pool_key is None or self.pool is None else await self.pool.claim(pool_key)
         except asyncio.CancelledError as cancel:  # nothing ran: its end is on the record
             cancelled = ExecutionCancelled(cancel_reason(cancel, "cancelled before its sandbox was ready"))

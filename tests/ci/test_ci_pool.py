@@ -39,14 +39,31 @@ CONTEXT = {
 SLEEPER = 'case "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " ")" in *"sleep 300"*) echo sleeper seen;; esac\n'
 
 
-@pytest.fixture
-async def pooled_service(tmp_path: Path, engine: Any) -> AsyncIterator[Harness]:
+async def serve(tmp_path: Path, pool: dict[str, Any]) -> AsyncIterator[Harness]:
     policy = json.loads(json.dumps(CI_POLICY))
-    h = await start_service(write_config(tmp_path, pool={"enabled": True, "per_key": 1, "ttl_s": 60}, **policy))
+    h = await start_service(write_config(tmp_path, pool={"enabled": True, "ttl_s": 60, **pool}, **policy))
     try:
         yield h
     finally:
         await h.stop()  # the service closes: the pool destroys what it holds
+
+
+@pytest.fixture
+async def pooled_service(tmp_path: Path, engine: Any) -> AsyncIterator[Harness]:
+    async for h in serve(tmp_path, {"per_key": 1}):
+        yield h
+
+
+#: a job's steps come back to back, each sooner than its sandbox is replaced (a claim never waits for a fill):
+#: the ci profile's floor keeps one ready for each of the three steps these tests run
+STEPS_FLOOR = 3
+
+
+@pytest.fixture
+async def floor_service(tmp_path: Path, engine: Any) -> AsyncIterator[Harness]:
+    floor = {"min_ready": STEPS_FLOOR, "max_ready": STEPS_FLOOR}
+    async for h in serve(tmp_path, {"min_ready": 1, "max_ready": 1, "profiles": {"ci": floor}}):
+        yield h
 
 
 def started(evidence: Path) -> list[dict[str, Any]]:
@@ -61,15 +78,15 @@ async def until(predicate: Any, what: str) -> None:
     raise AssertionError(what)
 
 
-async def test_every_step_of_a_job_takes_a_fresh_pre_started_sandbox(pooled_service: Harness, tmp_path: Path) -> None:
+async def test_every_step_of_a_job_takes_a_fresh_pre_started_sandbox(floor_service: Harness, tmp_path: Path) -> None:
     work = tmp_path / "workspaces" / "team-a" / "runner-1"
     work.mkdir(parents=True)
-    runner = Runner(url=pooled_service.url, token=token_of("agent-a"), work=work, name="runner-1")
+    runner = Runner(url=floor_service.url, token=token_of("agent-a"), work=work, name="runner-1")
     assert (await runner.invoke(runner.prepare_job(IMAGE))).exit_code == 0
     runner.own_work()
-    pool = pooled_service.service.orchestrator.pool
+    pool = floor_service.service.orchestrator.pool
     assert pool is not None
-    await until(lambda: pool.describe()["ready"] == 1, f"prepare_job started no sandbox: {pool.describe()}")
+    await until(lambda: pool.describe()["ready"] == STEPS_FLOOR, f"prepare_job filled no floor: {pool.describe()}")
 
     # what a step leaves outside the workspace (a file in /tmp, a process) is not in the next step's sandbox
     script = f"echo mine > /tmp/left; (sleep 300 &)\n{SLEEPER}echo k > kept.txt\n"
@@ -123,7 +140,7 @@ async def test_a_jobs_cleanup_destroys_the_sandboxes_started_for_its_workspace(
     assert retired()[0]["sandbox_id"] not in mine
 
 
-async def test_the_steps_of_a_job_its_grant_bounds_share_one_key(pooled_service: Harness, tmp_path: Path) -> None:
+async def test_the_steps_of_a_job_its_grant_bounds_share_one_key(floor_service: Harness, tmp_path: Path) -> None:
     """A grant narrows each step's wall time to what is left of it (another value at each step): the pool's key is
     the profile before that narrowing (the sandbox itself is the same), so every step still takes a pre-started
     sandbox, and the pool holds no key per step."""
@@ -131,7 +148,7 @@ async def test_the_steps_of_a_job_its_grant_bounds_share_one_key(pooled_service:
     work.mkdir(parents=True)
     # a feature branch: no rule of CI_POLICY allows its steps, so each is asked and the grant answers
     runner = Runner(
-        url=pooled_service.url,
+        url=floor_service.url,
         token=token_of("agent-a"),
         work=work,
         name="runner-1",
@@ -140,7 +157,7 @@ async def test_the_steps_of_a_job_its_grant_bounds_share_one_key(pooled_service:
     assert (await runner.invoke(runner.prepare_job(IMAGE))).exit_code == 0
     runner.own_work()
     assert runner.state is not None
-    admin = pooled_service.client("admin")
+    admin = floor_service.client("admin")
     job = await admin.get_ci_job(runner.state["job"])
     grant = await admin.create_grant(
         GrantRequest.model_validate(
@@ -153,11 +170,13 @@ async def test_the_steps_of_a_job_its_grant_bounds_share_one_key(pooled_service:
             }
         )
     )
+    pool = floor_service.service.orchestrator.pool
+    assert pool is not None
+    await until(lambda: pool.describe()["ready"] == STEPS_FLOOR, f"prepare_job filled no floor: {pool.describe()}")
     for index in range(3):
         step = await runner.invoke(runner.script_step(f"printf 'step {index}\\n'\n"))
         assert step.exit_code == 0 and f"step {index}" in step.stdout, step
-    pool = pooled_service.service.orchestrator.pool
-    assert pool is not None and pool.describe()["keys"] == 1, pool.describe()
+    assert pool.describe()["keys"] == 1, pool.describe()
     assert (await runner.invoke(runner.cleanup_job())).exit_code == 0
 
     evidence = tmp_path / "evidence.jsonl"
