@@ -73,6 +73,8 @@ def build_app(service: Service) -> web.Application:
     app[OPENAPI] = build_document(VERSION, service.limits)
     app[SERVED] = weakref.WeakSet()
     service.orchestrator.telemetry = metrics
+    if service.orchestrator.pool is not None:
+        metrics.watch_pool(service.orchestrator.pool)
 
     def changed(view: ExecutionView) -> None:
         metrics.observe(view)

@@ -1,13 +1,22 @@
-"""Prometheus metrics of one service (its own registry: two apps in one process never mix)."""
+"""Prometheus metrics of one service (its own registry: two apps in one process never mix).
+
+The pool's (``sandbox_pool_*``, per profile) are read from the pool at each scrape (``PoolCollector``), and read
+back from a service's /metrics by ``sandboxctl doctor --url`` (``read_pool``)."""
 
 from __future__ import annotations
 
+import collections
 import time
+from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.domain.wire import ExecutionState, ExecutionView
 from orchestrator.pipeline.orchestrator import Telemetry
+from orchestrator.pipeline.pool import ProfileCounts, ProfilePool, SandboxPool
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _SLOW = (0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600, 1800)
@@ -70,5 +79,98 @@ class ServiceMetrics(Telemetry):
             self._ran.discard(ident)
             self.executions.labels(view.state.value, profile or "-").inc()
 
+    def watch_pool(self, pool: SandboxPool) -> None:
+        """The pool's metrics from now on, as it is at each scrape."""
+        self.registry.register(PoolCollector(pool))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+#: the pool's metric families (their names as scraped: a counter's with _total)
+POOL_CLAIMS = "sandbox_pool_claims"
+POOL_KEYS = "sandbox_pool_keys"
+POOL_READY = "sandbox_pool_ready"
+POOL_FILLING = "sandbox_pool_filling"
+POOL_TARGET = "sandbox_pool_target"
+POOL_FILLS_FAILED = "sandbox_pool_fills_failed"
+POOL_DISCARDED = "sandbox_pool_discarded"
+
+
+class PoolParts(Protocol):
+    def profiles(self) -> list[ProfilePool]:
+        """Each profile's part of the pool now (``SandboxPool.profiles``)."""
+        ...
+
+
+class PoolCollector:
+    """The pool's state and counts per profile, each scrape (a family with no sample when no profile was seen:
+    its HELP and TYPE still say the pool is on)."""
+
+    def __init__(self, pool: PoolParts) -> None:
+        self._pool = pool
+
+    def collect(self) -> Iterator[Metric]:
+        parts = self._pool.profiles()
+        claims = CounterMetricFamily(
+            POOL_CLAIMS,
+            "Claims of a pre-started sandbox: hit (one was ready) or miss (the run started cold).",
+            labels=["profile", "result"],
+        )
+        keys = GaugeMetricFamily(POOL_KEYS, "Keys (profile, workspace, tenant) the pool holds now.", labels=["profile"])
+        ready = GaugeMetricFamily(POOL_READY, "Pre-started sandboxes ready now.", labels=["profile"])
+        filling = GaugeMetricFamily(POOL_FILLING, "Pre-started sandboxes being filled now.", labels=["profile"])
+        target = GaugeMetricFamily(
+            POOL_TARGET,
+            "What the profile's keys are kept at now (ready and filling): demand within floor and ceiling.",
+            labels=["profile"],
+        )
+        failed = CounterMetricFamily(POOL_FILLS_FAILED, "Fills that failed (the key stays cold).", labels=["profile"])
+        discarded = CounterMetricFamily(
+            POOL_DISCARDED, "Pre-started sandboxes destroyed unclaimed, by reason.", labels=["profile", "reason"]
+        )
+        for part in parts:
+            claims.add_metric([part.profile, "hit"], part.counts.hits)
+            claims.add_metric([part.profile, "miss"], part.counts.misses)
+            keys.add_metric([part.profile], part.keys)
+            ready.add_metric([part.profile], part.ready)
+            filling.add_metric([part.profile], part.filling)
+            target.add_metric([part.profile], part.target)
+            failed.add_metric([part.profile], part.counts.fills_failed)
+            for reason, count in sorted(part.counts.discarded.items()):
+                discarded.add_metric([part.profile, reason], count)
+        yield from (claims, keys, ready, filling, target, failed, discarded)
+
+
+def read_pool(text: str) -> list[ProfilePool] | None:
+    """The pool per profile, from a service's /metrics (``text``); None when it keeps no pool (no family of it)."""
+    families = {f.name: f for f in text_string_to_metric_families(text) if f.name.startswith("sandbox_pool_")}
+    if not families:
+        return None
+    values: dict[str, dict[str, float]] = collections.defaultdict(dict)  # profile -> what -> value
+    discarded: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for family in families.values():
+        for sample in family.samples:
+            profile = sample.labels.get("profile", "")
+            if family.name == POOL_CLAIMS and sample.name.endswith("_total"):
+                values[profile][sample.labels.get("result", "")] = sample.value
+            elif family.name == POOL_DISCARDED and sample.name.endswith("_total"):
+                discarded[profile][sample.labels.get("reason", "")] = int(sample.value)
+            elif sample.name in (POOL_KEYS, POOL_READY, POOL_FILLING, POOL_TARGET, f"{POOL_FILLS_FAILED}_total"):
+                values[profile][sample.name] = sample.value
+    return [
+        ProfilePool(
+            profile=profile,
+            keys=int(v.get(POOL_KEYS, 0)),
+            ready=int(v.get(POOL_READY, 0)),
+            filling=int(v.get(POOL_FILLING, 0)),
+            target=int(v.get(POOL_TARGET, 0)),
+            counts=ProfileCounts(
+                hits=int(v.get("hit", 0)),
+                misses=int(v.get("miss", 0)),
+                fills_failed=int(v.get(f"{POOL_FILLS_FAILED}_total", 0)),
+                discarded=discarded[profile],
+            ),
+        )
+        for profile, v in sorted(values.items())
+    ]

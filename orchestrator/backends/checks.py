@@ -23,6 +23,7 @@ CheckCode = Literal[
     "DOCTOR.PROFILE",
     "DOCTOR.EVIDENCE",
     "DOCTOR.LIMITS",
+    "DOCTOR.POOL",
     "DOCTOR.NOT_CHECKED",
 ]
 

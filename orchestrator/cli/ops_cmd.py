@@ -17,6 +17,9 @@ def register(sub: Subparsers) -> None:
     doctor.add_argument(
         "--evidence", default=None, metavar="PATH", help="the evidence file to verify (default: the config's)"
     )
+    doctor.add_argument(
+        "--url", default=None, metavar="URL", help="a running service whose pool to show now (read from its /metrics)"
+    )
     doctor.add_argument("--json", action="store_true")
     doctor.set_defaults(handler=handle_doctor)
     gc = sub.add_parser("gc", help="remove orphaned sandboxes (owner gone or deadline passed) and record them")
@@ -50,11 +53,14 @@ def handle_doctor(args: argparse.Namespace) -> int:
     config, evidence = _config_and_evidence(args)
     # the profiles as runs under this config resolve them (its caps): the probes check what runs get
     profiles = Profiles.under(config.caps)
+    service = None if args.url is None else _service_pool(args.url)
 
     async def main() -> list[Any]:
         backend = backend_for(config)
         try:
-            return await run_doctor(backend, profiles, evidence, probes=not args.no_probe)
+            return await run_doctor(
+                backend, profiles, evidence, probes=not args.no_probe, pool=config.pool, service=service
+            )
         finally:
             await backend.close()
 
@@ -65,6 +71,37 @@ def handle_doctor(args: argparse.Namespace) -> int:
         for check in checks:
             _print_check(check)
     return 0 if all(c.ok for c in checks) else 1
+
+
+#: how long the doctor waits for a service's /metrics
+METRICS_TIMEOUT_S = 10.0
+
+
+def _service_pool(url: str) -> Any:
+    """What the service at ``url`` says of its pool (its public /metrics): per profile, none, or why it did not
+    answer (the doctor's ``pool now`` check fails then)."""
+    import http.client
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    from orchestrator.api.metrics import read_pool
+    from orchestrator.domain import routes
+    from orchestrator.domain.errors import InputInvalid
+    from orchestrator.pipeline.doctor_pool import ServicePool
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputInvalid("--url: http://host:port or https://host:port", details={"fields": ["--url"]})
+    target = url.rstrip("/") + routes.METRICS.path
+    try:
+        with urllib.request.urlopen(target, timeout=METRICS_TIMEOUT_S) as answer:  # noqa: S310 (http(s) only)
+            text = answer.read().decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException, ValueError) as err:
+        return ServicePool(url, error=f"{type(err).__name__}: {err}")
+    try:
+        return ServicePool(url, profiles=read_pool(text))
+    except ValueError as err:  # not a service of ours: something else answered there
+        return ServicePool(url, error=f"its {routes.METRICS.path} is not Prometheus text: {err}")
 
 
 def _print_check(check: Any) -> None:

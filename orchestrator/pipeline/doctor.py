@@ -22,6 +22,8 @@ from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.domain.requests import Request, parse_request
 from orchestrator.evidence import EventType, verify
+from orchestrator.pipeline.config import PoolSettings
+from orchestrator.pipeline.doctor_pool import ServicePool, pool_checks
 from orchestrator.pipeline.executor import run_in_sandbox
 from orchestrator.pipeline.launch import launch_spec
 from orchestrator.pipeline.probe import PROBE, parse_probe, probe_verdict
@@ -136,9 +138,16 @@ def _evidence(evidence_path: Path) -> Check:
 
 
 async def run_doctor(
-    backend: SandboxBackend, profiles: Profiles, evidence_path: Path, *, probes: bool = True
+    backend: SandboxBackend,
+    profiles: Profiles,
+    evidence_path: Path,
+    *,
+    probes: bool = True,
+    pool: PoolSettings | None = None,
+    service: ServicePool | None = None,
 ) -> list[Check]:
-    """``profiles``: the run's own resolution (the config's caps): what is probed is what runs get."""
+    """``profiles``: the run's own resolution (the config's caps): what is probed is what runs get. ``pool``: the
+    config's (its checks follow the evidence's), ``service``: what a running service's pool holds now."""
     resolutions = [_resolve(profiles, name) for name in profiles.registry.names()]
     resolved = [p for p in resolutions if not isinstance(p, Check)]
     # a cluster's dry runs send the pod of the profile most executions get, as runs under this config get it
@@ -156,6 +165,14 @@ async def run_doctor(
         checks.append(_profile_line(profile))
         checks.extend(_engine_has(profile, info, because, backend.capabilities))
     checks.append(_evidence(evidence_path))
+    if pool is not None:
+        kind, names = type(backend).__name__, profiles.registry.names()
+        capabilities = backend.capabilities
+        checks.extend(
+            pool_checks(
+                pool, capabilities=capabilities, backend_name=kind, resolved=resolved, known=names, service=service
+            )
+        )
     if probes:
         first = [p for p in resolved if p.name == profiles.default]  # the probe most executions get
         ordered = first + [p for p in resolved if p.name != profiles.default]
