@@ -492,6 +492,21 @@ def test_config_sections_from_values(tmp_path: Path) -> None:
     assert config.service.workspace_owner == "1000:1000"
 
 
+def test_pool_bounds_per_profile_from_values(tmp_path: Path) -> None:
+    """The pool's floor and ceiling, the pool's and a profile's own, reach the controller's config as given."""
+    pool = {
+        "enabled": True,
+        "min_ready": 0,
+        "max_ready": 6,
+        "shrink_after_s": 120,
+        "profiles": {"ci": {"max_ready": 20}},
+    }
+    config = validate_config(config_text(render({"config": {"pool": pool}})), tmp_path)
+    assert (config.pool.bounds("workspace-write").floor, config.pool.bounds("workspace-write").ceiling) == (0, 6)
+    assert (config.pool.bounds("ci").floor, config.pool.bounds("ci").ceiling) == (0, 20)
+    assert config.pool.shrink_after_s == 120
+
+
 def test_a_pool_needs_pvc_workspaces() -> None:
     """Pre-started pods get the workspace mounted; in copy mode it is copied in as a pod starts (the run
     would see the workspace as it was at fill): refused at install, not left to a warning. By the values

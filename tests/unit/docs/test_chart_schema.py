@@ -155,7 +155,14 @@ GOOD_CONFIG = {
     "egress": {"hosts": {"api.internal": "10.0.0.7"}, "max_records": 50},
     "evidence": {"path": "/var/lib/sandbox-orchestrator/evidence/evidence.jsonl"},
     "service": {"allow_self_approval": True, "limits": {"max_page": 100}},
-    "pool": {"enabled": True, "per_key": 3, "ttl_s": 120},
+    "pool": {
+        "enabled": True,
+        "min_ready": 0,
+        "max_ready": 6,
+        "ttl_s": 120,
+        "shrink_after_s": 30,
+        "profiles": {"ci": {"min_ready": 2, "max_ready": 20}},
+    },
 }
 
 # (config values, the field both name)
@@ -163,6 +170,9 @@ BAD_CONFIGS = [
     ({"pool": {"per_key": 0}}, "pool.per_key"),
     ({"pool": {"ttl_s": 0}}, "pool.ttl_s"),
     ({"pool": {"warm": True}}, "pool"),
+    ({"pool": {"max_ready": 0}}, "pool.max_ready"),
+    ({"pool": {"profiles": {"ci": {"min_ready": -1}}}}, "pool.profiles.ci.min_ready"),
+    ({"pool": {"profiles": {"ci": {"spare": 1}}}}, "pool.profiles.ci"),
     ({"caps": {"max_memory": "lots"}}, "caps.max_memory"),
     ({"caps": {"allowed_runtimes": ["kata"]}}, "caps.allowed_runtimes"),
     ({"egress": {"max_records": 0}}, "egress.max_records"),
@@ -170,6 +180,12 @@ BAD_CONFIGS = [
     ({"approvals": {"provider": "slack"}}, "approvals.provider"),
     ({"service": {"limits": {"max_page": 5000}}}, "service.limits.max_page"),
 ]
+
+
+def test_a_config_of_earlier_releases_is_still_accepted(tmp_path: Path) -> None:
+    values = {"config": {"pool": {"enabled": True, "per_key": 3, "ttl_s": 120}}}
+    assert schema_errors(values) == []
+    assert config_problem(rendered_config(values), tmp_path) is None
 
 
 def test_both_accept_a_full_config(tmp_path: Path) -> None:
