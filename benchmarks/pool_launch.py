@@ -8,15 +8,17 @@
 * **through the service** -- (A) ``POST /v1/executions?wait=`` of ``true`` to a ``sandboxctl serve`` with
   the pool on (its sandbox pre-started: half a second between rounds, untimed, lets the service refill)
   against (B) the bare ``docker run``, runc. Target: <= 0.5.
-* **burst** -- 20 executions at once with a pool of 5 (per key) against 20 with none: throughput, p50, p95.
-* **leaks** -- 500 executions in a row from a pool of 2: sandboxes of ours left on the engine after the
-  pool closed (0), the process's open files and threads against before.
+* **burst, sustained** (``pool_demand.py``) -- 20 executions at once of a key whose pool has grown to that
+  demand (target: all answered within 1.5 s), and 60 at 20 at a time, pooled against cold (target: >= 2x).
+* **leaks** -- 500 executions in a row with the default sizing (each key 1-4 ready by demand): how many came
+  from the pool, sandboxes of ours left on the engine after the pool closed (0), the process's open files and
+  threads against before.
 * **served twice** -- from the evidence's engine records: sandboxes that ran more than one command (0).
 
 Not a test: it prints figures and a last line ``pool summary: {...}`` (JSON).
 
     .venv/bin/python benchmarks/pool_launch.py [--runs 20] [--runtime runc|runsc|both] [--burst 20]
-        [--leak-runs 500] [--quick]
+        [--sustained-runs 60] [--leak-runs 500] [--quick]
 
 The engine is the one ``DockerBackend()`` finds (``benchmarks/engine.py``): the bare ``docker run`` and the
 service get it as DOCKER_HOST, whatever the calling shell has.
@@ -43,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from engine import docker_cli, docker_env
 from options import parse
+from pool_demand import demand_pool, measure_demand
 from sandbox_overhead import docker_run_argv, open_fds, os_threads, pct, timed
 from service_overhead import free_port, wait_up
 
@@ -196,44 +199,21 @@ async def through_service(tmp: Path, workspace: Path, runs: int) -> dict[str, fl
     return {"service pooled/bare runc": round(ratio, 2)}
 
 
-async def one_burst(o: Orchestrator, workspace: Path, size: int) -> tuple[float, list[float]]:
-    """``size`` executions of ``true`` at once: (wall seconds, each one's latency)."""
-    request = {"tool": "shell_exec", "argv": ["true"]}
-    latencies: list[float] = []
-
-    async def one() -> None:
-        began = time.perf_counter()
-        result = await o.execute(request, workspace=workspace)
-        assert result.ok, result.to_json()
-        latencies.append(time.perf_counter() - began)
-
-    began = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(size)))
-    return time.perf_counter() - began, latencies
-
-
-async def burst(tmp: Path, workspace: Path, size: int, pool_size: int) -> dict[str, float]:
-    figures: dict[str, float] = {}
-    sides = {"no pool": "{enabled: false}", f"pool of {pool_size}": f"{{enabled: true, per_key: {pool_size}}}"}
-    for index, (name, pool) in enumerate(sides.items()):
-        o = orchestrator(tmp, f"burst-{index}", pool)
-        try:
-            await o.execute({"tool": "shell_exec", "argv": ["true"]}, workspace=workspace)  # warm; fills the pool
-            if o.pool is not None:
-                await until_ready(o, pool_size)
-            wall, latencies = await one_burst(o, workspace, size)
-            p50, p95 = pct(latencies, 0.5) * 1000, pct(latencies, 0.95) * 1000
-            print(f"  burst of {size}, {name}: {size / wall:5.2f} executions/s, p50 {p50:.0f} ms, p95 {p95:.0f} ms")
-            figures[f"burst {name} per s"] = round(size / wall, 2)
-            figures[f"burst {name} p95 ms"] = round(p95)
-        finally:
-            await o.aclose()
-    return figures
+async def demand(tmp: Path, workspace: Path, size: int, runs: int) -> dict[str, float]:
+    pooled = orchestrator(tmp, "demand-pooled", demand_pool(size))
+    cold = orchestrator(tmp, "demand-cold", "{enabled: false}")
+    try:
+        return await measure_demand(
+            pooled, cold, workspace, {"tool": "shell_exec", "argv": ["true"]}, size=size, runs=runs, fill_timeout_s=60
+        )
+    finally:
+        await pooled.aclose()
+        await cold.aclose()
 
 
 async def leaks(tmp: Path, workspace: Path, runs: int) -> dict[str, float]:
     fds, threads = open_fds(), os_threads()
-    o = orchestrator(tmp, "leaks", "{enabled: true, per_key: 2}")
+    o = orchestrator(tmp, "leaks", "{enabled: true}")
     request = {"tool": "shell_exec", "argv": ["true"]}
     try:
         for _ in range(runs):
@@ -250,9 +230,14 @@ async def leaks(tmp: Path, workspace: Path, runs: int) -> dict[str, float]:
         left = [s.name for s in await check.list_managed() if s.execution_id in ids]
     finally:
         await check.close()
-    print(f"  {runs} runs in a row, pool of 2: {served} from the pool; sandboxes left {len(left)};"
+    print(f"  {runs} runs in a row, default sizing: {served} from the pool; sandboxes left {len(left)};"
           f" open files {fds} -> {open_fds()}, threads {threads} -> {os_threads()}")  # fmt: skip
-    return {"leak runs": runs, "sandboxes left": len(left), "fds delta": open_fds() - fds}
+    return {
+        "leak runs": runs,
+        "leak runs from pool": served,
+        "sandboxes left": len(left),
+        "fds delta": open_fds() - fds,
+    }
 
 
 def served_twice(tmp: Path) -> int:
@@ -270,8 +255,9 @@ async def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--runtime", choices=["runc", "runsc", "both"], default="both")
     parser.add_argument("--burst", type=int, default=20)
+    parser.add_argument("--sustained-runs", type=int, default=60)
     parser.add_argument("--leak-runs", type=int, default=500)
-    args = parse(parser, {"runs": 2, "burst": 2, "leak_runs": 4})
+    args = parse(parser, {"runs": 2, "burst": 2, "sustained_runs": 4, "leak_runs": 4})
     tmp = Path(tempfile.mkdtemp(prefix="so-bench-pool-"))
     workspace = tmp / "ws"
     workspace.mkdir()
@@ -282,7 +268,8 @@ async def main() -> int:
         for runtime in ("runc", "runsc") if args.runtime == "both" else (args.runtime,):
             summary.update(await pooled_vs_bare(tmp, workspace, runtime, args.runs))
         summary.update(await through_service(tmp, workspace, args.runs))
-        summary.update(await burst(tmp, workspace, args.burst, 5))
+        print("sized by demand")
+        summary.update(await demand(tmp, workspace, args.burst, args.sustained_runs))
         summary.update(await leaks(tmp, workspace, args.leak_runs))
         summary["sandboxes served twice"] = served_twice(tmp)
         print(f"  sandboxes served twice (engine records): {summary['sandboxes served twice']}")

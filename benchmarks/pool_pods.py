@@ -8,6 +8,9 @@
   container's end when it relists (every second: its PLEG), and a run started right after the previous
   one ended (or right after a refill was seen running) would start just after a relist every time, and
   always wait almost the whole second; requests arrive at any phase of it.
+* **burst, sustained** (``pool_demand.py``) -- 20 runs at once of a key whose pool has grown to that demand
+  (target: all 20 answered within 1.5 s), and 60 runs at 20 at a time, the grown pool against no pool (target:
+  >= 2x the cold throughput). The namespace must hold 40 sandbox pods at once (20 ready, 20 running).
 * **served twice** -- from the evidence's engine records: pods that ran more than one command (0).
 
 Both on the node as tests run it (the kubelet's generic PLEG: it relists every second) and on the same node
@@ -20,7 +23,8 @@ The cluster is found and started as the tests do (``benchmarks/cluster.py``); si
 pods would end, the restart is refused while other sessions (test runs, benchmarks) use the cluster.
 ``--check`` finds the cluster and stops there.
 
-    .venv/bin/python benchmarks/pool_pods.py [--runs 20] [--pleg generic|evented|both] [--check] [--quick]
+    .venv/bin/python benchmarks/pool_pods.py [--runs 20] [--burst 20] [--sustained-runs 60]
+        [--pleg generic|evented|both] [--check] [--quick]
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: te
 
 from cluster import check, cluster_session, other_sessions
 from options import parse
+from pool_demand import demand_pool, measure_demand
 from sandbox_overhead import pct
 
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
@@ -141,6 +146,19 @@ async def pooled_vs_cold(space: SandboxSpace, tmp: Path, runs: int) -> dict[str,
     }
 
 
+async def demand(space: SandboxSpace, tmp: Path, size: int, runs: int) -> dict[str, float]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    workspace = space.workspace("bench-demand")
+    pooled = orchestrator(space, tmp, workspace, "demand-pooled", demand_pool(size))
+    cold = orchestrator(space, tmp, workspace, "demand-cold", "{enabled: false}")
+    print(f"sized by demand: bursts of {size} pods, {runs} runs at {size} at a time")
+    try:
+        return await measure_demand(pooled, cold, workspace, REQUEST, size=size, runs=runs, fill_timeout_s=300)
+    finally:
+        await pooled.aclose()
+        await cold.aclose()
+
+
 def with_pleg(pleg: str) -> None:
     """The test cluster up with the kubelet's PLEG ``pleg`` (restarted when it ran the other one)."""
     os.environ["SANDBOX_K8S_PLEG"] = pleg
@@ -152,13 +170,15 @@ def with_pleg(pleg: str) -> None:
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--burst", type=int, default=20)
+    parser.add_argument("--sustained-runs", type=int, default=60)
     parser.add_argument("--pleg", choices=["generic", "evented", "both"], default="both")
     parser.add_argument(
         "--check",
         action="store_true",
         help="find the cluster (started if down, never restarted) and who else uses it, measure nothing",
     )
-    args = parse(parser, {"runs": 2})
+    args = parse(parser, {"runs": 2, "burst": 2, "sustained_runs": 4})
     was_up = cluster_script("status").returncode == 0
     with cluster_session() as cl:  # as the tests find it: scripts/k8s-cluster.sh, started if down
         if args.check:
@@ -184,6 +204,7 @@ async def measure(args: argparse.Namespace, cl: Cluster, was_up: bool) -> int:
             space = open_space(cl, "so-bench")
             try:
                 figures = await pooled_vs_cold(space, tmp / pleg, args.runs)
+                figures.update(await demand(space, tmp / pleg, args.burst, args.sustained_runs))
             finally:
                 close_space(space)
             summary.update({f"{name} ({pleg} PLEG)": value for name, value in figures.items()})
