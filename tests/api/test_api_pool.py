@@ -32,6 +32,8 @@ async def test_the_service_shows_its_pool_per_profile(tmp_path: Path, engine: An
             if (held.describe()["ready"], held.describe()["filling"]) == (2, 0):
                 break
             await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"the keys' floors were not filled: {held.describe()}")
         await agent.run({"tool": "shell", "command": ["true"]})  # from the pool
         async with aiohttp.ClientSession() as http, http.get(h.url + "/metrics") as answer:
             text = await answer.text()

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"
 SANDBOXCTL = [sys.executable, "-m", "orchestrator.cli.main"]
 REQUEST = {"tool": "shell_exec", "argv": ["true"]}
-FLOOR, CEILING, SHRINK_AFTER_S = 1, 4, 3.0
+FLOOR, CEILING, SHRINK_AFTER_S, BURST = 1, 4, 5.0, 8
 
 
 def pooled(tmp_path: Path, result: ExecutionResult) -> bool:
@@ -52,25 +52,31 @@ async def test_a_burst_grows_its_key_within_the_ceiling_and_the_surplus_goes_aft
         assert o.pool is not None
         first = await o.execute(REQUEST, workspace=ws)  # the key's first run: cold, then its floor
         await settled(o, FLOOR)
-        burst = await asyncio.gather(*(o.execute(REQUEST, workspace=ws) for _ in range(6)))
-        assert [pooled(tmp_path, r) for r in (first, *burst)].count(True) == FLOOR
-        # six at once: the key grows to its ceiling, never past it
+        burst = await asyncio.gather(*(o.execute(REQUEST, workspace=ws) for _ in range(BURST)))
+        hits = [pooled(tmp_path, r) for r in (first, *burst)].count(True)
+        assert hits >= FLOOR  # the floor's one (a refill of it may meet a late claim); the others started cold
+        # BURST at once: the key grows to its ceiling, never past it
         await settled(o, CEILING)
-        assert o.pool.describe()["target"] == CEILING
+        assert o.pool.describe()["target"] == CEILING, "the burst was forgotten before the pool had grown"
+        last_burst = time.monotonic()
         again = await asyncio.gather(*(o.execute(REQUEST, workspace=ws) for _ in range(CEILING)))
         assert all(pooled(tmp_path, r) for r in again), "the burst came back: every run found one ready"
-        last_burst = time.monotonic()
         await settled(o, CEILING)  # refilled for the next burst, kept while it is remembered
 
         # no run since: once shrink_after_s passed the target falls to the floor, the surplus goes
         while o.pool.describe()["ready"] > FLOOR:
-            assert time.monotonic() - last_burst < SHRINK_AFTER_S + 5, o.pool.describe()
+            assert time.monotonic() - last_burst < SHRINK_AFTER_S + 10, o.pool.describe()
             await asyncio.sleep(0.1)
-        assert time.monotonic() - last_burst >= SHRINK_AFTER_S - 0.5  # not before (the sweep runs each second)
-        await asyncio.sleep(1.5)  # two sweeps: the floor stays
+        assert time.monotonic() - last_burst >= SHRINK_AFTER_S  # not before
+        await asyncio.sleep(1.5)  # sweeps after it: the floor stays
         assert (o.pool.describe()["ready"], o.pool.describe()["target"]) == (FLOOR, FLOOR)
         [part] = o.pool.profiles()
-        assert (part.profile, part.counts.hits, part.counts.misses) == ("workspace-write", FLOOR + CEILING, 6)
+        runs = 1 + BURST + CEILING
+        assert (part.profile, part.counts.hits, part.counts.misses) == (
+            "workspace-write",
+            hits + CEILING,
+            runs - hits - CEILING,
+        )
         assert part.counts.discarded["surplus"] == CEILING - FLOOR
     finally:
         await o.aclose()
