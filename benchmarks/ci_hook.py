@@ -7,9 +7,10 @@ the job's image, side by side in one run (Docker backend, the pool on: ``pool: {
   Target (issue 22): median ratio ≤ 1.0.
 * **job** — prepare → 10 steps → cleanup through the hook, against the same 10 scripts each in a bare
   ``docker run --rm``: wall time of each, and the ratio. The steps come back to back (a real runner does work
-  of its own between them): each waits for the sandbox the pool fills after the step before.
+  of its own between them): each takes the sandbox the pool fills after the step before if it is ready by
+  then, else starts its own cold (a claim never waits for a fill; docs/pool.md, "Sized by demand").
 * **where a step's time goes** — from the steps' own evidence records (their timestamps): the gate, the
-  workspace snapshot, the claim of a sandbox (waiting for one being filled) and the begin record; the command
+  workspace snapshot, the claim of a sandbox (or none: a cold start) and the begin record; the command
   in its pre-started sandbox until the engine reports its end; the teardown; the side-effect record and the
   end record; the rest is the hook's (node starting, the HTTP call, the answer).
 
