@@ -95,6 +95,8 @@ class Runner:
         self.pool: SandboxPool | None = None
         if pool is not None and pool.enabled and backend.capabilities.can_pool:
             self.pool = SandboxPool(backend, pool, self._record_pooled)
+            for name in sorted(set(pool.profiles) - set(profiles.registry.names())):  # sandboxctl doctor fails it
+                log.warning("pool.profiles.%s: no such profile; its min_ready and max_ready apply to no run", name)
         elif pool is not None and pool.enabled:
             log.warning(
                 "pool.enabled: the %s cannot pre-start sandboxes as configured; every run starts cold",

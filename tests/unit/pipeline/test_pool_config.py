@@ -3,12 +3,17 @@ releases (``per_key``) still means what it meant; bad bounds are CONFIG.INVALID 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
+from orchestrator.backends.docker import DockerBackend
 from orchestrator.domain.errors import ConfigInvalid
+from orchestrator.evidence import EvidenceWriter
 from orchestrator.pipeline.config import KeyBounds, PoolSettings, load_config
+from orchestrator.pipeline.factory import assemble
+from orchestrator.profiles import ProfileRegistry
 
 
 def pool_of(tmp_path: Path, text: str) -> PoolSettings:
@@ -80,3 +85,20 @@ def test_a_bad_value_is_named_with_its_line(tmp_path: Path, text: str, field: st
     err = refusal(tmp_path, text)
     assert field in err.details["fields"][0], err.message
     assert f"config.yaml:{len(text.splitlines())}: {field}" in err.message, err.message
+
+
+async def test_a_bound_for_no_profile_is_told_at_start(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A profile name the registry does not know (a typo) bounds no run: the controller says so as it starts
+    (sandboxctl doctor fails it, DOCTOR.POOL)."""
+    settings = PoolSettings(enabled=True, profiles={"wokspace-write": {"max_ready": 8}, "ci": {"max_ready": 8}})
+    with caplog.at_level(logging.WARNING, logger="orchestrator.pipeline.runner"):
+        orch = assemble(
+            evidence=EvidenceWriter(tmp_path / "evidence.jsonl"),
+            backend=DockerBackend(),  # never called: nothing runs
+            profiles=ProfileRegistry(),
+            pool=settings,
+        )
+    await orch.aclose()
+    assert [r.getMessage() for r in caplog.records] == [
+        "pool.profiles.wokspace-write: no such profile; its min_ready and max_ready apply to no run"
+    ]
