@@ -52,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/close_range.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -362,6 +363,10 @@ int main(void) {
      * capability) can neither use its descriptors nor read its memory */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
         die(125, "cannot make the init undumpable", strerror(errno));
+    /* the command inherits no descriptor but 0, 1 and 2 (a pod's status pipe is 3: see below) */
+    if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+        for (int fd = 3; fd < 1024; fd++)
+            fcntl(fd, F_SETFD, FD_CLOEXEC);
     unsigned char header[8];
     read_exactly(header, sizeof header);
     if (memcmp(header, MAGIC, 4) != 0)

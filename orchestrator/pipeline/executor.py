@@ -152,15 +152,17 @@ async def _follow_events(
     ready: asyncio.Event,
     *,
     recorded_before: frozenset[str] = frozenset(),
+    durable: set[str] | None = None,
 ) -> None:
     """The sandbox's lifecycle (its label ``execution_id``: a pooled one's pool id) onto this execution's
-    record, but for the kinds in ``recorded_before`` (a pooled sandbox's create and start, on its own)."""
+    record, but for the kinds in ``recorded_before`` (a pooled sandbox's create and start, on its own);
+    the kinds in ``durable`` (filled as the run goes) on disk before they count as seen."""
     events = backend.events(execution_id)
     try:
         ready.set()
         async for event in events:
             if event.kind not in recorded_before:
-                await _record_lifecycle(event, record)
+                await _record_lifecycle(event, record, durable=durable is not None and event.kind in durable)
             seen.setdefault(event.kind, asyncio.Event()).set()
             if event.kind == "destroy":
                 return
@@ -168,7 +170,7 @@ async def _follow_events(
         await events.aclose()
 
 
-async def _record_lifecycle(event: LifecycleEvent, record: Record) -> None:
+async def _record_lifecycle(event: LifecycleEvent, record: Record, *, durable: bool = False) -> None:
     data: dict[str, Any] = {"sandbox_id": event.sandbox_id}
     if event.exit_code is not None:
         data["exit_code"] = event.exit_code
@@ -177,7 +179,7 @@ async def _record_lifecycle(event: LifecycleEvent, record: Record) -> None:
     for key in RECORDED_ATTRIBUTES:
         if key in event.attributes:
             data[key] = event.attributes[key]
-    await record(LIFECYCLE_EVENTS[event.kind], engine_ts=event.engine_ts.isoformat(), data=data)
+    await record(LIFECYCLE_EVENTS[event.kind], engine_ts=event.engine_ts.isoformat(), data=data, durable=durable)
 
 
 # what the after-run scan reads beyond the file budget: room for the overshoot of a run killed for passing it
@@ -243,10 +245,14 @@ async def run_in_sandbox(
     profile: ResolvedProfile = spec.profile
     seen: dict[str, asyncio.Event] = {"destroy": asyncio.Event()}
     ready = asyncio.Event()
+    # after the end record (an end the init reported), the last lifecycle record is flushed by itself
+    durable: set[str] = set()
     if pooled is not None:  # its create and start were recorded when it was filled, under its pool id
-        follow = _follow_events(backend, pooled.pool_id, record, seen, ready, recorded_before=POOL_RECORDED)
+        follow = _follow_events(
+            backend, pooled.pool_id, record, seen, ready, recorded_before=POOL_RECORDED, durable=durable
+        )
     else:
-        follow = _follow_events(backend, spec.execution_id, record, seen, ready)
+        follow = _follow_events(backend, spec.execution_id, record, seen, ready, durable=durable)
     follower = asyncio.create_task(follow)
     # a pooled sandbox is this run's from the first line on: whatever ends the run, its teardown removes it
     handle: SandboxHandle | None = None if pooled is None else pooled.handle
@@ -344,6 +350,7 @@ async def run_in_sandbox(
         duration_ms = round((time.monotonic() - started) * 1000)
         if reported:  # every process of the sandbox is gone (its init killed them): only its removal waits
             lifecycle = CONFIRMATION_FOLLOWS
+            durable.add("destroy")
         else:
             if handle is not None:
                 await asyncio.shield(_teardown(backend, handle, seen))
@@ -473,6 +480,7 @@ async def _confirm_end(
             log.warning("sandbox %s: %s", handle.name, problem)
             await record(
                 EventType.END_UNCONFIRMED,
+                durable=True,
                 status="failed",
                 reason=problem,
                 data={

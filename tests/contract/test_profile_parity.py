@@ -94,8 +94,14 @@ def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
             tmpfs[mount["mountPath"]] = int(empty["sizeLimit"])
     resources = container["resources"]
     assert resources["requests"] == resources["limits"]
-    # the pod's cpu (the command's with its stdio sidecar's share) is the profile's
-    cpus_milli = sum(milli(c["resources"]["limits"]["cpu"]) for c in spec["containers"])
+    # the pod's cpu is the profile's: bounded at the pod's level (the stdio sidecar's relays share it) where the
+    # cluster keeps pod-level resources, else the sum of its containers'
+    if "resources" in spec:
+        cpus_milli = milli(spec["resources"]["limits"]["cpu"])
+        command_milli = milli(spec["containers"][0]["resources"]["limits"]["cpu"])
+        assert command_milli == cpus_milli  # the command alone never above it
+    else:
+        cpus_milli = sum(milli(c["resources"]["limits"]["cpu"]) for c in spec["containers"])
     return {
         "user": (security["runAsUser"], security["runAsGroup"]),
         "read_only_root": security["readOnlyRootFilesystem"],

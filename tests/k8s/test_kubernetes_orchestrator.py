@@ -59,6 +59,7 @@ class Pipeline:
     async def run(self, command: str, profile: str = "workspace-write", **request: Any) -> dict[str, Any]:
         raw = {"tool": "shell_command", "command": command, "profile": profile, **request}
         result = await self.orch.execute(raw, workspace=self.workspace)
+        await self.orch.settle()  # a run answered from its init's report: the kubelet's end and the removal follow
         out = result.to_json()
         out["records"] = list(iter_records(self.evidence, execution_id=str(result.authorization.execution_id)))
         return out
@@ -234,7 +235,8 @@ async def test_a_cancelled_execution_deletes_its_pod(pipeline: Pipeline) -> None
     async with asyncio.timeout(60):
         while not [s for s in await pipeline.backend.list_managed() if s.state == "running"]:
             await asyncio.sleep(0.2)
-    (pod,) = await pipeline.backend.list_managed()
+    # running: an earlier test's pod may still be on its way out (removed after its end record)
+    (pod,) = [s for s in await pipeline.backend.list_managed() if s.state == "running"]
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

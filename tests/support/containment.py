@@ -321,6 +321,9 @@ class Harness:
             raise AssertionError(f"the execution did not end within {wall_s + EXECUTION_MARGIN_S:g}s") from None
         execution_id = str(result.authorization.execution_id)
         self._started(execution_id)
+        # a run answered from its init's report (Kubernetes) has the engine's end and its removal recorded
+        # after its end record: the battery checks the whole lifecycle, and that nothing is left
+        await self.orch.settle()
         records = list(iter_records(self.evidence_path, execution_id=execution_id))
         if self.pooled:
             records = self._with_pooled_start(records)

@@ -680,6 +680,8 @@ class KubernetesBackend:
             status = await self._reported_end(handle, pod, pod.stdio, watch)
             if status is not None:
                 await self._close_egress(pod)
+                if self.settings.workspace.mode == "copy" and pod.copy_error is None:
+                    await self._copy_out(pod)  # every process of the command is gone: its workspace is settled
                 return status.exit_code
         await self._until_ended(handle, pod, watch)
         if pod is not None:
@@ -727,6 +729,8 @@ class KubernetesBackend:
                 ended.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await ended
+        if pod.killed_at is not None:  # stopped by us: the kubelet's account says how it ended (deadline, ...)
+            return None
         pod.init_status = parse_status(data, pod.report)
         if pod.init_status is None and data:
             log.warning(
@@ -865,7 +869,12 @@ class KubernetesBackend:
         return ResourceUsage()
 
     async def destroy(self, handle: SandboxHandle) -> None:
-        """Delete the pod (that pod: its uid is a precondition), at once. Idempotent."""
+        """Delete the pod (that pod: its uid is a precondition). Idempotent. A pod whose init reported its
+        command's end is deleted once the kubelet reported that end too (within CONFIRM_S): its lifecycle
+        on the record is whole, as for any pod (start and die as the kubelet saw them)."""
+        reported = self._pods.get(handle.name)
+        if reported is not None and reported.init_status is not None and reported.killed_at is None:
+            await self.confirm_end(handle)
         pod = self._pods.pop(handle.name, None)
         if pod is not None and pod.egress_ip is not None:  # its connections end (and are recorded) before it goes
             await asyncio.shield(self._egress.close(pod.egress_ip))

@@ -91,10 +91,12 @@ def test_every_builtin_profile_is_hardened_in_its_pod(name: str) -> None:
     resources = container["resources"]
     assert resources["requests"] == resources["limits"]
     assert resources["limits"]["memory"] == str(profile.memory_bytes)
-    # the pod asks for exactly the profile's cpu: the sidecar's share comes out of the command's
-    pod_cpu = sum(int(c["resources"]["limits"]["cpu"].removesuffix("m")) for c in spec["containers"])
-    assert pod_cpu == round(profile.cpus * 1000)
-    assert sidecar["resources"]["limits"]["cpu"] == "50m"
+    # the pod asks for exactly the profile's cpu, bounded at the pod's level (the sidecar's relays share it),
+    # the command alone never above it; the memory the command's plus the sidecar's, requests = limits
+    millis = f"{round(profile.cpus * 1000)}m"
+    assert spec["resources"]["requests"] == spec["resources"]["limits"]
+    assert spec["resources"]["limits"] == {"cpu": millis, "memory": str(profile.memory_bytes + 32 * 1024 * 1024)}
+    assert resources["limits"]["cpu"] == millis and "cpu" not in sidecar["resources"]["limits"]
     assert resources["limits"]["ephemeral-storage"] == str(profile.fsize_bytes)
     # the start barrier (until the controller is attached; stdin /dev/null without any), then the kubelet's
     # API server variables removed (env, never meeting the argv) with the barrier's PWD, then the rlimits
@@ -350,3 +352,17 @@ def test_copy_mode_cannot_pre_start_a_pod() -> None:
     copy = KubernetesSettings(workspace=WorkspaceDelivery(mode="copy"))
     with pytest.raises(SandboxUnavailable, match="pvc"):
         pod_manifest(spec_for(profile, kind=PooledLaunch()), copy)
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_without_pod_level_resources_the_sidecars_cpu_comes_out_of_the_commands(name: str) -> None:
+    """A cluster that drops pod-level resources (PodLevelResources off): the pod's total is still the
+    profile's cpu, as the sum of its containers' limits."""
+    profile = ProfileRegistry().resolve(name)
+    spec = pod_manifest(spec_for(profile), settings(seccomp="localhost"), pod_level=False)["spec"]
+    assert "resources" not in spec
+    container, sidecar = spec["containers"]
+    pod_cpu = sum(int(c["resources"]["limits"]["cpu"].removesuffix("m")) for c in spec["containers"])
+    assert pod_cpu == round(profile.cpus * 1000)
+    assert sidecar["resources"]["limits"]["cpu"] == "50m"
+    assert all(c["resources"]["requests"] == c["resources"]["limits"] for c in (container, sidecar))

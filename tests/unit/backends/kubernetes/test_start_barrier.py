@@ -92,14 +92,16 @@ def init(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def start_readers(directory: Path) -> tuple[dict[str, bytes], list[threading.Thread]]:
-    """The sidecar's start with a stdin pipe (a pooled pod always has one), then its output relays."""
-    subprocess.run(local(sidecar_command(0, with_stdin=True), directory), check=True, timeout=10)
+    """The sidecar's start with a stdin pipe and a status pipe (a pooled pod always has them), then its
+    relays: the outputs' and the status channel's."""
+    subprocess.run(local(sidecar_command(0, with_stdin=True, with_status=True), directory), check=True, timeout=10)
     got: dict[str, bytes] = {}
 
     def relay(stream: str) -> None:
         got[stream] = subprocess.run(local(reader_command(stream), directory), capture_output=True, check=True).stdout
 
-    threads = [threading.Thread(target=relay, args=(stream,)) for stream in start_barrier.PIPES]
+    streams = (*start_barrier.PIPES, start_barrier.STATUS)
+    threads = [threading.Thread(target=relay, args=(stream,)) for stream in streams]
     for thread in threads:
         thread.start()
     return got, threads
@@ -140,6 +142,9 @@ def test_a_pooled_pods_init_waits_then_runs_the_launched_command(
         thread.join(timeout=20)
     assert got["stdout"] == f"{workspace}|hi|{len(stdin or b'')}\n".encode()
     assert got["stderr"] == b"err\n"
+    # no status channel asked for (this init is not PID 1 here): the command never held the status pipe
+    assert got["status"] == b""
+    assert not (pipes / start_barrier.STATUS).exists()  # its name removed before the launch
 
 
 def test_the_launch_writer_says_ready_only_while_the_init_holds_its_pipe(tmp_path: Path) -> None:

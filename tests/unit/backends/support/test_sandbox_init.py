@@ -227,3 +227,19 @@ def test_an_empty_path_entry_never_means_the_working_directory(init: Path, tmp_p
 def test_any_payload_is_memory_safe(init_asan: Path, payload: bytes) -> None:
     done = run(init_asan, MAGIC + struct.pack(">I", len(payload)) + payload)
     assert b"Sanitizer" not in done.stderr and b"runtime error" not in done.stderr, done.stderr[-2000:]
+
+
+def test_the_command_inherits_no_descriptor_but_its_stdio(init: Path) -> None:
+    """Whatever the init was started with (a pod's status pipe is its descriptor 3), the command gets 0, 1, 2."""
+    read_end, write_end = os.pipe()
+    try:
+        script = 'for fd in 3 4 5 6 7 8 9 10 11 12; do [ -e "/proc/self/fd/$fd" ] && echo "inherited $fd"; done; true'
+        message = launch_message(["sh", "-c", script], {"PATH": "/bin"}, "/", with_stdin=False)
+        done = subprocess.run(
+            [str(init)], input=message, capture_output=True, timeout=10, pass_fds=(read_end, write_end), check=False
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    # the shell's own test of a descriptor opens none of its own: nothing listed
+    assert (done.returncode, done.stdout) == (0, b""), done
