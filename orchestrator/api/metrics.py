@@ -40,6 +40,13 @@ class ServiceMetrics(Telemetry):
             registry=r,
         )
         self.active = Gauge("sandbox_active_sandboxes", "Executions running now.", registry=r)
+        self.ends_unconfirmed = Counter(
+            "sandbox_end_unconfirmed",
+            "Ends a sandbox's init reported that the engine's own account contradicted (exit code, OOM) or never"
+            " gave (evidence: end_unconfirmed).",
+            ["profile"],
+            registry=r,
+        )
         self.evidence_write = Histogram(
             "sandbox_evidence_write_seconds", "Durable evidence appends: queued to fsynced.", buckets=_FAST, registry=r
         )
@@ -54,6 +61,9 @@ class ServiceMetrics(Telemetry):
 
     def sandbox_started(self, seconds: float) -> None:
         self.start_latency.observe(seconds)
+
+    def end_unconfirmed(self, profile: str) -> None:
+        self.ends_unconfirmed.labels(profile).inc()
 
     # state changes (from the execution manager)
     def observe(self, view: ExecutionView) -> None:

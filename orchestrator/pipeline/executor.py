@@ -392,8 +392,18 @@ async def run_in_sandbox(
         why = side_effects.incompleteness() if side_effects is not None else side_effects_error
         error = SideEffectsIncomplete(why or "the workspace side-effect record is incomplete")
     elif pids_hits:
-        error = SandboxPidsLimit(f"{pids_hits} process creation(s) refused at the limit of {profile.pids_limit}")
-    elif usage is not None and usage.pids_peak is not None and usage.pids_peak >= profile.pids_limit:
+        limit = (
+            f"the limit of {profile.pids_limit}"
+            if backend.capabilities.own_pids_limit
+            else "the node's limit (a pod's pids limit is the node's podPidsLimit, not the profile's)"
+        )
+        error = SandboxPidsLimit(f"{pids_hits} process creation(s) refused at {limit}")
+    elif (
+        backend.capabilities.own_pids_limit
+        and usage is not None
+        and usage.pids_peak is not None
+        and usage.pids_peak >= profile.pids_limit
+    ):
         # the refusals are counted only in the container's cgroup, which the runtime removes within ms of
         # its exit: a short run may end uncounted, but a peak at the limit is itself the kernel's word
         error = SandboxPidsLimit(

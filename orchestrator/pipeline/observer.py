@@ -40,6 +40,9 @@ class Telemetry(Protocol):
     def sandbox_started(self, seconds: float) -> None:
         """From the begin record to the engine's start event."""
 
+    def end_unconfirmed(self, profile: str) -> None:
+        """The engine's account of an end the sandbox's init reported disagreed with it, or never came."""
+
 
 class NoTelemetry:
     """The default: timings are dropped."""
@@ -48,6 +51,9 @@ class NoTelemetry:
         pass
 
     def sandbox_started(self, seconds: float) -> None:
+        pass
+
+    def end_unconfirmed(self, profile: str) -> None:
         pass
 
 
@@ -92,3 +98,6 @@ class GuardedTelemetry:
 
     def sandbox_started(self, seconds: float) -> None:
         _safely(lambda: self.sink.sandbox_started(seconds), "sandbox_started")
+
+    def end_unconfirmed(self, profile: str) -> None:
+        _safely(lambda: self.sink.end_unconfirmed(profile), "end_unconfirmed")

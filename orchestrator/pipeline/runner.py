@@ -171,6 +171,8 @@ class Runner:
         async def record(event: EventType, **fields: Any) -> None:
             if event is EventType.CONTAINER_STARTED:
                 telemetry.sandbox_started(time.monotonic() - began)
+            elif event is EventType.END_UNCONFIRMED:
+                telemetry.end_unconfirmed(profile.name)
             await records.record(event, profile_hash=profile.profile_hash, **fields)
 
         redactor = Redactor(literals=request.env.values())

@@ -388,6 +388,12 @@ def test_agent_runs_a_command_in_a_sandbox_pod(release: Release, cluster_with_im
         view = agent.submit({"tool": "shell_command", "command": COMMAND}, wait=180)
         elapsed = time.monotonic() - started
         records = agent.evidence(view.execution_id).records
+        # the pod's init reported the end: the kubelet's account and the removal follow the end record
+        for _ in range(150):
+            if any(r["event"] == "container_destroyed" for r in records):
+                break
+            time.sleep(0.2)
+            records = agent.evidence(view.execution_id).records
         with urllib.request.urlopen(  # the whole chain, as the admin may ask
             urllib.request.Request(
                 f"{base_url}/v1/evidence/verify", headers={"Authorization": f"Bearer {release.admin_token}"}
@@ -416,7 +422,7 @@ def test_agent_runs_a_command_in_a_sandbox_pod(release: Release, cluster_with_im
     assert {r["execution_id"] for r in records} == {view.execution_id}
     events = [r["event"] for r in records]
     assert events[0] == "request_received"
-    assert events[-1] == "execution_finished"
+    assert events[-1] == "container_destroyed"  # after the end record: the end came from the pod's init
     assert [e for e in events if e.startswith("container_")] == LIFECYCLE
     lifecycle = {r["event"]: r for r in records if r["event"] in LIFECYCLE}
     pod_uid = pod_uid_from_events(cluster, release.sandboxes, f"sbx-{view.execution_id}")
@@ -424,10 +430,11 @@ def test_agent_runs_a_command_in_a_sandbox_pod(release: Release, cluster_with_im
     assert lifecycle["container_scheduled"]["data"]["node"] == NODE_NAME
     assert lifecycle["container_died"]["data"]["exit_code"] == 0
     assert all(r["engine_ts"] for r in lifecycle.values())  # the API server's timestamps
-    finished = records[-1]
+    (finished,) = [r for r in records if r["event"] == "execution_finished"]
     assert finished["status"] == "succeeded"
     assert finished["data"]["exit_code"] == 0
-    assert finished["data"]["lifecycle_stream"] == "complete"
+    assert finished["data"]["lifecycle_stream"].startswith("reported by the sandbox's init")
+    assert finished["data"]["usage"]["memory_peak_bytes"] > 0  # the pod's own cgroup, read by its init
     side_effects = finished["data"]["side_effects"]
     assert side_effects["created"] == [
         {"path": "out.txt", "kind": "file", "mode": 0o644, "size": len(OUTPUT), "sha256": digest}

@@ -231,12 +231,17 @@ async def test_doctor_checks_the_cluster(sandbox_space: SandboxSpace) -> None:
 
 
 async def test_a_cancelled_execution_deletes_its_pod(pipeline: Pipeline) -> None:
+    # an earlier test's pod may still be on its way out (removed after its end record): not this one
+    before = {s.name for s in await pipeline.backend.list_managed()}
     task = asyncio.create_task(pipeline.run("sleep 300"))
+
+    async def running() -> list[Any]:
+        return [s for s in await pipeline.backend.list_managed() if s.state == "running" and s.name not in before]
+
     async with asyncio.timeout(60):
-        while not [s for s in await pipeline.backend.list_managed() if s.state == "running"]:
+        while not await running():
             await asyncio.sleep(0.2)
-    # running: an earlier test's pod may still be on its way out (removed after its end record)
-    (pod,) = [s for s in await pipeline.backend.list_managed() if s.state == "running"]
+    (pod,) = await running()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

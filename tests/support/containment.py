@@ -437,8 +437,16 @@ def assert_evidence(
     else:
         assert decided.decision == "allow"
         assert events[:3] == ["request_received", "decision_made", "execution_started"], events
-    assert events[-1] == "execution_finished", events
     finished = run.finished()
+    assert finished.data is not None
+    if str(finished.data["lifecycle_stream"]).startswith("reported by the sandbox's init"):
+        # a pod's init reported the end: the end record first, then the kubelet's account and the removal
+        assert run.kind.startswith("kubernetes"), run.kind
+        after = events[events.index("execution_finished") + 1 :]
+        assert after and all(e.startswith("container_") for e in after), events
+        assert after[-1] == "container_destroyed", events
+    else:
+        assert events[-1] == "execution_finished", events
     assert finished.status == status
     assert finished.error_code == error_code
     assert finished.data is not None

@@ -144,6 +144,7 @@ class _Pod:
     report: str = ""  # the launch's token: the init's status line is under it
     # the command's end as its init reported it (then wait() did not wait for the kubelet)
     init_status: InitStatus | None = None
+    usage_report: InitStatus | None = None  # its report, kept for its usage even where it does not end the run
     # a one-shot command started through the init: launched by start() once the pod's stdio is held
     launch_at_start: LaunchSpec | None = None
     egress_ip: str | None = None  # served by the egress proxy at this address (open_egress), until destroy
@@ -729,14 +730,19 @@ class KubernetesBackend:
                 ended.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await ended
-        if pod.killed_at is not None:  # stopped by us: the kubelet's account says how it ended (deadline, ...)
-            return None
-        pod.init_status = parse_status(data, pod.report)
-        if pod.init_status is None and data:
+        report = parse_status(data, pod.report)
+        if report is None and data:
             log.warning(
                 "pod %s: its status pipe carried %d bytes that are no report of its init", handle.name, len(data)
             )
-        return pod.init_status
+        pod.usage_report = report
+        if pod.killed_at is not None:  # stopped by us: the kubelet's account says how it ended (deadline, ...)
+            return None
+        if report is not None and report.oom_kills is None:
+            # its cgroup keeps no OOM count (gVisor's): only the kubelet can say whether it was an OOM kill
+            return None
+        pod.init_status = report
+        return report
 
     def end_reported(self, handle: SandboxHandle) -> bool:
         """Whether wait()'s exit came from the sandbox's own init (the kubelet's account of it follows)."""
@@ -864,8 +870,8 @@ class KubernetesBackend:
         """What the init read from the pod's own cgroup at the command's end; unknown without its report (the
         kubelet's figures are node-scoped: the controller has no node access)."""
         pod = self._pods.get(handle.name)
-        if pod is not None and pod.init_status is not None:
-            return pod.init_status.usage()
+        if pod is not None and pod.usage_report is not None:
+            return pod.usage_report.usage()
         return ResourceUsage()
 
     async def destroy(self, handle: SandboxHandle) -> None:
