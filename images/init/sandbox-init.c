@@ -35,11 +35,13 @@
  * every other process of the PID namespace, as the runtime would when PID 1 exits) and writes ONE line on
  * descriptor 3 -- a pipe whose other end the orchestrator reads -- then exits with the command's status
  * (128 + the signal's number for a command killed by one, as the runtime reports it):
- *     sandbox-status v1 <token> ran=<0|1> exit=<n> signal=<n> oom_kills=<n> cpu_ns=<n> cpu_from=<w>
+ *     sandbox-status v1 <token> ran=<0|1> exit=<n> signal=<n> stopped=<n> oom_kills=<n> cpu_ns=<n>
  *         memory_peak=<n> pids_peak=<n> pids_hits=<n> started_ns=<n> finished_ns=<n>\n
- * (one line; -1: unknown). ran=0: the program could not be executed (exit 126/127, as above). The figures
- * are its own cgroup's (v1 or v2, as the runtime mounted it at /sys/fs/cgroup): OOM kills and CPU since
- * the launch, the memory and pids peaks of the container; CPU from getrusage where no cgroup says.
+ * (one line; -1: unknown). ran=0: the program could not be executed (exit 126/127, as above). stopped: the
+ * first signal it forwarded that came from outside the PID namespace (the runtime stopping the sandbox: then
+ * the runtime's account is the end), 0 for none. The figures are its own cgroup's (v1 or v2, as the runtime
+ * mounted it at /sys/fs/cgroup; files opened before the command exists): OOM kills, CPU and refused process
+ * creations since the launch, the memory and pids peaks of the container.
  * The command can never write that line: descriptor 3 is close-on-exec (never inherited), this process is
  * not dumpable (its /proc/1/fd and memory are root's: the command has no capability), the pipe's name is
  * removed by the orchestrator before the launch message is sent, and the line needs the token.
@@ -47,6 +49,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,7 +57,6 @@
 #include <string.h>
 #include <linux/close_range.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -155,23 +157,44 @@ static int exec_in_path(char **argv, char **env) {
 
 /* -- the status channel -------------------------------------------------------------------------------- */
 
-/* the first number after "<key> " in a file of "key value" lines (memory.events, memory.oom_control,
- * pids.events), or the file's only number when key is NULL; -1 when unreadable */
-static long long read_counter(const char *path, const char *key) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+/* One of the cgroup's counter files, opened before the command exists and read again in place at the end:
+ * the command may lower this process's descriptor limit (prlimit on PID 1: same user), never blind it. */
+struct counter {
+    int fd; /* -1: none of its files exists here (gVisor keeps few) */
+    const char *key; /* the line's name in a file of "key value" lines, or NULL: the file's only number */
+    long long scale; /* to the reported unit */
+};
+
+struct source {
+    const char *path;
+    const char *key;
+    long long scale;
+};
+
+/* the first of a table of files that opens (cgroup v2's name, then v1's) */
+static struct counter open_counter(const struct source *sources, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int fd = open(sources[i].path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0)
+            return (struct counter){fd, sources[i].key, sources[i].scale};
+    }
+    return (struct counter){-1, NULL, 1};
+}
+
+/* its value now, or -1 when it cannot be read */
+static long long read_counter(struct counter c) {
+    if (c.fd < 0)
         return -1;
     char text[4096];
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
+    ssize_t n = pread(c.fd, text, sizeof text - 1, 0);
     if (n <= 0)
         return -1;
     text[n] = '\0';
     const char *at = text;
-    if (key != NULL) {
-        size_t len = strlen(key);
+    if (c.key != NULL) {
+        size_t len = strlen(c.key);
         for (at = text; at != NULL; at = strchr(at, '\n'), at = at ? at + 1 : NULL)
-            if (strncmp(at, key, len) == 0 && at[len] == ' ')
+            if (strncmp(at, c.key, len) == 0 && at[len] == ' ')
                 break;
         if (at == NULL)
             return -1;
@@ -180,28 +203,9 @@ static long long read_counter(const char *path, const char *key) {
     char *end = NULL;
     errno = 0;
     long long value = strtoll(at, &end, 10);
-    if (errno != 0 || end == at || value < 0)
+    if (errno != 0 || end == at || value < 0 || value > LLONG_MAX / c.scale)
         return -1;
-    return value;
-}
-
-/* the first readable of a table of files (cgroup v2's name, then v1's) */
-struct source {
-    const char *path;
-    const char *key;
-    long long scale; /* to the reported unit */
-};
-
-static long long first_of(const struct source *sources, size_t n, size_t *which) {
-    for (size_t i = 0; i < n; i++) {
-        long long value = read_counter(sources[i].path, sources[i].key);
-        if (value >= 0) {
-            if (which != NULL)
-                *which = i;
-            return value * sources[i].scale;
-        }
-    }
-    return -1;
+    return value * c.scale;
 }
 
 static const struct source OOM_KILLS[] = {
@@ -227,19 +231,15 @@ static const struct source PIDS_HITS[] = {
 };
 #define COUNT(table) (sizeof table / sizeof table[0])
 
+/* the growth of a counter since ``before``; -1 unless both readings are known */
+static long long growth(long long before, long long after) {
+    return before >= 0 && after >= before ? after - before : -1LL;
+}
+
 static long long now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
-static long long children_cpu_ns(void) {
-    struct rusage usage;
-    if (getrusage(RUSAGE_CHILDREN, &usage) != 0)
-        return -1;
-    long long us = (long long)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000LL +
-                   (long long)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
-    return us * 1000;
 }
 
 /* signals a supervisor cannot take for the command: faults of its own, and the unblockable ones */
@@ -266,9 +266,15 @@ static void supervise(char **argv) {
     int exec_failed[2];
     if (pipe2(exec_failed, O_CLOEXEC) != 0)
         die(125, "cannot make a pipe", strerror(errno));
-    size_t cpu_table = 0;
-    long long oom_before = first_of(OOM_KILLS, COUNT(OOM_KILLS), NULL);
-    long long cpu_before = first_of(CPU_NS, COUNT(CPU_NS), &cpu_table);
+    struct counter oom_kills = open_counter(OOM_KILLS, COUNT(OOM_KILLS));
+    struct counter cpu_ns = open_counter(CPU_NS, COUNT(CPU_NS));
+    struct counter memory_peak = open_counter(MEMORY_PEAK, COUNT(MEMORY_PEAK));
+    struct counter pids_peak = open_counter(PIDS_PEAK, COUNT(PIDS_PEAK));
+    struct counter pids_hits = open_counter(PIDS_HITS, COUNT(PIDS_HITS));
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC); /* before the command can lower our descriptor limit */
+    long long oom_before = read_counter(oom_kills);
+    long long cpu_before = read_counter(cpu_ns);
+    long long hits_before = read_counter(pids_hits);
     long long started = now_ns();
     pid_t child = fork();
     if (child < 0)
@@ -286,7 +292,6 @@ static void supervise(char **argv) {
     signal(SIGPIPE, SIG_IGN); /* a reader gone is a report lost, never this process killed */
     /* the command's streams are its own from now on: they end when its processes are gone, not when
      * this one exits */
-    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null >= 0) {
         dup2(null, 0);
         dup2(null, 1);
@@ -302,12 +307,17 @@ static void supervise(char **argv) {
     int ran = got == 0; /* end of file: the exec succeeded and closed its end */
 
     int status = 0;
+    int stopped = 0; /* a signal from outside this PID namespace (the runtime stopping the sandbox) */
     for (int ended = 0; !ended;) {
         siginfo_t info;
         int sig = sigwaitinfo(&all, &info);
         if (sig < 0)
             continue;
         if (sig != SIGCHLD) {
+            /* si_pid 0: sent from outside the namespace (the kubelet, an eviction): the command cannot
+             * forge that, and its end is then the runtime's to say, not its own */
+            if (info.si_code == SI_USER && info.si_pid == 0 && stopped == 0)
+                stopped = sig;
             kill(child, sig);
             continue;
         }
@@ -316,7 +326,8 @@ static void supervise(char **argv) {
             pid_t pid = waitpid(-1, &st, WNOHANG);
             if (pid <= 0)
                 break;
-            if (pid == child) {
+            /* a stop of a traced child is reported too: only an exit or a death is its end */
+            if (pid == child && (WIFEXITED(st) || WIFSIGNALED(st))) {
                 status = st;
                 ended = 1;
             }
@@ -326,28 +337,15 @@ static void supervise(char **argv) {
     kill(-1, SIGKILL); /* what the command left behind: every other process of this PID namespace */
     while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
         ;
-    long long oom_after = first_of(OOM_KILLS, COUNT(OOM_KILLS), NULL);
-    long long cpu_after = first_of(CPU_NS, COUNT(CPU_NS), NULL);
-    long long cpu = -1;
-    const char *cpu_from = "none";
-    if (cpu_before >= 0 && cpu_after >= cpu_before) {
-        cpu = cpu_after - cpu_before;
-        cpu_from = "cgroup";
-    } else {
-        cpu = children_cpu_ns();
-        cpu_from = cpu >= 0 ? "rusage" : "none";
-    }
-    (void)cpu_table;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     int signo = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     char line[512];
     int len = snprintf(line, sizeof line,
-                       "sandbox-status v1 %s ran=%d exit=%d signal=%d oom_kills=%lld cpu_ns=%lld cpu_from=%s"
+                       "sandbox-status v1 %s ran=%d exit=%d signal=%d stopped=%d oom_kills=%lld cpu_ns=%lld"
                        " memory_peak=%lld pids_peak=%lld pids_hits=%lld started_ns=%lld finished_ns=%lld\n",
-                       report, ran, code, signo,
-                       oom_before >= 0 && oom_after >= oom_before ? oom_after - oom_before : -1LL, cpu, cpu_from,
-                       first_of(MEMORY_PEAK, COUNT(MEMORY_PEAK), NULL), first_of(PIDS_PEAK, COUNT(PIDS_PEAK), NULL),
-                       first_of(PIDS_HITS, COUNT(PIDS_HITS), NULL), started, finished);
+                       report, ran, code, signo, stopped, growth(oom_before, read_counter(oom_kills)),
+                       growth(cpu_before, read_counter(cpu_ns)), read_counter(memory_peak), read_counter(pids_peak),
+                       growth(hits_before, read_counter(pids_hits)), started, finished);
     if (len > 0 && (size_t)len < sizeof line) {
         ssize_t written;
         do /* one write of less than PIPE_BUF bytes: the line arrives whole or not at all */

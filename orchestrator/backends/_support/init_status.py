@@ -20,10 +20,12 @@ MAX_LINE = 512
 
 _LINE = re.compile(
     rb"sandbox-status v1 (?P<token>[0-9a-f]{32}) ran=(?P<ran>[01]) exit=(?P<exit>\d{1,3}) signal=(?P<signal>\d{1,2})"
-    rb" oom_kills=(?P<oom>-1|\d{1,18}) cpu_ns=(?P<cpu>-1|\d{1,19}) cpu_from=(?P<cpu_from>cgroup|rusage|none)"
-    rb" memory_peak=(?P<memory>-1|\d{1,19}) pids_peak=(?P<pids>-1|\d{1,18}) pids_hits=(?P<hits>-1|\d{1,18})"
+    rb" stopped=(?P<stopped>\d{1,2}) oom_kills=(?P<oom>-1|\d{1,19}) cpu_ns=(?P<cpu>-1|\d{1,19})"
+    rb" memory_peak=(?P<memory>-1|\d{1,19}) pids_peak=(?P<pids>-1|\d{1,19}) pids_hits=(?P<hits>-1|\d{1,19})"
     rb" started_ns=(?P<started>\d{1,19}) finished_ns=(?P<finished>\d{1,19})\n"
 )
+#: the highest signal number Linux has (SIGRTMAX)
+MAX_SIGNAL = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +35,11 @@ class InitStatus:
     ran: bool  # False: the program could not be executed (exit 126 or 127)
     exit_code: int  # 128 + the signal's number for a command a signal killed, as the runtime reports it
     signal: int | None
+    # the first signal the init forwarded that came from outside the sandbox (the runtime stopping it: an
+    # eviction, a deadline, a deletion): then the runtime's account is the end, not this report
+    stopped: int | None
     oom_kills: int | None  # OOM kills in the sandbox's cgroup since the launch (None: unknown)
-    cpu_ns: int | None
-    cpu_from: str  # "cgroup" (the container's), "rusage" (the reaped processes'), "none"
+    cpu_ns: int | None  # the cgroup's CPU time since the launch (None: unknown, never a guess)
     memory_peak_bytes: int | None
     pids_peak: int | None
     pids_limit_hits: int | None
@@ -80,16 +84,24 @@ def parse_status(data: bytes, report: str) -> InitStatus | None:
     if found is None or found["token"] != report.encode("ascii"):
         return None
     started, finished = int(found["started"]), int(found["finished"])
-    if finished < started:
+    code, signal, stopped, ran = int(found["exit"]), int(found["signal"]), int(found["stopped"]), found["ran"] == b"1"
+    consistent = (
+        finished >= started
+        and code <= 255
+        and signal <= MAX_SIGNAL
+        and stopped <= MAX_SIGNAL
+        and (signal == 0 or code == 128 + signal)
+        and (ran or (code in (126, 127) and signal == 0))
+    )
+    if not consistent:
         return None
-    signal = int(found["signal"])
     return InitStatus(
-        ran=found["ran"] == b"1",
-        exit_code=int(found["exit"]),
+        ran=ran,
+        exit_code=code,
         signal=signal or None,
+        stopped=stopped or None,
         oom_kills=_known(found["oom"]),
         cpu_ns=_known(found["cpu"]),
-        cpu_from=found["cpu_from"].decode(),
         memory_peak_bytes=_known(found["memory"]),
         pids_peak=_known(found["pids"]),
         pids_limit_hits=_known(found["hits"]),

@@ -736,7 +736,9 @@ class KubernetesBackend:
                 "pod %s: its status pipe carried %d bytes that are no report of its init", handle.name, len(data)
             )
         pod.usage_report = report
-        if pod.killed_at is not None:  # stopped by us: the kubelet's account says how it ended (deadline, ...)
+        if pod.killed_at is not None or (report is not None and report.stopped):
+            # stopped by us or from outside (a deadline, an eviction, a deletion): the kubelet's account says
+            # how it ended, never the command's answer to the SIGTERM its init forwarded
             return None
         if report is not None and report.oom_kills is None:
             # its cgroup keeps no OOM count (gVisor's): only the kubelet can say whether it was an OOM kill
