@@ -116,8 +116,11 @@ KILL_REPORT_S = 30.0
 WAIT_RECHECK_S = 2.0
 #: how long the kubelet's account of an end the init reported is waited for (it relists once a second)
 CONFIRM_S = 10.0
-#: how soon the stdio relays are tried again while the pod cannot run them yet (each try is a round trip)
+#: how soon the stdio relays are tried again while the pod cannot run them yet (each try is a round trip, and
+#: an exec the kubelet refuses leaks a descriptor in the API server: kubernetes/kubernetes#135245), doubling
+#: up to STDIO_RETRY_MAX_S
 STDIO_RETRY_S = 0.05
+STDIO_RETRY_MAX_S = 0.2
 
 
 @dataclass(eq=False)
@@ -470,6 +473,7 @@ class KubernetesBackend:
                 if pod.pooled:  # the init's stdin pipe held by our writer: a claim sends the message on it
                     await self._call(relays.open_launcher, max(1.0, deadline - time.monotonic()))
 
+        retry_s = STDIO_RETRY_S
         try:
             while True:
                 last, gone = watch.last(name), watch.gone(name)
@@ -488,7 +492,8 @@ class KubernetesBackend:
                             f" {exc.message[:300]}",
                             details={"sandbox": name},
                         ) from exc
-                    await asyncio.sleep(STDIO_RETRY_S)
+                    await asyncio.sleep(retry_s)
+                    retry_s = min(retry_s * 2, STDIO_RETRY_MAX_S)  # each refused exec costs the API server
                     continue
                 pod.stdio = stdio
                 return

@@ -62,6 +62,10 @@ class PodStdio:
         output; call again to retry the others). Once all are, each output's reader starts, and stdin is
         fed on a thread of its own (the command reads it only as fast as it is read)."""
         missing = [stream for stream in self._streams if stream not in self._channels]
+        if not self._channels:
+            # one until the container runs: an exec the kubelet refuses (no container yet) leaks a descriptor
+            # in the API server (kubernetes/kubernetes#135245), and the others would fail the same way
+            missing = missing[:1]
         opened = await asyncio.gather(
             *(asyncio.to_thread(self._open_reader, stream, timeout_s) for stream in missing), return_exceptions=True
         )
@@ -71,6 +75,9 @@ class PodStdio:
         for result in opened:
             if isinstance(result, BaseException):
                 raise result
+        if len(self._channels) < len(self._streams):  # the first one connected: the others now
+            await self.open(stdin, timeout_s)
+            return
         if self.readers:  # connected by an earlier call (a pooled pod's launcher is retried after it)
             return
         for stream, channels in self._channels.items():

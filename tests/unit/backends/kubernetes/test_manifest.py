@@ -312,9 +312,12 @@ def test_a_pre_started_pod_is_the_cold_pod_with_our_init_waiting_in_it(name: str
     now = 1_900_000_000.0
     pooled = spec_for(profile, kind=PooledLaunch(), env={}, deadline_unix=now + 300 + profile.wall_timeout_s + 5)
     pod = pod_manifest(pooled, settings(seccomp="localhost"), now=now)
-    cold = pod_manifest(spec_for(profile, kind=CommandLaunch(stdin=b"x")), settings(seccomp="localhost"), now=now)
+    # a cold one-shot command starts through the init too (the backend's create: waiting)
+    cold_spec = spec_for(profile, kind=CommandLaunch(stdin=b"x"))
+    cold = pod_manifest(cold_spec, settings(seccomp="localhost"), now=now, waiting=True)
     container, sidecar = pod["spec"]["containers"]
     # everything fixed at start is the cold pod's: the hardening, limits, mounts, the sidecar with a stdin pipe
+    # and the init's status pipe
     for field in ("image", "resources", "volumeMounts", "securityContext", "stdin", "tty"):
         assert container[field] == cold["spec"]["containers"][0][field], field
     cold_sidecar = cold["spec"]["containers"][1]
@@ -330,7 +333,9 @@ def test_a_pre_started_pod_is_the_cold_pod_with_our_init_waiting_in_it(name: str
     assert command[:2] == ["/bin/sh", "-c"] and command[3] == "sandbox-start"
     init = dataclasses.replace(pooled, argv=(INIT_PATH,))
     assert command[4:] == sandbox_argv(init) and command[-1] == INIT_PATH
-    assert command[2].endswith('exec "$@" >"$d/stdout" 2>"$d/stderr" <"$d/stdin"')  # stdin last: the claim's
+    # the status pipe before stdin, stdin last: the claim's
+    assert command[2].endswith('exec "$@" >"$d/stdout" 2>"$d/stderr" 3>"$d/status" <"$d/stdin"')
+    assert "/run/sandbox-io/status" in sidecar["command"][2]
     # its deadline counts its wait in the pool: the kubelet's backstop is the pool's deadline
     assert pod["spec"]["activeDeadlineSeconds"] == math.ceil(300 + profile.wall_timeout_s + 5)
 

@@ -44,13 +44,14 @@ def forbidden_pods(user: str) -> KubeError:
 
 
 def quota(pod: dict[str, Any]) -> KubeError | None:
-    """A namespace with a ResourceQuota on cpu and memory: every container must give its limits (the quota
-    admission plugin's refusal)."""
+    """A namespace with a ResourceQuota on cpu and memory: every container must give its limits, or the pod
+    at its level (PodLevelResources: the quota counts those; the quota admission plugin's refusal)."""
+    pod_level = (pod["spec"].get("resources") or {}).get("limits", {})
     lacking = [
         f"limits.{resource} for: {container['name']}"
         for container in pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
         for resource in ("cpu", "memory")
-        if resource not in (container.get("resources") or {}).get("limits", {})
+        if resource not in (container.get("resources") or {}).get("limits", {}) and resource not in pod_level
     ]
     if lacking:
         return KubeError(
@@ -127,9 +128,11 @@ def test_the_probe_pod_is_the_backends_own_sandbox_pod() -> None:
         assert pod["metadata"]["labels"][PROBE_LABEL] == "true"
         containers = pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
         assert [c["name"] for c in pod["spec"]["containers"]] == ["sandbox", "sandbox-io"]
+        pod_level = pod["spec"]["resources"]
+        assert pod_level["requests"] == pod_level["limits"] and {"cpu", "memory"} <= set(pod_level["limits"])
         for container in containers:
             resources = container["resources"]
-            assert resources["requests"] == resources["limits"] and {"cpu", "memory"} <= set(resources["limits"])
+            assert resources["requests"] == resources["limits"] and "memory" in resources["limits"]
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
     profile = builtin_probe_profile()
     assert (profile.name, profile.runtime) == ("workspace-write", "runc")
