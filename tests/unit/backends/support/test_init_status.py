@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from orchestrator.backends._support.init_status import MAX_LINE, InitStatus, parse_status
 from orchestrator.backends._support.launch_message import launch_message, new_report_token
-from tests.support.init_build import SOURCE, compile_init
+from tests.support.init_build import compile_init, compile_init_asan
 
 NOBODY = 65534
 
@@ -207,15 +207,7 @@ def test_any_bytes_on_the_channel_are_a_report_only_under_the_token(data: bytes)
 @pytest.fixture(scope="module")
 def init_asan(init: Path) -> Path:
     """The init built with AddressSanitizer and UBSan beside the plain one (nobody can run it there)."""
-    binary = init.parent / "sandbox-init-asan"
-    built = subprocess.run(
-        ["gcc", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-Wall", "-Wextra", "-Werror",
-         "-Wconversion", "-o", str(binary), str(SOURCE)],
-        capture_output=True, check=False,
-    )  # fmt: skip
-    if built.returncode != 0:
-        pytest.skip(f"no sanitizer build here: {built.stderr.decode()[-300:]}")
-    return binary
+    return compile_init_asan(init.parent, "sandbox-init-asan")
 
 
 @pytest.mark.parametrize("script", ["exit 5", "kill -KILL $$", "sleep 30 & exit 0", "cat /proc/1/mem"])

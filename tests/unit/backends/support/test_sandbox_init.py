@@ -4,7 +4,6 @@ with launch messages from ``launch_message``: what it applies, and that anything
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -24,7 +23,7 @@ from orchestrator.backends._support.launch_message import (
 )
 from orchestrator.backends.base import StreamCapture
 from orchestrator.domain.errors import InputInvalid
-from tests.support.init_build import SOURCE, compile_init
+from tests.support.init_build import SOURCE, compile_init, compile_init_asan
 
 
 @pytest.fixture(scope="module")
@@ -193,17 +192,7 @@ def test_what_the_init_cannot_carry_is_refused_before_it_is_sent() -> None:
 @pytest.fixture(scope="module")
 def init_asan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The init built with AddressSanitizer and UBSan: a memory error fails the run loudly."""
-    if shutil.which("gcc") is None:
-        pytest.skip("no gcc")
-    binary = tmp_path_factory.mktemp("asan") / "sandbox-init"
-    built = subprocess.run(
-        ["gcc", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-Wall", "-Wextra", "-Werror",
-         "-Wconversion", "-o", str(binary), str(SOURCE)],
-        capture_output=True, check=False,
-    )  # fmt: skip
-    if built.returncode != 0:
-        pytest.skip(f"no sanitizer build here: {built.stderr.decode()[-300:]}")
-    return binary
+    return compile_init_asan(tmp_path_factory.mktemp("asan"))
 
 
 @pytest.mark.parametrize("path", ["", ":", "::/bin", "/bin::", "/usr/bin"])
