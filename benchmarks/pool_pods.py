@@ -68,12 +68,26 @@ from orchestrator.service.sessions import Sessions
 from scripts.testcluster.settings import PLEG_RELIST_S
 from tests.support.kube import Cluster, SandboxSpace, close_space, cluster_script, open_space
 
+CPUS = [0.5]  # the bench profile's cpu, from --cpus
 TARGET_P50_S = 0.15
 TARGET_P95_S = 0.30
 COLD_TARGET_S = 1.1
 SESSION_TARGET_S = 0.25
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\n"
-REQUEST = {"tool": "shell_exec", "argv": ["true"], "profile": "workspace-write"}
+#: the bench's profile: workspace-write at a share of a cpu (``--cpus``), so that the pods the phases hold at
+#: once fit the node (a pod asks for its profile's cpu, requests = limits: the test node's 2 cpus hold two pods
+#: of workspace-write's 1 cpu)
+BENCH_PROFILE = "bench"
+REQUEST = {"tool": "shell_exec", "argv": ["true"], "profile": BENCH_PROFILE}
+PROFILES_DIR = Path(tempfile.mkdtemp(prefix="so-bench-profiles-"))
+
+
+def bench_profiles(cpus: float) -> ProfileRegistry:
+    (PROFILES_DIR / f"{BENCH_PROFILE}.yaml").write_text(
+        f"description: workspace-write at {cpus} cpu (benchmarks/pool_pods.py)\n"
+        f"extends: workspace-write\nlimits:\n  cpus: {cpus}\n"
+    )
+    return ProfileRegistry([PROFILES_DIR])
 
 
 def line(name: str, samples: list[float]) -> str:
@@ -88,7 +102,7 @@ def orchestrator(space: SandboxSpace, tmp: Path, workspace: Path, name: str, poo
         workspace=workspace,
         evidence_path=tmp / f"{name}.jsonl",
         backend=KubernetesBackend(space.settings()),
-        profiles=ProfileRegistry(),
+        profiles=bench_profiles(CPUS[0]),
     )
 
 
@@ -125,7 +139,7 @@ class ExecBaseline:
     def __init__(self, space: SandboxSpace, workspace: Path) -> None:
         self.backend = KubernetesBackend(space.settings())
         self.namespace = space.namespace
-        profile = ProfileRegistry().resolve("workspace-write")
+        profile = bench_profiles(CPUS[0]).resolve(BENCH_PROFILE)
         self.spec = LaunchSpec(
             execution_id=new_execution_id(),
             argv=("true",),
@@ -271,6 +285,9 @@ async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--burst", type=int, default=20)
+    parser.add_argument(
+        "--cpus", type=float, default=0.5, help="the bench profile's cpu (the node must hold the phases' pods)"
+    )
     parser.add_argument("--sustained-runs", type=int, default=60)
     parser.add_argument("--pleg", choices=["generic", "evented", "both"], default="both")
     parser.add_argument(
@@ -291,6 +308,7 @@ async def main() -> int:
                 f"--pleg {args.pleg} restarts the test cluster, which other sessions use now (pids {others}: "
                 "test runs, benchmarks): their pods would end. Run it when they are done, or with --pleg generic."
             )
+        CPUS[0] = args.cpus
         return await measure(args, cl, was_up)
 
 
@@ -341,6 +359,9 @@ def issue_keys(summary: dict[str, float], pleg: str) -> dict[str, float | None]:
     keys["sustained_vs_cold"] = summary.get(f"sustained pooled/cold ({pleg} PLEG)")
     keys["cold_concurrent_per_s"] = summary.get(f"sustained cold per s ({pleg} PLEG)")
     keys["served_twice"] = summary.get("pods served twice")
+    # what the node could hold: burst20_all_s is the slowest of a burst of this many (--burst), at --cpus each
+    keys["burst_size"] = summary.get(f"burst pool grown to ({pleg} PLEG)")
+    keys["bench_profile_cpus"] = CPUS[0]
     return keys
 
 
