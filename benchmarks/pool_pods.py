@@ -68,7 +68,6 @@ from orchestrator.service.sessions import Sessions
 from scripts.testcluster.settings import PLEG_RELIST_S
 from tests.support.kube import Cluster, SandboxSpace, close_space, cluster_script, open_space
 
-CPUS = [0.5]  # the bench profile's cpu, from --cpus
 TARGET_P50_S = 0.15
 TARGET_P95_S = 0.30
 COLD_TARGET_S = 1.1
@@ -82,11 +81,15 @@ REQUEST = {"tool": "shell_exec", "argv": ["true"], "profile": BENCH_PROFILE}
 PROFILES_DIR = Path(tempfile.mkdtemp(prefix="so-bench-profiles-"))
 
 
-def bench_profiles(cpus: float) -> ProfileRegistry:
+def write_bench_profile(cpus: float) -> None:
+    """The bench profile, once per run (``--cpus``), where ``bench_profiles`` finds it."""
     (PROFILES_DIR / f"{BENCH_PROFILE}.yaml").write_text(
         f"description: workspace-write at {cpus} cpu (benchmarks/pool_pods.py)\n"
         f"extends: workspace-write\nlimits:\n  cpus: {cpus}\n"
     )
+
+
+def bench_profiles() -> ProfileRegistry:
     return ProfileRegistry([PROFILES_DIR])
 
 
@@ -102,7 +105,7 @@ def orchestrator(space: SandboxSpace, tmp: Path, workspace: Path, name: str, poo
         workspace=workspace,
         evidence_path=tmp / f"{name}.jsonl",
         backend=KubernetesBackend(space.settings()),
-        profiles=bench_profiles(CPUS[0]),
+        profiles=bench_profiles(),
     )
 
 
@@ -139,7 +142,7 @@ class ExecBaseline:
     def __init__(self, space: SandboxSpace, workspace: Path) -> None:
         self.backend = KubernetesBackend(space.settings())
         self.namespace = space.namespace
-        profile = bench_profiles(CPUS[0]).resolve(BENCH_PROFILE)
+        profile = bench_profiles().resolve(BENCH_PROFILE)
         self.spec = LaunchSpec(
             execution_id=new_execution_id(),
             argv=("true",),
@@ -308,7 +311,7 @@ async def main() -> int:
                 f"--pleg {args.pleg} restarts the test cluster, which other sessions use now (pids {others}: "
                 "test runs, benchmarks): their pods would end. Run it when they are done, or with --pleg generic."
             )
-        CPUS[0] = args.cpus
+        write_bench_profile(args.cpus)
         return await measure(args, cl, was_up)
 
 
@@ -337,7 +340,8 @@ async def measure(args: argparse.Namespace, cl: Cluster, was_up: bool) -> int:
             if was_up:
                 cluster_script("up")
     print("pool pods summary: " + json.dumps(summary))
-    print("k8s summary: " + json.dumps(issue_keys(summary, "generic" if args.pleg != "evented" else "evented")))
+    pleg = "generic" if args.pleg != "evented" else "evented"
+    print("k8s summary: " + json.dumps(issue_keys(summary, pleg, args.cpus)))
     return 0
 
 
@@ -352,7 +356,7 @@ ISSUE_KEYS = {
 }
 
 
-def issue_keys(summary: dict[str, float], pleg: str) -> dict[str, float | None]:
+def issue_keys(summary: dict[str, float], pleg: str, cpus: float) -> dict[str, float | None]:
     keys: dict[str, float | None] = {key: summary.get(f"{name} ({pleg} PLEG)") for key, name in ISSUE_KEYS.items()}
     slowest_ms = summary.get(f"burst slowest ms ({pleg} PLEG)")
     keys["burst20_all_s"] = None if slowest_ms is None else round(slowest_ms / 1000, 3)
@@ -361,7 +365,7 @@ def issue_keys(summary: dict[str, float], pleg: str) -> dict[str, float | None]:
     keys["served_twice"] = summary.get("pods served twice")
     # what the node could hold: burst20_all_s is the slowest of a burst of this many (--burst), at --cpus each
     keys["burst_size"] = summary.get(f"burst pool grown to ({pleg} PLEG)")
-    keys["bench_profile_cpus"] = CPUS[0]
+    keys["bench_profile_cpus"] = cpus
     return keys
 
 
