@@ -490,11 +490,15 @@ class WorkspaceMeter:
             return
         try:
             fd = self._cursor.goto(parts)
+        except (OSError, Moved):
+            self._need_rescan = True  # the way to the watch is gone (an ancestor moved?): measure afresh
+            return
+        try:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
-            return  # gone again (its deletion is an event of its own)
-        except (OSError, Moved):
-            self._need_rescan = True  # the tree moved under the watch: measure it afresh
+            return  # gone again from a directory in hand: its deletion or move is an event of its own
+        except OSError:
+            self._need_rescan = True
             return
         self._account(wd, name, st)
         if scan and stat.S_ISDIR(st.st_mode):
@@ -555,8 +559,12 @@ class WorkspaceMeter:
             subdirs: list[str] = []
             try:
                 fd = self._cursor.goto(parts)
+            except (OSError, Moved) as e:
+                self._lost_way(e)
+                continue
+            try:
                 listing = os.scandir(fd)
-            except (OSError, Moved):
+            except OSError:
                 self._blind = True  # cannot be listed: out of sight
                 continue
             with listing:
@@ -583,6 +591,15 @@ class WorkspaceMeter:
             if self._check():
                 return
 
+    def _lost_way(self, error: OSError | Moved) -> None:
+        """A watched directory could not be reached by its path. Gone or moved (a directory on the way was
+        removed or renamed, e.g. a build's `rm -rf tmp` while its creation was being measured): what it held
+        is unknown, so the tree is measured afresh. Anything else (unreadable): out of sight."""
+        if isinstance(error, (Moved, FileNotFoundError, NotADirectoryError)):
+            self._need_rescan = True
+        else:
+            self._blind = True
+
     def _unseen(self, parts: tuple[str, ...], name: str) -> bool:
         """Whether ``name`` in ``parts`` lies where the before snapshot did not look (it may have existed)."""
         before = self._before
@@ -608,8 +625,14 @@ class WorkspaceMeter:
         else:
             try:
                 parent_fd = self._cursor.goto(parent_parts)
+            except (OSError, Moved) as e:
+                self._lost_way(e)
+                return None
+            try:
                 fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
-            except (OSError, Moved):
+            except (FileNotFoundError, NotADirectoryError):
+                return None  # gone from a watched directory in hand: its deletion or move is an event of its own
+            except OSError:
                 self._blind = True
                 return None
             try:

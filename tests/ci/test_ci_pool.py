@@ -35,8 +35,15 @@ CONTEXT = {
     "event": "push",
 }
 
-#: prints "sleeper seen" when a process `sleep 300` runs in the sandbox (the image has no pgrep)
-SLEEPER = 'case "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " ")" in *"sleep 300"*) echo sleeper seen;; esac\n'
+#: what the sandbox's processes run (the image has no pgrep)
+PROCESSES = '"$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " ")"'
+#: prints "sleeper seen" when a process `sleep 300` runs in the sandbox
+SLEEPER = f'case {PROCESSES} in *"sleep 300"*) echo sleeper seen;; esac\n'
+#: the same, looked for up to 5 s: `(sleep 300 &)` returns before its child has exec'd sleep (on a busy machine
+#: the child can still be a copy of the shell when it is first looked for)
+AWAIT_SLEEPER = (
+    f'for i in $(seq 50); do case {PROCESSES} in *"sleep 300"*) echo sleeper seen; break;; esac; sleep 0.1; done\n'
+)
 
 
 async def serve(tmp_path: Path, pool: dict[str, Any]) -> AsyncIterator[Harness]:
@@ -89,7 +96,7 @@ async def test_every_step_of_a_job_takes_a_fresh_pre_started_sandbox(floor_servi
     await until(lambda: pool.describe()["ready"] == STEPS_FLOOR, f"prepare_job filled no floor: {pool.describe()}")
 
     # what a step leaves outside the workspace (a file in /tmp, a process) is not in the next step's sandbox
-    script = f"echo mine > /tmp/left; (sleep 300 &)\n{SLEEPER}echo k > kept.txt\n"
+    script = f"echo mine > /tmp/left; (sleep 300 &)\n{AWAIT_SLEEPER}echo k > kept.txt\n"
     first = await runner.invoke(runner.script_step(script))
     assert first.exit_code == 0 and "sleeper seen" in first.stdout, first
     second = await runner.invoke(runner.script_step(f"test ! -e /tmp/left\n{SLEEPER}cat kept.txt\n"))

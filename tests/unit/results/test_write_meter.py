@@ -176,6 +176,32 @@ def test_what_the_run_deletes_it_gets_back(ws: Path) -> None:
     assert report.peak_bytes <= 5 * MIB
 
 
+def test_a_tree_removed_while_it_is_measured_keeps_the_meter_sighted(ws: Path) -> None:
+    """`rm -rf` of a directory whose creation is still being measured: the directory is gone, not out of
+    sight, so the budget stays the workspace's own (blind, it would be the whole filesystem's, which other
+    processes grow too)."""
+    with metered(ws, max_files=100) as m:
+        for _ in range(100):
+            (ws / "tmp" / "d").mkdir(parents=True)
+            (ws / "tmp" / "d" / "f").write_bytes(b"x")
+            shutil.rmtree(ws / "tmp")
+        report = m.stop()
+    assert (report.exceeded, report.blind) == (None, False)
+
+
+def test_a_tree_renamed_while_it_is_measured_is_counted_where_it_went(ws: Path) -> None:
+    """A directory made, then its parent renamed before the meter reached it: what it holds is found at its
+    new path (measured afresh), never lost on the old one."""
+    with metered(ws, max_files=40) as m:
+        for i in range(5):
+            (ws / f"a{i}" / "sub").mkdir(parents=True)
+            os.rename(ws / f"a{i}", ws / f"b{i}")
+            for j in range(10):
+                (ws / f"b{i}" / "sub" / f"f{j}").write_bytes(b"")
+        report = m.stop()
+    assert report.exceeded == "files" and not report.blind, report
+
+
 def test_a_tree_made_faster_than_it_is_watched_is_counted(ws: Path) -> None:
     """A directory is scanned when it appears: what was made inside before its watch counts too."""
     with metered(ws, max_files=50) as m:
