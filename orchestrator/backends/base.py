@@ -356,8 +356,8 @@ class SandboxBackend(Protocol):
     # on the sandbox is driven like any other (capture, wait, inspect, destroy).
 
     def fits_launch(self, spec: LaunchSpec) -> bool:
-        """Whether ``spec``'s command can be launched into a waiting sandbox (a one-shot command without a
-        terminal, within what a launch carries): a run that does not starts cold."""
+        """Whether ``spec``'s command can be launched into a waiting sandbox (a one-shot command or a
+        session's, without a terminal, within what a launch carries): a run that does not starts cold."""
         ...
 
     async def launch(self, handle: SandboxHandle, spec: LaunchSpec) -> None:

@@ -202,7 +202,7 @@ class Runner:
             workspace=workspace,
             redactor=redactor,
         )
-        pool_key = self._pool_key(pool_spec, gate.sanitized.context.tenant, session=session)
+        pool_key = self._pool_key(pool_spec, gate.sanitized.context.tenant)
         try:  # a claim never waits for a fill, but may ask the engine whether a ready sandbox still waits
             pooled = None if pool_key is None or self.pool is None else await self.pool.claim(pool_key)
         except asyncio.CancelledError as cancel:  # nothing ran: its end is on the record
@@ -337,11 +337,11 @@ class Runner:
         if problem is not None:
             raise SandboxUnavailable(f"profile {profile.name!r} reaches hosts through the egress proxy, but {problem}")
 
-    def _pool_key(self, spec: LaunchSpec, tenant: str, *, session: bool) -> PoolKey | None:
-        """The pool key of this run, when it may take a pre-started sandbox: not a session, no terminal,
-        its profile allows it, the config's pool is on, and what it runs fits a launch (else it would fail
-        pooled where it runs cold)."""
-        if self.pool is None or session or spec.tty or not spec.profile.pool_enabled:
+    def _pool_key(self, spec: LaunchSpec, tenant: str) -> PoolKey | None:
+        """The pool key of this run, when it may take a pre-started sandbox: no terminal, its profile allows
+        it, the config's pool is on, and what it runs fits a launch (else it would fail pooled where it runs
+        cold). A session's key is its own (its profile, resolved for a session, has the session's lifetime)."""
+        if self.pool is None or spec.tty or not spec.profile.pool_enabled:
             return None
         if not self.backend.fits_launch(spec):
             return None
@@ -367,7 +367,7 @@ class Runner:
             spec = launch_spec(new_execution_id(), request, self.profiles.resolve(request, session=False), workspace)
         except OrchestratorError:
             return False
-        key = self._pool_key(spec, request.tenant, session=False)
+        key = self._pool_key(spec, request.tenant)
         if key is None:
             return False
         self.pool.want(key, spec, announced=True)

@@ -19,6 +19,7 @@ from orchestrator.domain.errors import PolicyDenied, SessionLimit, SessionNotFou
 from orchestrator.evidence import verify
 from orchestrator.evidence.input_key import load_input_key
 from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.profiles import ProfileRegistry
 from orchestrator.service.sessions import SessionReply, Sessions
 from tests.support.engine import answering_or_skip
@@ -100,6 +101,27 @@ async def sessions(where: Where, tmp_path: Path) -> AsyncIterator[Sessions]:
     )
     s = Sessions(o, max_per_tenant=3)
     yield s
+    await s.aclose()
+    await o.aclose()
+    report = verify(tmp_path / "evidence.jsonl")
+    assert report.ok, report
+
+
+@pytest.fixture
+async def pooled(where: Where, tmp_path: Path) -> AsyncIterator[tuple[Sessions, Orchestrator]]:
+    """Sessions with the config's pool on: a session's key is filled once a session of it ran."""
+    backend = where.backend()
+    await answering_or_skip(backend, f"{where.kind} backend")
+    config = tmp_path / "config.yaml"
+    config.write_text(where.config + "pool: {enabled: true, min_ready: 1, max_ready: 1, ttl_s: 120}\n")
+    o = build_orchestrator(
+        config, evidence_path=tmp_path / "evidence.jsonl", backend=backend, profiles=ProfileRegistry()
+    )
+    if o.pool is None:
+        await o.aclose()
+        pytest.skip(f"the {where.kind} backend as configured here pre-starts nothing")
+    s = Sessions(o, max_per_tenant=3)
+    yield s, o
     await s.aclose()
     await o.aclose()
     report = verify(tmp_path / "evidence.jsonl")
@@ -190,6 +212,70 @@ async def test_stdout_and_stderr_stay_apart_without_a_terminal(
         await sessions.write({"tool": "write_stdin", "session_id": opened.session_id, "chars": "late\n"})
     closing = [r for r in records(tmp_path / "evidence.jsonl", opened.session_id) if r.event == "session_closed"]
     assert [(r.data["reason"], r.data["exit_code"]) for r in closing] == [("exit", 0)]
+
+
+async def test_a_session_from_the_pool_is_a_cold_sessions_equal(
+    pooled: tuple[Sessions, Orchestrator], where: Where, tmp_path: Path
+) -> None:
+    """A session's command launched into a pre-started sandbox: its input streams as it is written (a REPL
+    keeps its state), its input's end is the command's EOF, its exit is its own, what it left running is
+    gone with it, and the sandbox served it alone."""
+    sessions, orch = pooled
+    assert orch.pool is not None
+    first = await sessions.open(
+        {"tool": "exec_command", "cmd": "true", "yield_time_ms": 3000}, workspace=where.workspace
+    )
+    assert not first.running and first.exit_code == 0  # cold: its key is filled from now on
+    for _ in range(600):
+        if orch.pool.describe()["ready"] >= 1:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"the session's key was never filled: {orch.pool.describe()}")
+    script = (
+        "(sleep 300 &); python3 -i -q 2>&1; echo repl-ended-$?;"
+        ' case "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " ")" in *"sleep 30"[0]*) echo sleeper-alive;; esac;'
+        " echo err-side >&2; exit 4"
+    )
+    opened = await sessions.open(
+        {"tool": "exec_command", "cmd": script, "yield_time_ms": 500}, workspace=where.workspace
+    )
+    sid = opened.session_id
+    assert opened.running
+    await sessions.write({"tool": "write_stdin", "session_id": sid, "chars": f"x = '{CANARY}'[::-1]\n"})
+    reply = await sessions.write({"tool": "write_stdin", "session_id": sid, "chars": "print(len(x), x[:6])\n"})
+    out = await until(sessions, reply, "21 c1a9e3")
+    await sessions.end_input(sid, tenant="default", subject="anonymous")
+    reply = await sessions.write({"tool": "write_stdin", "session_id": sid, "yield_time_ms": 5000})
+    got, err = out + reply.stdout.decode(), reply.stderr
+    while reply.running:
+        reply = await sessions.write({"tool": "write_stdin", "session_id": sid, "yield_time_ms": 500})
+        got, err = got + reply.stdout.decode(), err + reply.stderr
+    assert "repl-ended-0\nsleeper-alive\n" in got and err == b"err-side\n", (got, err)
+    assert (reply.exit_code, reply.closed_reason) == (4, "exit")
+    evidence = tmp_path / "evidence.jsonl"
+    begin = next(r for r in records(evidence, sid) if r.event == "execution_started")
+    assert "pooled" in (begin.data or {}), begin.data
+    closing = [r for r in records(evidence, sid) if r.event == "session_closed"]
+    assert [(r.data["reason"], r.data["exit_code"]) for r in closing] == [("exit", 4)]
+    # the next session of the key takes another sandbox, where nothing of this one runs
+    for _ in range(600):
+        if orch.pool.describe()["ready"] >= 1:
+            break
+        await asyncio.sleep(0.05)
+    check = (
+        'case "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" " ")" in *"sleep 30"[0]*) echo seen;; esac; echo done'
+    )
+    again = await sessions.open(
+        {"tool": "exec_command", "cmd": check, "yield_time_ms": 5000}, workspace=where.workspace
+    )
+    out, reply = again.stdout, again
+    while reply.running:
+        reply = await sessions.write({"tool": "write_stdin", "session_id": again.session_id, "yield_time_ms": 500})
+        out += reply.stdout
+    assert (out, reply.exit_code) == (b"done\n", 0), reply
+    second = next(r for r in records(evidence, again.session_id) if r.event == "execution_started")
+    assert second.data["pooled"]["sandbox_id"] != begin.data["pooled"]["sandbox_id"]
 
 
 async def test_an_answer_says_when_the_output_passed_its_cap(sessions: Sessions, where: Where) -> None:

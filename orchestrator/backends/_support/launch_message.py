@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.backends._support.spec_checks import check_spec
-from orchestrator.backends.base import CommandLaunch, LaunchSpec, StreamCapture
+from orchestrator.backends.base import CommandLaunch, LaunchSpec, SessionLaunch, StreamCapture
 from orchestrator.domain.errors import InputInvalid
 
 #: where our images keep the init (root-owned, read-only like the rest of the image)
@@ -79,24 +79,25 @@ def launch_message(
 
 
 def spec_launch_message(spec: LaunchSpec, *, report: str = "", status_channel: bool = False) -> bytes:
-    """The launch message of a one-shot ``spec`` for a waiting sandbox (validated like a cold run's spec);
-    INPUT.INVALID for a terminal or a session, which a waiting sandbox does not run."""
-    if not isinstance(spec.kind, CommandLaunch) or spec.kind.tty:
-        raise InputInvalid("a pooled sandbox runs a command without a terminal or session", details={"field": "tty"})
+    """The launch message of ``spec`` for a waiting sandbox (validated like a cold run's spec): a one-shot
+    command, or a session's (its stdin is what the session sends after the message); INPUT.INVALID for a
+    terminal, which a waiting sandbox does not have."""
+    if not isinstance(spec.kind, CommandLaunch | SessionLaunch) or spec.kind.tty:
+        raise InputInvalid("a pooled sandbox runs a command without a terminal", details={"field": "tty"})
     check_spec(spec)
     return launch_message(
         spec.argv,
         spec.env,
         spec.workdir,
-        with_stdin=spec.stdin is not None,
+        with_stdin=spec.stdin is not None or spec.session,
         report=report,
         status_channel=status_channel,
     )
 
 
 def fits_launch(spec: LaunchSpec) -> bool:
-    """Whether ``spec`` can be launched into a waiting sandbox: a one-shot command without a terminal whose
-    argv, env and working directory a launch message carries (every backend's ``fits_launch``)."""
+    """Whether ``spec`` can be launched into a waiting sandbox: a command (one-shot or a session's) without a
+    terminal whose argv, env and working directory a launch message carries (every backend's ``fits_launch``)."""
     try:
         spec_launch_message(spec)
     except InputInvalid:

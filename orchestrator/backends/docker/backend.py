@@ -781,6 +781,10 @@ class DockerBackend:
         message = spec_launch_message(spec, report=sandbox.report)
         sandbox.launched = True  # exactly once, whatever happens next
         data, attach = message + (spec.stdin or b""), sandbox.attach
+        if spec.session:  # the message first in the session's input, what it sends after it
+            feed = sandbox.feed = InputFeed(handle.name, attach.send, attach.end_input)
+            send_to(feed, handle.name, message)
+            return
         threading.Thread(target=attach.write_stdin, args=(data,), name=f"launch-{handle.name}", daemon=True).start()
 
     # -- egress ----------------------------------------------------------------------------------------

@@ -904,9 +904,10 @@ class KubernetesBackend:
 
     # -- sessions ---------------------------------------------------------------------------------------
 
-    def _session(self, handle: SandboxHandle) -> PodSession:
+    def _session(self, handle: SandboxHandle) -> PodSession | PodStdio:
+        """A session's stdio: its exec stream (cold), or a pre-started pod's relays (launched as a session)."""
         pod = self._pods.get(handle.name)
-        if pod is None or not isinstance(pod.stdio, PodSession) or pod.stdio.feed is None:
+        if pod is None or pod.stdio is None or pod.stdio.feed is None:
             raise SandboxUnavailable(
                 f"{handle.name} takes no input: it is gone, or was not created as a session",
                 details={"sandbox": handle.name},
@@ -931,7 +932,7 @@ class KubernetesBackend:
 
     async def resize(self, handle: SandboxHandle, rows: int, cols: int) -> None:
         session = self._session(handle)
-        if not session.tty:
+        if not isinstance(session, PodSession) or not session.tty:
             raise SandboxUnavailable(f"{handle.name} has no terminal to resize", details={"sandbox": handle.name})
         try:  # not on the backend's pool: a resize may wait behind input the command does not read
             await asyncio.to_thread(session.resize, rows, cols)
@@ -967,10 +968,16 @@ class KubernetesBackend:
                 f"{handle.name} takes no launch: it is gone, was not pre-started, or was launched already",
                 details={"sandbox": handle.name},
             )
+        if spec.tty:  # a terminal is the kubelet's to make, for an exec: never one without it
+            raise SandboxUnavailable(
+                f"{handle.name} was pre-started without a terminal: a command with tty starts cold",
+                details={"sandbox": handle.name},
+            )
         pod.report = new_report_token()
         message = spec_launch_message(spec, report=pod.report, status_channel=True)
         pod.launched = True  # exactly once, whatever happens next
-        await self._call(pod.stdio.launch, message, spec.stdin, self.settings.start_timeout_s)
+        launch = functools.partial(pod.stdio.launch, session=spec.session)
+        await self._call(launch, message, spec.stdin, self.settings.start_timeout_s)
 
     # -- egress -----------------------------------------------------------------------------------------
 

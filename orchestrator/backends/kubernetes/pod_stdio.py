@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 
 from orchestrator.backends._support.init_status import MAX_LINE
+from orchestrator.backends._support.input_feed import InputFeed
 from orchestrator.backends._support.threads import in_daemon_thread
 from orchestrator.backends.kubernetes.channels import ChannelError, Channels
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError, exit_code
@@ -55,6 +56,7 @@ class PodStdio:
         self.readers: list[asyncio.Future[None]] = []
         # what the status pipe carried, once it ended (at most MAX_LINE + 1 bytes: more is no report)
         self._status: asyncio.Future[bytes] | None = None
+        self.feed: InputFeed | None = None  # a session's input (launched with ``session``), to the launch writer
 
     async def open(self, stdin: bytes | None, timeout_s: float) -> None:
         """Connect the relays not connected yet (raises the first ``KubeError`` after keeping those that
@@ -117,21 +119,24 @@ class PodStdio:
             raise KubeError("unreachable" if exc.status is None else "server", "exec", str(exc)) from exc
         self._launcher = channels
 
-    def launch(self, message: bytes, stdin: bytes | None, timeout_s: float) -> None:
+    def launch(self, message: bytes, stdin: bytes | None, timeout_s: float, *, session: bool = False) -> None:
         """The launch message, then the command's stdin, through the writer connected at fill, once.
         Blocking: returns once the writer put the whole message into the init's pipe, which it can only
         while the pod's side holds it (the writer said so: LAUNCHED_MARKER); the stdin goes on at the
-        command's pace, on a thread of its own. ``SandboxUnavailable`` when the writer ended without
-        saying so (no init took a whole message: the command never ran); ``SideEffectsIncomplete`` (not
-        retryable) when the stream broke or went silent first (the command may have run).
+        command's pace, on a thread of its own. ``session``: no stdin yet; what ``feed`` is sent from then on
+        goes down the same stream, until ``feed.end()`` closes its stdin (the command reads EOF).
+        ``SandboxUnavailable`` when the writer ended without saying so (no init took a whole message: the
+        command never ran); ``SideEffectsIncomplete`` (not retryable) when the stream broke or went silent
+        first (the command may have run).
         One thread at a time uses the stream: a TLS socket read and written at once by two threads lost
-        the connection (seen once in ~12 launches)."""
+        the connection (seen once in ~12 launches). So a session's stream, once launched, is only written
+        (its writer says nothing more; it ends with the pod)."""
         channels, self._launcher = self._launcher, None
         if channels is None:
             raise SandboxUnavailable(f"{self._name} has no launch channel (launched already, or never filled)")
         self._launched = channels  # closed with the relays
         try:
-            channels.write_stdin(launch_header(len(message), len(stdin or b"")) + message)
+            channels.write_stdin(launch_header(len(message), None if session else len(stdin or b"")) + message)
             channels.await_marker(LAUNCHED_MARKER, timeout_s=timeout_s)
         except ChannelError as exc:
             channels.close()
@@ -147,10 +152,18 @@ class PodStdio:
                 " not retryable as if it had not",
                 details={"sandbox": self._name},
             ) from exc
+        if session:
+            self.feed = InputFeed(self._name, channels.write_stdin, channels.close_stdin)
+            return
         writer = threading.Thread(
             target=self._finish_launch, args=(channels, stdin or b""), name=f"launch-{self._name}", daemon=True
         )
         writer.start()
+
+    @property
+    def can_end_input(self) -> bool:
+        """A session's input can be closed alone (the API server speaks v5.channel.k8s.io)."""
+        return self.feed is not None and self._launched is not None and self._launched.can_close_stdin
 
     def _finish_launch(self, channels: Channels, stdin: bytes) -> None:
         """The command's stdin, then the writer's end (the pod's deletion): what went wrong is logged."""
@@ -185,6 +198,8 @@ class PodStdio:
 
     def close(self) -> None:
         self._sinks.close()
+        if self.feed is not None:
+            self.feed.abandon()
         for channels in self._channels.values():
             channels.close()
         for writer in (self._launcher, self._launched):
@@ -230,8 +245,13 @@ class PodStdio:
         return await asyncio.shield(self._status)
 
     async def until_done(self) -> None:
-        """Until both outputs ended; a broken relay raises ``ChannelError``."""
-        await asyncio.gather(*self.readers)
+        """Until both outputs ended; a broken relay raises ``ChannelError``. A session's input is closed
+        then: nothing is left to read it."""
+        try:
+            await asyncio.gather(*self.readers)
+        finally:
+            if self.feed is not None:
+                self.feed.abandon()
 
 
 def _diagnostics() -> tuple[bytearray, Callable[[bytes], None]]:

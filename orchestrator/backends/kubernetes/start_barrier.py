@@ -93,7 +93,8 @@ def writer_command(size: int) -> list[str]:
 # the init's side: READY_MARKER then says the init holds it), and at the claim reads a header line
 # "<message bytes> <stdin bytes>" from its exec stream, copies the message into the pipe, says
 # LAUNCHED_MARKER (a write into a pipe fails once no process holds its other end: the marker means a live
-# init has the message), then the command's stdin, then closes the pipe (the command reads EOF). It then
+# init has the message), then the command's stdin, then closes the pipe (the command reads EOF). A session's
+# stdin has no size ("-"): its input is copied as it comes, until the exec's stdin is closed. It then
 # waits for its exec stream to end (the pod's deletion) instead of exiting: its stream never ends while the
 # controller may still be reading its marker.
 #
@@ -105,8 +106,13 @@ def writer_command(size: int) -> list[str]:
 LAUNCHED_MARKER = b"sandbox-io-launched\n"
 
 
-def launch_header(message_size: int, stdin_size: int) -> bytes:
-    return f"{message_size} {stdin_size}\n".encode()
+#: the header's stdin size of a session: its input streams until the exec's stdin is closed
+STREAMED = "-"
+
+
+def launch_header(message_size: int, stdin_size: int | None) -> bytes:
+    """``stdin_size`` None: a session's, whose input is copied as it comes until the stream's stdin ends."""
+    return f"{message_size} {STREAMED if stdin_size is None else stdin_size}\n".encode()
 
 
 def launch_writer_command() -> list[str]:
@@ -114,7 +120,7 @@ def launch_writer_command() -> list[str]:
     script = _wait_for('"$1"') + (
         ' exec 3>"$1" || exit 125; rm -f "$2" || exit 125; printf \'sandbox-io-ready\\n\' >&2;'
         " read n m || exit 125; head -c \"$n\" >&3 || exit 125; printf 'sandbox-io-launched\\n' >&2;"
-        ' head -c "$m" >&3; exec 3>&-; cat >/dev/null'
+        f' if [ "$m" = {STREAMED} ]; then cat >&3; else head -c "$m" >&3; fi; exec 3>&-; cat >/dev/null'
     )
     return [SHELL, "-c", script, "launch-writer", f"{STDIO_DIR}/stdin", f"{STDIO_DIR}/{STATUS}"]
 

@@ -135,13 +135,15 @@ def test_a_specs_kind_read_plainly(
     assert (spec.stdin, spec.tty, spec.session, spec.pooled) == (stdin, tty, session, pooled)
 
 
-def test_only_a_one_shot_command_without_a_terminal_within_a_messages_bounds_fits_a_launch() -> None:
+def test_only_a_command_without_a_terminal_within_a_messages_bounds_fits_a_launch() -> None:
+    """A one-shot command or a session's (its input follows the message); never a terminal."""
     profile = ProfileRegistry().resolve("workspace-write")
     for backend in (DockerBackend("unix:///nonexistent.sock"), kube()):
         assert backend.fits_launch(spec_for(profile))
         assert backend.fits_launch(spec_for(profile, CommandLaunch(stdin=b"in")))
+        assert backend.fits_launch(spec_for(profile, SessionLaunch()))
         assert not backend.fits_launch(spec_for(profile, CommandLaunch(tty=True)))
-        assert not backend.fits_launch(spec_for(profile, SessionLaunch()))
+        assert not backend.fits_launch(spec_for(profile, SessionLaunch(tty=True)))
         assert not backend.fits_launch(spec_for(profile, PooledLaunch()))
         assert not backend.fits_launch(spec_for(profile, argv=("x",) * (MAX_ITEMS + 1)))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,43 @@ def test_a_pooled_pods_init_waits_then_runs_the_launched_command(
     # no status channel asked for (this init is not PID 1 here): the command never held the status pipe
     assert got["status"] == b""
     assert not (pipes / start_barrier.STATUS).exists()  # its name removed before the launch
+
+
+def test_a_sessions_input_streams_through_the_launch_writer_until_its_stream_ends(init: Path, tmp_path: Path) -> None:
+    """A session from a pre-started pod: no stdin size in the header; each piece of input reaches the command
+    as it is sent (not at the stream's end), and the stream's end is the command's EOF."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    pipes = tmp_path / "io"
+    pipes.mkdir()
+    proc = subprocess.Popen(local(pooled_barrier_command([str(init)]), pipes), stdout=subprocess.PIPE)
+    got, threads = start_readers(pipes)
+    writer = subprocess.Popen(
+        local(launch_writer_command(), pipes), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert writer.stderr is not None and writer.stdin is not None
+    assert writer.stderr.readline() == start_barrier.READY_MARKER
+    script = 'read a; echo "$a" > first; while read l; do echo "got $l"; done; echo "eof" >&2; exit 3'
+    message = launch_message(["/bin/sh", "-c", script], {}, str(workspace), with_stdin=True)
+    writer.stdin.write(launch_header(len(message), None) + message)
+    writer.stdin.flush()
+    assert writer.stderr.readline() == start_barrier.LAUNCHED_MARKER
+    writer.stdin.write(b"one\n")
+    writer.stdin.flush()
+    for _ in range(200):  # the first line arrived while the stream is still open
+        if (workspace / "first").exists() and (workspace / "first").read_bytes() == b"one\n":
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the first line never reached the command")
+    assert proc.poll() is None
+    writer.stdin.write(b"two\nthree\n")
+    writer.stdin.close()  # the stream's stdin ends: the command reads EOF
+    assert proc.wait(timeout=20) == 3
+    assert writer.wait(timeout=20) == 0
+    for thread in threads:
+        thread.join(timeout=20)
+    assert (got["stdout"], got["stderr"]) == (b"got two\ngot three\n", b"eof\n")
 
 
 def test_the_launch_writer_says_ready_only_while_the_init_holds_its_pipe(tmp_path: Path) -> None:
