@@ -373,11 +373,11 @@ def pod_manifest(
     deadline_s = math.ceil(profile.wall_timeout_s) + DEADLINE_GRACE_S
     if spec.pooled:  # it waits in the pool first: the kubelet's backstop is the pool's deadline
         deadline_s = max(deadline_s, math.ceil(spec.deadline_unix - now))
-    if spec.session:  # the session's command is exec'd into it (start_barrier)
-        main = idle_command(deadline_s + 60)
-    elif waiting:  # our init, its rlimits and env set as a command's would be; launch() brings the rest
+    if waiting:  # our init, its rlimits and env set as a command's would be; launch() brings the rest
         init = dataclasses.replace(spec, argv=(INIT_PATH,), env={})
         main = pooled_barrier_command(sandbox_argv(init))
+    elif spec.session:  # a cold session: its command is exec'd into it (start_barrier)
+        main = idle_command(deadline_s + 60)
     else:
         main = barrier_command(sandbox_argv(spec), with_stdin=spec.stdin is not None)
     container: dict[str, Any] = {
