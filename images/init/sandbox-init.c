@@ -45,6 +45,10 @@
  * The command can never write that line: descriptor 3 is close-on-exec (never inherited), this process is
  * not dumpable (its /proc/1/fd and memory are root's: the command has no capability), the pipe's name is
  * removed by the orchestrator before the launch message is sent, and the line needs the token.
+ * Kubernetes: descriptor 3 is opened by the pod's barrier. Docker: this program's one argument names the
+ * pipe (the orchestrator holds its reading end before the container starts): it is opened as descriptor 3
+ * before the message is read, without waiting (no reader: no descriptor 3, so a launch asking for the
+ * channel is refused, exit 125).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -356,11 +360,30 @@ static void supervise(char **argv) {
     _exit(code);
 }
 
-int main(void) {
+/* Docker's status pipe, as descriptor 3 (close-on-exec); left closed when it cannot be opened now. */
+static void open_status(const char *path) {
+    int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
+        (fd != STATUS_FD && dup3(fd, STATUS_FD, O_CLOEXEC) < 0)) {
+        close(fd);
+        return;
+    }
+    if (fd != STATUS_FD)
+        close(fd);
+}
+
+int main(int args, char **arg) {
     /* its /proc entries (fd, mem, environ) root's, whatever user runs it: the command (same user, no
      * capability) can neither use its descriptors nor read its memory */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
         die(125, "cannot make the init undumpable", strerror(errno));
+    if (args > 2)
+        die(125, "at most one argument: the status pipe", NULL);
+    if (args == 2)
+        open_status(arg[1]);
     /* the command inherits no descriptor but 0, 1 and 2 (a pod's status pipe is 3: see below) */
     if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
         for (int fd = 3; fd < 1024; fd++)

@@ -980,13 +980,14 @@ async def test_no_host_env_engine_socket_or_token(
     # the engine always adds HOSTNAME (Docker; containerd for a pod)
     expected_env = {**p.env, **request_env, "HOSTNAME": "sandbox"}
     expected_digests = {k: hashlib.sha256(v.encode()).hexdigest() for k, v in expected_env.items()}
-    # exactly what the engine was given; a pod's PID 1 is the init: not dumpable, its environment out of reach
-    # (gVisor, 2024-07, lets it be read: the container's own, the runtime's variables only, never the request's)
+    # exactly what the engine was given; where PID 1 is our init (a pod's; a pre-started container's under runc):
+    # not dumpable, its environment out of reach (gVisor, 2024-07, lets it be read: the container's own, the
+    # runtime's variables only, never the request's)
     pid1_environ = verdict.pop("pid1_environ")
     if harness.k8s and gvisor(profile):
         assert isinstance(pid1_environ, dict) and not set(pid1_environ) & {*request_env, "SANDBOX_TEST_HOST_SECRET"}
     else:
-        assert pid1_environ == ("unreadable" if harness.k8s else expected_digests)
+        assert pid1_environ == ("unreadable" if harness.init_is_pid1(profile) else expected_digests)
     assert verdict.pop("own_environ") == expected_digests  # what a process sees (bash's own PWD, SHLVL, _ aside)
     assert verdict.pop("mount_points") == sorted(
         ["/", "/dev", "/dev/pts", "/dev/shm", "/proc", "/sys", "/sys/fs/cgroup", "/tmp", "/workspace"]
@@ -1003,6 +1004,8 @@ async def test_no_host_env_engine_socket_or_token(
         # and the stdio pipes' volume (docs/kubernetes.md, "Stdio, exact"); runc: containerd masks /proc/interrupts too
         + (["/root/.termination-log", "/run/sandbox-io"] if harness.k8s else [])
         + (["/proc/interrupts"] if harness.k8s and not gvisor(profile) else [])
+        # a pre-started container's status pipe's directory (docs/pool.md, "The end from the init"): empty by now
+        + (["/run/sandbox-status"] if harness.init_is_pid1(profile) and not harness.k8s else [])
     )
     assert verdict == NO_SOCKETS
     assert host_secret not in run.out["stdout"] + run.out["stderr"]
@@ -1172,8 +1175,8 @@ async def test_other_sandboxes_are_invisible(harness: Harness, profile: str) -> 
     )
     assert verdict == {
         "sees_marker": False,
-        # its own shell and the probe, nothing else; a pod's PID 1 is our init (it reports the end)
-        "programs": ["bash", "python3", *(["sandbox-init"] if harness.k8s else [])],
+        # its own shell and the probe, nothing else; where PID 1 is our init, it (it reports the end)
+        "programs": ["bash", "python3", *(["sandbox-init"] if harness.init_is_pid1(profile) else [])],
         "workspace": ["b-only.txt"],
         "other_workspace_path": False,
         "other_workspace_mounted": False,

@@ -904,7 +904,7 @@ async def test_list_managed_sees_created_sandboxes(sandboxes: Sandboxes) -> None
 
 def test_runsc_without_oci_seccomp_is_refused() -> None:
     """gVisor ignores the seccomp profile unless registered with --oci-seccomp: never run it then."""
-    from orchestrator.backends.docker.backend import runsc_seccomp_problem
+    from orchestrator.backends.docker.engine_facts import runsc_seccomp_problem
 
     good = {"Runtimes": {"runc": {"path": "runc"}, "runsc": {"path": "/x/runsc", "runtimeArgs": ["--oci-seccomp"]}}}
     assert runsc_seccomp_problem(good) is None
@@ -917,6 +917,6 @@ def test_runsc_without_oci_seccomp_is_refused() -> None:
 
 @integration
 def test_this_engines_runsc_applies_our_seccomp(docker_api: Any) -> None:
-    from orchestrator.backends.docker.backend import runsc_seccomp_problem
+    from orchestrator.backends.docker.engine_facts import runsc_seccomp_problem
 
     assert runsc_seccomp_problem(docker_api.info()) is None

@@ -84,6 +84,7 @@ async def test_a_pooled_run_is_a_cold_runs_equal(orch: Orchestrator, tmp_path: P
     cold = await orch.execute(request, workspace=ws)
     await until_ready(orch)
     warm = await orch.execute(request, workspace=ws)
+    await orch.settle()  # answered from its init's report: the engine's end and the removal follow
     assert "pooled" not in started(tmp_path, cold) and "pooled" in started(tmp_path, warm)
     for result in (cold, warm):
         out = result.to_json()

@@ -268,6 +268,11 @@ class Harness:
     def pooled(self) -> bool:
         return self.kind.endswith("-pooled")
 
+    def init_is_pid1(self, profile: str) -> bool:
+        """Whether our init stays the sandbox's PID 1 to report the command's end: every pod's; a pre-started
+        container's whose init this host sees (runc, not gVisor)."""
+        return self.k8s or (self.pooled and not profile.startswith("untrusted"))
+
     @property
     def engine(self) -> str:
         """docker | kubernetes: what the backend-specific expectations are keyed by."""
@@ -440,8 +445,10 @@ def assert_evidence(
     finished = run.finished()
     assert finished.data is not None
     if str(finished.data["lifecycle_stream"]).startswith("reported by the sandbox's init"):
-        # a pod's init reported the end: the end record first, then the kubelet's account and the removal
-        assert run.kind.startswith("kubernetes"), run.kind
+        # the init reported the end (a pod's; a pre-started container's under runc, whose init this host
+        # sees): the end record first, then the engine's account and the removal
+        runsc = str(run.result.authorization.request.profile).startswith("untrusted")
+        assert run.kind == "kubernetes" or (run.pool_id is not None and not runsc), (run.kind, run.pool_id)
         after = events[events.index("execution_finished") + 1 :]
         assert after and all(e.startswith("container_") for e in after), events
         assert after[-1] == "container_destroyed", events

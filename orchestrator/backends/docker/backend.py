@@ -24,11 +24,13 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.connection import ClientClosed, LazyClient
 from orchestrator.backends._support.host_paths import ENGINE_STATE
+from orchestrator.backends._support.init_status import InitStatus, parse_status
 from orchestrator.backends._support.input_feed import InputFeed, send_to
 from orchestrator.backends._support.labels import sandbox_name
 from orchestrator.backends._support.launch_message import (
@@ -71,10 +73,13 @@ from orchestrator.backends.docker.engine import (
     jobj,
     jstr,
 )
+from orchestrator.backends.docker.engine_facts import runsc_seccomp_problem, security_options
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, managed_sandbox
 from orchestrator.backends.docker.exit_watch import ExitWatch
 from orchestrator.backends.docker.sandbox_etc import etc_directory
+from orchestrator.backends.docker.status_pipe import HOST_PID_RUNTIMES, StatusPipe
 from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
+from orchestrator.domain.statedir import state_dir
 from orchestrator.egress import EgressProxy, EgressRoute
 from orchestrator.profiles import ResolvedProfile
 
@@ -95,6 +100,10 @@ POOL_WORKERS = 32
 EVENTS_REPLAY_S = 1.0
 REMOVAL_IN_PROGRESS_WAIT_S = 10.0
 KEPT_USAGE = 256
+#: how long confirm_end waits for the engine's account of an end the init reported (it comes ~27 ms later)
+CONFIRM_S = 10.0
+#: the status pipes' directories, under the state directory (see status_pipe)
+STATUS_SUBDIR = "status-pipes"
 # a parent cgroup (run_cgroup) whose sandbox is gone is swept once this old: younger ones may be a
 # sandbox another controller on this engine is just creating
 LEFTOVER_CGROUP_AGE_S = 60.0
@@ -138,6 +147,16 @@ class _Sandbox:
     report: str = ""  # the launch's report token: the init's refusal line carries it (launch_message)
     egress: SandboxEgress | None = None  # the proxy serving it (open_egress), closed before it is removed
     init_pidfd: int | None = None  # a pooled sandbox's init, when this process sees its pid
+    init_pid: int = 0
+    image_id: str | None = None  # the image the engine runs it from (read at start when pooled)
+    # its init's status channel (status_pipe), when this process sees its init; read once launched with it
+    status: StatusPipe | None = None
+    status_read: asyncio.Future[bytes] | None = None
+    # the command's end as its init reported it (then wait() did not wait for the engine, whose own wait,
+    # still under way, is confirm_end's)
+    init_status: InitStatus | None = None
+    engine_wait: asyncio.Future[tuple[int, str | None]] | None = None
+    killed: bool = False
     cgroup_parent: str = ""  # its own parent cgroup (run_cgroup), or "" for the engine's default
 
 
@@ -154,32 +173,16 @@ def _since(now_ns: int) -> str:
     return f"{now_ns // 1_000_000_000}.{now_ns % 1_000_000_000:09d}"
 
 
-def security_options(info: JsonObject) -> list[str]:
-    """The engine's security options (``GET /info``): ``name=seccomp,profile=default``, ``name=rootless``, ..."""
-    return [s for s in jlist(info, "SecurityOptions") if isinstance(s, str)]
-
-
-def runsc_seccomp_problem(info: JsonObject) -> str | None:
-    """Why the engine's runsc (from ``GET /info``) would not apply our seccomp profile, or None."""
-    registered = jobj(info, "Runtimes").get("runsc")
-    if not isinstance(registered, dict):
-        return "runtime runsc (gVisor) is not registered with this engine (`make setup` registers it)"
-    args = registered.get("runtimeArgs")
-    if not isinstance(args, list) or "--oci-seccomp" not in args:
-        return (
-            "runtime runsc is registered without --oci-seccomp: gVisor would ignore the seccomp profile"
-            ' (register it with "runtimeArgs": ["--oci-seccomp"]; `make setup` does)'
-        )
-    return None
-
-
 class DockerBackend:
     """SandboxBackend on a Docker engine. ``base_url=None`` discovers it (see ``endpoint``)."""
 
     name = "docker"
 
-    def __init__(self, base_url: str | None = None) -> None:
+    def __init__(self, base_url: str | None = None, *, status_channel: bool = True) -> None:
+        """``status_channel=False``: a pre-started sandbox's end is always the engine's account (the status
+        pipe off: what benchmarks/pool_launch.py compares it with)."""
         self._endpoint: Endpoint = discover_endpoint(base_url)
+        self._status_channel = status_channel
         self._calls = BlockingCalls(POOL_WORKERS, "docker-backend")
         self._conn = LazyClient(self._connect, EngineClient.close, self._calls)
         self.capabilities = Capabilities(
@@ -355,7 +358,34 @@ class DockerBackend:
         engine = await self._engine()
         await self._require_runtime(engine, profile.runtime)
         parent = await self._cgroup_parent(engine, name)
-        config = container_config(spec, etc_dir=self._sandbox_etc(), cgroup_parent=parent)
+        status = await self._status_pipe(spec, name)
+        try:
+            return await self._create(engine, spec, name, parent, status)
+        except BaseException:
+            if status is not None and self._by_name(name) is None:
+                status.close()
+            raise
+
+    async def _status_pipe(self, spec: LaunchSpec, name: str) -> StatusPipe | None:
+        """A pre-started sandbox's status channel, where this process will see its init (see status_pipe)."""
+        if not (self._status_channel and spec.pooled and self._endpoint.is_local_socket):
+            return None
+        if spec.profile.runtime not in HOST_PID_RUNTIMES:
+            return None
+        try:
+            return await self._call(StatusPipe.make, Path(state_dir()) / STATUS_SUBDIR, name)
+        except OSError as exc:  # the engine's account of its end, as without one
+            log.warning("no status channel for %s: %s", name, exc)
+            return None
+
+    def _by_name(self, name: str) -> _Sandbox | None:
+        return next((s for s in self._sandboxes.values() if s.handle.name == name), None)
+
+    async def _create(
+        self, engine: EngineClient, spec: LaunchSpec, name: str, parent: str, status: StatusPipe | None
+    ) -> SandboxHandle:
+        profile = spec.profile
+        config = container_config(spec, etc_dir=self._sandbox_etc(), cgroup_parent=parent, status=status)
         loop = asyncio.get_running_loop()
         creating = loop.run_in_executor(self._pool(), engine.create, config, name)
         try:
@@ -395,6 +425,7 @@ class DockerBackend:
             pids_limit=profile.pids_limit,
             pooled=spec.pooled,
             cgroup_parent=parent,
+            status=status,
         )
         if spec.session:  # written from the start on: what comes before the command reads is queued
             self._sandboxes[container_id].feed = InputFeed(name, attach.send, attach.end_input)
@@ -582,8 +613,13 @@ class DockerBackend:
                 raise SandboxStartFailed(f"sandbox {handle.name} never started", details={"sandbox": handle.name})
         engine = await self._engine()
         container_id = handle.sandbox_id
+        waiting = asyncio.ensure_future(in_daemon_thread(lambda: engine.wait(container_id), f"wait-{handle.name}"))
+        if sandbox is not None and sandbox.status_read is not None:
+            report = await self._reported_end(sandbox, waiting)
+            if report is not None:
+                return report.exit_code
         try:
-            code, error = await in_daemon_thread(lambda: engine.wait(container_id), f"wait-{handle.name}")
+            code, error = await waiting
         except EngineError as exc:
             raise self._error(
                 exc, f"lost sandbox {handle.name} while waiting for it: {exc.reason}", sandbox=handle.name
@@ -592,8 +628,32 @@ class DockerBackend:
             log.info("engine reported an error waiting for %s: %s", handle.name, error)
         return code
 
+    async def _reported_end(
+        self, sandbox: _Sandbox, waiting: asyncio.Future[tuple[int, str | None]]
+    ) -> InitStatus | None:
+        """The command's end as its init reported it, when that came before the engine's; None (the engine's
+        account is the end) when it did not, or is no report under this launch's token, or the sandbox was
+        stopped (by us, or from outside: its init forwarded a signal from outside), or its cgroup keeps no
+        OOM count."""
+        assert sandbox.status_read is not None
+        either: list[asyncio.Future[Any]] = [sandbox.status_read, waiting]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not sandbox.status_read.done() or waiting.done():
+            return None
+        data = sandbox.status_read.result()
+        report = parse_status(data, sandbox.report)
+        if report is None and data:
+            log.warning("%s: its status pipe carried %d bytes that are no report", sandbox.handle.name, len(data))
+        if report is None or report.stopped or report.oom_kills is None or sandbox.killed:
+            return None
+        sandbox.init_status, sandbox.engine_wait = report, waiting
+        return report
+
     async def kill(self, handle: SandboxHandle, signal: str = "SIGKILL") -> None:
         """Send ``signal``; a sandbox that already stopped or is gone is not an error."""
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is not None:
+            sandbox.killed = True
         engine = await self._engine()
         try:
             await self._call(engine.kill, handle.sandbox_id, signal)
@@ -607,7 +667,14 @@ class DockerBackend:
 
     async def inspect(self, handle: SandboxHandle) -> ExitState:
         """The engine's exit state; once stopped, also whether the runtime itself killed the sandbox
-        at its pids limit (from the kernel's count of refused forks, see ``DIES_AT_PIDS_LIMIT``)."""
+        at its pids limit (from the kernel's count of refused forks, see ``DIES_AT_PIDS_LIMIT``). An end its
+        init reported: that report (the engine's follows: ``confirm_end``)."""
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is not None and sandbox.init_status is not None:
+            return dataclasses.replace(sandbox.init_status.exit_state(), image_id=sandbox.image_id)
+        return await self._engine_state(handle)
+
+    async def _engine_state(self, handle: SandboxHandle) -> ExitState:
         engine = await self._engine()
         try:
             raw = await self._call(engine.inspect, handle.sandbox_id)
@@ -638,7 +705,7 @@ class DockerBackend:
     async def _usage_now(self, sandbox: _Sandbox) -> ResourceUsage:
         sampler = sandbox.sampler
         if sampler is None and sandbox.cgroup_parent and sandbox.started:  # not sampled (yet): its parent
-            sampler = await self._call(_parent_sampler, sandbox.handle.name)
+            sampler = await self._call(run_cgroup.parent_sampler, sandbox.handle.name)
         if sampler is None:
             return ResourceUsage()
         if not sampler.sample() and sandbox.exit_watch is not None:
@@ -660,7 +727,7 @@ class DockerBackend:
         if self._own_cgroups or (sandbox is not None and sandbox.cgroup_parent):
             sampler = sandbox.sampler if sandbox is not None else None
             started = sandbox is not None and bool(sandbox.cgroup_parent) and sandbox.started
-            final = await self._call(_release_cgroup, handle.name, sampler if started else None, started)
+            final = await self._call(run_cgroup.release, handle.name, sampler if started else None, started)
             if final is not None:
                 self._final_usage[handle.sandbox_id] = final
 
@@ -679,6 +746,8 @@ class DockerBackend:
             ) from exc
 
     def _forget(self, sandbox: _Sandbox) -> None:
+        if sandbox.status is not None:
+            sandbox.status.close()
         if sandbox.init_pidfd is not None:
             with contextlib.suppress(OSError):
                 os.close(sandbox.init_pidfd)
@@ -745,16 +814,25 @@ class DockerBackend:
         if not _in_container(pid, sandbox.handle.sandbox_id):
             os.close(fd)
             return
-        sandbox.init_pidfd = fd
+        sandbox.init_pidfd, sandbox.init_pid, sandbox.image_id = fd, pid, jstr(raw, "Image") or None
 
     def end_reported(self, handle: SandboxHandle) -> bool:
-        """Never: the engine's exit report is the end (its init execs the command: no status channel)."""
-        del handle
-        return False
+        """Whether wait()'s exit came from the sandbox's own init (the engine's account of it follows)."""
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        return sandbox is not None and sandbox.init_status is not None
 
     async def confirm_end(self, handle: SandboxHandle) -> ExitState | None:
-        del handle
-        return None
+        """The engine's own account of an end the init reported, once its wait returns (within CONFIRM_S);
+        None if it does not in time."""
+        sandbox = self._sandboxes.get(handle.sandbox_id)
+        if sandbox is None or sandbox.engine_wait is None:
+            return None
+        try:
+            async with asyncio.timeout(CONFIRM_S):
+                await asyncio.shield(sandbox.engine_wait)
+        except (TimeoutError, EngineError):
+            return None
+        return await self._engine_state(handle)
 
     def still_waiting(self, handle: SandboxHandle) -> bool | None:
         sandbox = self._sandboxes.get(handle.sandbox_id)
@@ -778,8 +856,12 @@ class DockerBackend:
                 details={"sandbox": handle.name},
             )
         sandbox.report = new_report_token()
-        message = spec_launch_message(spec, report=sandbox.report)
+        # the status channel only once its pipe's name is gone with the init holding it (status_pipe)
+        status = sandbox.status is not None and sandbox.init_pid > 0 and sandbox.status.seal(sandbox.init_pid)
+        message = spec_launch_message(spec, report=sandbox.report, status_channel=status)
         sandbox.launched = True  # exactly once, whatever happens next
+        if status and sandbox.status is not None:
+            sandbox.status_read = asyncio.ensure_future(in_daemon_thread(sandbox.status.read, f"status-{handle.name}"))
         data, attach = message + (spec.stdin or b""), sandbox.attach
         if spec.session:  # the message first in the session's input, what it sends after it
             feed = sandbox.feed = InputFeed(handle.name, attach.send, attach.end_input)
@@ -898,26 +980,6 @@ class DockerBackend:
         self._pumps.clear()
         self._conn.close()
         self._calls.shutdown()
-
-
-def _parent_sampler(name: str) -> cgroups.UsageSampler | None:
-    totals = run_cgroup.totals(name)
-    return None if totals is None else cgroups.UsageSampler(None, totals)
-
-
-def _release_cgroup(name: str, sampler: cgroups.UsageSampler | None, started: bool) -> ResourceUsage | None:
-    """The totals a started sandbox's parent cgroup kept (exact, the container gone), then the parent."""
-    if not run_cgroup.is_sandbox_name(name):
-        return None  # none of ours: nothing of it to remove
-    final = None
-    if started:
-        sampler = sampler or _parent_sampler(name)
-        if sampler is not None:
-            sampler.sample()
-            final = sampler.usage()
-    if not run_cgroup.remove(name):
-        log.warning("the parent cgroup of %s could not be removed; the reaper tries again", name)
-    return final
 
 
 def _abort_attach(attaching: asyncio.Future[AttachStream]) -> None:

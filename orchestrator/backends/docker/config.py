@@ -39,6 +39,7 @@ from orchestrator.backends._support.spec_checks import check_spec
 from orchestrator.backends._support.tmp_rule import TMP, needs_empty_tmp
 from orchestrator.backends.base import LaunchSpec
 from orchestrator.backends.docker.sandbox_etc import HOSTNAME, etc_mounts
+from orchestrator.backends.docker.status_pipe import StatusPipe
 from orchestrator.profiles import ResolvedProfile
 
 SHM_SIZE_BYTES = 64 * 1024 * 1024
@@ -53,10 +54,18 @@ def tmpfs_mounts(profile: ResolvedProfile) -> dict[str, str]:
     return mounts
 
 
-def container_config(spec: LaunchSpec, *, etc_dir: str, cgroup_parent: str = "") -> dict[str, object]:
+def pooled_command(status: StatusPipe | None) -> list[str]:
+    """A pre-started sandbox's command: our init, naming its status pipe when it has one."""
+    return [INIT_PATH, status.container_path] if status is not None else [INIT_PATH]
+
+
+def container_config(
+    spec: LaunchSpec, *, etc_dir: str, cgroup_parent: str = "", status: StatusPipe | None = None
+) -> dict[str, object]:
     """``POST /containers/create`` body for ``spec`` (validated: argv, workdir, env); ``etc_dir`` holds
     the sandbox's own hostname, hosts and resolv.conf (``sandbox_etc.etc_directory``); ``cgroup_parent``
-    is its own parent cgroup (``run_cgroup``), "" for the engine's default."""
+    is its own parent cgroup (``run_cgroup``), "" for the engine's default; ``status``: a pre-started
+    sandbox's status pipe (mounted, and named to its init)."""
     profile = spec.profile
     check_spec(spec)
     # stdin bytes never come with a terminal or a session (CommandLaunch), nor with a waiting sandbox, whose
@@ -90,6 +99,7 @@ def container_config(spec: LaunchSpec, *, etc_dir: str, cgroup_parent: str = "")
                 for mount in profile.read_only_mounts
             ),
             *etc_mounts(etc_dir),
+            *([status.mount()] if status is not None and spec.pooled else []),
         ],
         "CapDrop": list(profile.cap_drop),  # ["ALL"]
         "CapAdd": None,
@@ -125,7 +135,7 @@ def container_config(spec: LaunchSpec, *, etc_dir: str, cgroup_parent: str = "")
     return {
         "Image": profile.image,
         "Entrypoint": [],
-        "Cmd": [INIT_PATH] if spec.pooled else list(spec.argv),
+        "Cmd": pooled_command(status) if spec.pooled else list(spec.argv),
         "User": profile.user,
         # pooled: the launch message brings the workdir and the variables (set over the image's by the init)
         "WorkingDir": profile.workspace.container_path if spec.pooled else spec.workdir,

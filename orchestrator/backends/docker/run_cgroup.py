@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 import socket
@@ -32,7 +33,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from orchestrator.backends._support.labels import NAME_PREFIX
-from orchestrator.backends.docker.cgroups import CGROUP_ROOT, CgroupFiles, files_at
+from orchestrator.backends.base import ResourceUsage
+from orchestrator.backends.docker.cgroups import CGROUP_ROOT, CgroupFiles, UsageSampler, files_at
+
+log = logging.getLogger(__name__)
 
 ENGINE_PARENT = "docker"  # the cgroupfs driver's default parent, below each hierarchy's root
 TOP = f"{ENGINE_PARENT}/sandbox-orchestrator"  # the sandboxes' parents, relative to each hierarchy's root
@@ -190,3 +194,24 @@ def sweep(live: Iterable[str], *, older_than_s: float, root: Path = CGROUP_ROOT)
             if old:
                 names.add(entry.name)
     return sum(1 for name in sorted(names) if remove(name, root))
+
+
+def parent_sampler(name: str) -> UsageSampler | None:
+    """A sampler of the sandbox's parent cgroup's totals (None when it has none)."""
+    found = totals(name)
+    return None if found is None else UsageSampler(None, found)
+
+
+def release(name: str, sampler: UsageSampler | None, started: bool) -> ResourceUsage | None:
+    """The totals a started sandbox's parent cgroup kept (exact, the container gone), then the parent."""
+    if not is_sandbox_name(name):
+        return None  # none of ours: nothing of it to remove
+    final = None
+    if started:
+        sampler = sampler or parent_sampler(name)
+        if sampler is not None:
+            sampler.sample()
+            final = sampler.usage()
+    if not remove(name):
+        log.warning("the parent cgroup of %s could not be removed; the reaper tries again", name)
+    return final

@@ -247,3 +247,66 @@ def test_a_stop_from_outside_is_told_apart_from_the_commands_own_end(init: Path)
     code, _, _, channel = finish(process)
     status = parse_status(channel, token)
     assert status is not None and (code, status.exit_code, status.stopped) == (0, 0, signal.SIGTERM), status
+
+
+# -- Docker's way: the init opens the status pipe its one argument names ------------------------------------
+
+
+def launch_with_pipe(init: Path, script: str, token: str, pipe: Path) -> subprocess.Popen[bytes]:
+    """``sh -c script`` under the init as ``launch`` does, its status channel the named pipe ``pipe`` (the
+    init's argument) instead of an inherited descriptor."""
+    message = launch_message(
+        ["sh", "-c", script], {"PATH": "/usr/bin:/bin"}, "/", with_stdin=False, report=token, status_channel=True
+    )
+    command = [
+        "unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+        "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+        "--bounding-set=-all", str(init), str(pipe),
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+    assert process.stdin is not None
+    process.stdin.write(message)
+    process.stdin.close()
+    process.stdin = None
+    return process
+
+
+@pytest.fixture
+def pipe_dir() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="so-init-pipe-", dir="/tmp"))
+    directory.chmod(0o711)  # nobody may reach the pipe, not list or add to the directory
+    os.mkfifo(directory / "status")
+    (directory / "status").chmod(0o622)  # the sandbox's user writes it (mkfifo's mode passes the umask)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_init_opens_the_status_pipe_its_argument_names(init: Path, pipe_dir: Path) -> None:
+    """Docker's pooled sandbox: the orchestrator holds the pipe's reading end before the init starts; the
+    init opens it as descriptor 3 and reports there, as on Kubernetes."""
+    reader = os.open(pipe_dir / "status", os.O_RDONLY | os.O_NONBLOCK)
+    token = new_report_token()
+    process = launch_with_pipe(init, "[ -e /proc/self/fd/3 ] && echo has-3; exit 6", token, pipe_dir / "status")
+    stdout, stderr = process.communicate(timeout=20)
+    os.set_blocking(reader, True)
+    channel = b""
+    while chunk := os.read(reader, 4096):
+        channel += chunk
+    os.close(reader)
+    status = parse_status(channel, token)
+    assert (process.returncode, stdout, stderr) == (6, b"", b""), stderr
+    assert status is not None and status.exit_code == 6 and status.ran
+
+
+def test_without_a_reader_the_init_neither_waits_nor_runs_a_command_asking_for_the_channel(
+    init: Path, pipe_dir: Path
+) -> None:
+    """No one holds the pipe's reading end: the init does not block opening it, and a launch asking for
+    the status channel runs nothing (125), so a missing report can never be taken for a success."""
+    token = new_report_token()
+    began = time.monotonic()
+    process = launch_with_pipe(init, "echo ran", token, pipe_dir / "status")
+    stdout, stderr = process.communicate(timeout=20)
+    assert time.monotonic() - began < 10
+    assert (process.returncode, stdout) == (125, b""), stderr
+    assert f"sandbox-init[{token}:125]: the status descriptor is not open".encode() in stderr, stderr
