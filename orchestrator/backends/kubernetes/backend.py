@@ -42,8 +42,6 @@ from orchestrator.backends._support.launch_message import (
 from orchestrator.backends._support.output_relay import OutputRelay
 from orchestrator.backends._support.stream_sink import StreamSink
 from orchestrator.backends.base import (
-    LABEL_DEADLINE,
-    LABEL_EXECUTION_ID,
     LABEL_MANAGED_BY,
     LABEL_OWNER,
     MANAGED_BY,
@@ -60,37 +58,32 @@ from orchestrator.backends.base import (
     StreamCapture,
 )
 from orchestrator.backends.kubernetes import lifecycle as pods
-from orchestrator.backends.kubernetes import workspace_copy
 from orchestrator.backends.kubernetes.channels import ChannelError
 from orchestrator.backends.kubernetes.egress import PodEgress
 from orchestrator.backends.kubernetes.kube import JsonObject, KubeClient, KubeError
 from orchestrator.backends.kubernetes.manifest import (
-    ANNOTATION_DEADLINE,
-    ANNOTATION_OWNER,
     COPY_IN_CONTAINER,
-    COPY_OUT_CONTAINER,
     pod_manifest,
     sandbox_argv,
 )
 from orchestrator.backends.kubernetes.owners import OwnerLease, owners_alive, shared_lease
+from orchestrator.backends.kubernetes.pod_copy import PodCopy
 from orchestrator.backends.kubernetes.pod_session import PodSession
 from orchestrator.backends.kubernetes.pod_stdio import PodStdio
 from orchestrator.backends.kubernetes.preflight import (
     cluster_checks,
-    denies_all,
-    missing_namespace,
+    network_policy_problem,
     refusal,
     runtime_class_use,
     unchecked,
 )
-from orchestrator.backends.kubernetes.remedies import DOC, DOCTOR_FIXES
+from orchestrator.backends.kubernetes.remedies import DOCTOR_FIXES
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
 from orchestrator.backends.kubernetes.watch import PodWatch
 from orchestrator.domain.errors import (
     OrchestratorError,
     SandboxStartFailed,
     SandboxUnavailable,
-    SideEffectsIncomplete,
 )
 from orchestrator.egress import EgressProxy, EgressRoute
 from orchestrator.profiles import ResolvedProfile
@@ -121,6 +114,8 @@ CONFIRM_S = 10.0
 #: up to STDIO_RETRY_MAX_S
 STDIO_RETRY_S = 0.05
 STDIO_RETRY_MAX_S = 0.2
+#: why a pod is pending when the cluster recorded no Warning event for it
+NO_WARNINGS = "no warning events"
 
 
 @dataclass(eq=False)
@@ -285,23 +280,11 @@ class KubernetesBackend:
         if now - self._policy_checked_at < POLICY_CHECK_TTL_S:
             return
         try:
-            policies = await self._call(kube.list_network_policies, self._namespace)
+            problem = await self._call(network_policy_problem, kube, self.settings, self._probe_profile)
         except KubeError as exc:
             raise self._error(exc, f"cannot read the NetworkPolicies of namespace {self._namespace}") from exc
-        if not any(denies_all(policy) for policy in policies):
-            # a namespace that does not exist lists no policy either: its absence is the cause to name
-            if await self._call(missing_namespace, kube, self.settings, self._probe_profile):
-                raise SandboxUnavailable(
-                    f"namespace {self._namespace} does not exist: create it as {DOC} shows (labelled for Pod"
-                    " Security restricted, with a default-deny NetworkPolicy and the controller's Role), or install"
-                    " the chart; `sandboxctl doctor --config FILE` checks it",
-                    details={"namespace": self._namespace},
-                )
-            raise SandboxUnavailable(
-                f"namespace {self._namespace} has no default-deny NetworkPolicy (podSelector {{}}, ingress and"
-                " egress, no rules): sandbox pods would have network; the chart creates one",
-                details={"namespace": self._namespace},
-            )
+        if problem is not None:
+            raise problem
         self._policy_checked_at = now
 
     async def _hold_lease(self, kube: KubeClient, owner: str) -> None:
@@ -346,7 +329,7 @@ class KubernetesBackend:
             # bound went with them; from now on the sidecar's share comes out of the command's, as before
             log.warning("the cluster drops pod-level resources: the stdio sidecar gets a cpu limit of its own")
             self._pod_level = False
-            await self._call(_delete_ignoring_errors, kube, self._namespace, name, pods.pod_uid(created))
+            await self._call(kube.delete_pod_quietly, self._namespace, name, pods.pod_uid(created))
             return await self.create(spec)
         handle = SandboxHandle(execution_id=spec.execution_id, sandbox_id=pods.pod_uid(created), name=name)
         self._pods[name] = _Pod(
@@ -389,7 +372,7 @@ class KubernetesBackend:
             return
         uid = pods.pod_uid(created.result())
         try:
-            self._pool().submit(_delete_ignoring_errors, kube, self._namespace, name, uid)
+            self._pool().submit(kube.delete_pod_quietly, self._namespace, name, uid)
         except RuntimeError:
             log.warning("could not delete abandoned pod %s; the reaper collects it", name)
 
@@ -412,7 +395,7 @@ class KubernetesBackend:
                 return False
             if pods.running(last) is not None or pods.terminated(last) is not None:
                 return True
-            return _fatal(last) or pods.phase(last) in ("Failed", "Succeeded")
+            return pods.fatal(last) or pods.phase(last) in ("Failed", "Succeeded")
 
         if pod is not None:
             # the relays first: the command starts as soon as they hold its pipes, without waiting for the
@@ -434,7 +417,7 @@ class KubernetesBackend:
         except TimeoutError as exc:
             error: OrchestratorError = SandboxUnavailable(
                 f"pod {handle.name} did not start within {self.settings.start_timeout_s:g}s"
-                f" ({await self._why_pending(handle)})",
+                f" ({await self._warnings(handle, NO_WARNINGS)})",
                 details={"sandbox": handle.name, "namespace": self._namespace},
             )
             self._fail_start(pod, error)
@@ -444,7 +427,9 @@ class KubernetesBackend:
             self._fail_start(pod, error)
             raise error from exc
         last = watch.last(handle.name)
-        problem = None if last is None else self._start_problem(handle, last, watch.gone(handle.name))
+        problem = (
+            None if last is None else pods.start_problem(handle.name, self._namespace, last, watch.gone(handle.name))
+        )
         if problem is not None:
             self._fail_start(pod, problem)
             raise problem
@@ -480,7 +465,7 @@ class KubernetesBackend:
         try:
             while True:
                 last, gone = watch.last(name), watch.gone(name)
-                if gone or (last is not None and (_ended(last) or _fatal(last))):
+                if gone or (last is not None and (pods.ended(last) or pods.fatal(last))):
                     stdio.close()
                     return  # never to run: start() reports why
                 try:
@@ -491,7 +476,7 @@ class KubernetesBackend:
                     if time.monotonic() >= deadline:
                         raise SandboxUnavailable(
                             f"the stdio of pod {name} could not be relayed within"
-                            f" {self.settings.start_timeout_s:g}s ({await self._why_pending(pod.handle)}):"
+                            f" {self.settings.start_timeout_s:g}s ({await self._warnings(pod.handle, NO_WARNINGS)}):"
                             f" {exc.message[:300]}",
                             details={"sandbox": name},
                         ) from exc
@@ -520,61 +505,21 @@ class KubernetesBackend:
         except TimeoutError as exc:
             raise SandboxUnavailable(
                 f"pod {name} did not start its workspace copy within {self.settings.start_timeout_s:g}s"
-                f" ({await self._why_pending(pod.handle)})",
+                f" ({await self._warnings(pod.handle, NO_WARNINGS)})",
                 details={"sandbox": name},
             ) from exc
         last = watch.last(name) or {}
         if not pods.init_state(last, COPY_IN_CONTAINER).get("running"):
-            problem = self._start_problem(pod.handle, last, watch.gone(name))
+            problem = pods.start_problem(name, self._namespace, last, watch.gone(name))
             raise problem or SandboxStartFailed(f"pod {name} ended before its workspace was copied in")
-        kube = await self._client()
-        limit = self.settings.workspace.copy_max_bytes
-
-        def copy() -> None:
-            with workspace_copy.pack(Path(pod.workspace), limit) as archive:
-                size = archive.seek(0, 2)
-                archive.seek(0)
-                command = workspace_copy.copy_in_command(pod.container_path, size)
-                code, stderr = kube.exec_in(self._namespace, name, COPY_IN_CONTAINER, command, stdin=archive)
-            if code != 0:
-                text = stderr.decode("utf-8", "replace")[-2000:]
-                raise workspace_copy.CopyError(f"tar in the pod exited {code}: {text}")
-
-        try:
-            await self._call(copy)
-        except workspace_copy.CopyError as exc:
-            raise SandboxStartFailed(f"could not copy the workspace into pod {name}: {exc}") from exc
-        except (KubeError, OSError) as exc:
-            message = exc.message if isinstance(exc, KubeError) else str(exc)
-            raise SandboxUnavailable(f"could not copy the workspace into pod {name}: {message}") from exc
+        pod_copy = PodCopy(await self._client(), self._namespace, name, self.settings.workspace.copy_max_bytes)
+        await self._call(pod_copy.copy_in, Path(pod.workspace), pod.container_path)
 
     async def _copy_out(self, pod: _Pod) -> None:
         """Copy mode, after the command exited on its own: its workspace back onto the controller's copy."""
-        kube = await self._client()
         name = pod.handle.name
-        spool = workspace_copy.BoundedSpool(self.settings.workspace.copy_max_bytes)
-
-        def copy() -> workspace_copy.Applied:
-            command = workspace_copy.copy_out_command(pod.container_path)
-            code, stderr = kube.exec_in(self._namespace, name, COPY_OUT_CONTAINER, command, on_stdout=spool.feed)
-            if code != 0:
-                text = stderr.decode("utf-8", "replace")[-2000:]
-                raise workspace_copy.CopyError(f"tar in the pod exited {code}: {text}")
-            return workspace_copy.apply(spool.rewound(), Path(pod.workspace))
-
-        try:
-            applied = await self._call(copy)
-        except workspace_copy.CopyError as exc:  # what the workload left cannot be taken back as it is
-            raise SideEffectsIncomplete(
-                f"the workspace of pod {name} could not be copied back: {exc}", details={"sandbox": name}
-            ) from exc
-        except (KubeError, OSError) as exc:
-            message = exc.message if isinstance(exc, KubeError) else str(exc)
-            raise SandboxUnavailable(
-                f"the workspace of pod {name} could not be copied back: {message}", details={"sandbox": name}
-            ) from exc
-        finally:
-            spool.close()
+        pod_copy = PodCopy(await self._client(), self._namespace, name, self.settings.workspace.copy_max_bytes)
+        applied = await self._call(pod_copy.copy_out, Path(pod.workspace), pod.container_path)
         log.debug("copied back %s: %s", name, applied)
 
     def _fail_start(self, pod: _Pod | None, error: OrchestratorError) -> None:
@@ -582,45 +527,16 @@ class KubernetesBackend:
             pod.start_error = error
             pod.started.set()
 
-    def _start_problem(self, handle: SandboxHandle, last: JsonObject, gone: bool) -> OrchestratorError | None:
-        if pods.running(last) is not None or pods.terminated(last) is not None:
-            return None
-        details: dict[str, object] = {"sandbox": handle.name, "namespace": self._namespace}
-        if gone:
-            return SandboxStartFailed(f"pod {handle.name} was deleted before it started", details=details)
-        blocked = pods.stuck(last) or {}
-        reason = str(blocked.get("reason") or pods.phase(last))
-        message = str(blocked.get("message") or (last.get("status") or {}).get("message") or "")
-        details.update({"reason": reason, "message": message[:2000]})
-        if pods.FATAL_WAITING.get(reason) == "unavailable":
-            return SandboxUnavailable(
-                f"the node cannot run image of pod {handle.name} ({reason}); images are never pulled from a"
-                f" registry we do not control: {message}",
-                details=details,
-            )
-        if "seccomp" in message.lower():
-            return SandboxUnavailable(
-                f"the node cannot apply the seccomp profile of pod {handle.name}: {message}", details=details
-            )
-        if "executable file not found" in message or "no such file or directory" in message:
-            details["command_not_found"] = True
-        return SandboxStartFailed(
-            f"the kubelet could not start pod {handle.name} ({reason}): {message}", details=details
-        )
-
-    async def _why_pending(self, handle: SandboxHandle) -> str:
-        """The pod's recent Warning events (unschedulable, ...), said plainly."""
-        return await self._warnings(handle) or "no warning events"
-
-    async def _warnings(self, handle: SandboxHandle) -> str:
-        """The last few Warning events the cluster recorded for the pod (``events`` of its namespace)."""
+    async def _warnings(self, handle: SandboxHandle, none: str = "") -> str:
+        """The last few Warning events the cluster recorded for the pod (``events`` of its namespace: why it
+        is pending, unschedulable, ...), or ``none``."""
         kube = await self._client()
         try:
             events = await self._call(kube.list_events, self._namespace, handle.name)
         except KubeError:
             return "its events could not be read"
         warnings = [f"{e.get('reason')}: {e.get('message')}" for e in events if e.get("type") == "Warning"]
-        return "; ".join(warnings[-3:])
+        return "; ".join(warnings[-3:]) or none
 
     async def capture(
         self,
@@ -791,7 +707,7 @@ class KubernetesBackend:
         stopped = (
             pod.killed_at is not None
             or watch.gone(name)
-            or (last is not None and (_ended(last) or pods.deadline_exceeded(last) or pods.deleting(last)))
+            or (last is not None and (pods.ended(last) or pods.deadline_exceeded(last) or pods.deleting(last)))
         )
         if stopped:
             return None
@@ -822,7 +738,7 @@ class KubernetesBackend:
         pod that does not stop then (a wedged runtime) is deleted outright and the run ends unavailable."""
 
         def ended(last: JsonObject | None, gone: bool) -> bool:
-            return gone or (last is not None and _ended(last))
+            return gone or (last is not None and pods.ended(last))
 
         while True:
             try:
@@ -959,7 +875,7 @@ class KubernetesBackend:
         if pod.launched:
             return None
         last = self._watch.last(handle.name)
-        if _gone_or_ended(last, self._watch.gone(handle.name)):
+        if pods.gone_or_ended(last, self._watch.gone(handle.name)):
             return False
         return None if last is None else pods.running(last) is not None
 
@@ -1063,7 +979,7 @@ class KubernetesBackend:
         except KubeError as exc:
             raise self._error(exc, "cannot list sandbox pods") from exc
         alive = owners_alive(leases, datetime.now(UTC))
-        return [_managed(pod, alive) for pod in listed]
+        return [pods.managed_sandbox(pod, alive) for pod in listed]
 
     async def close(self) -> None:
         kube = self._conn.detach()  # closed last: the leases are released with it
@@ -1079,51 +995,3 @@ class KubernetesBackend:
         if kube is not None:
             kube.close()
         self._calls.shutdown()
-
-
-def _fatal(pod: JsonObject) -> bool:
-    """A container waits for a reason after which it never runs (the image missing, a bad config)."""
-    blocked = pods.stuck(pod)
-    return blocked is not None and blocked.get("reason") in pods.FATAL_WAITING
-
-
-def _gone_or_ended(last: JsonObject | None, gone: bool) -> bool:
-    return gone or (last is not None and (_ended(last) or pods.deleting(last)))
-
-
-def _ended(pod: JsonObject) -> bool:
-    """The container terminated; or the pod is over and its container never ran (a pod failed past its
-    deadline still shows the container running until the kubelet has killed it: that is not the end)."""
-    if pods.terminated(pod) is not None:
-        return True
-    return pods.phase(pod) in ("Failed", "Succeeded") and pods.running(pod) is None
-
-
-def _managed(pod: JsonObject, alive: dict[str, bool]) -> ManagedSandbox:
-    meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
-    owner = annotations.get(ANNOTATION_OWNER) or None
-    deadline_text = annotations.get(ANNOTATION_DEADLINE) or labels.get(LABEL_DEADLINE)
-    try:
-        deadline = float(deadline_text) if deadline_text else None
-    except ValueError:
-        deadline = None
-    state = pods.phase(pod).lower() or "unknown"
-    return ManagedSandbox(
-        sandbox_id=pods.pod_uid(pod),
-        name=pods.pod_name(pod),
-        execution_id=labels.get(LABEL_EXECUTION_ID),
-        owner=owner,
-        deadline_unix=deadline,
-        state=state,
-        owner_alive=None if owner is None else alive.get(owner, False),
-    )
-
-
-def _delete_ignoring_errors(kube: KubeClient, namespace: str, name: str, uid: str) -> None:
-    try:
-        kube.delete_pod(namespace, name, grace_seconds=0, uid=uid)
-    except KubeError as exc:
-        if exc.kind != "not_found":
-            log.warning("could not delete abandoned pod %s: %s", name, exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -23,6 +24,8 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from orchestrator.backends.kubernetes.channels import ChannelError, Channels, open_channels
+
+log = logging.getLogger(__name__)
 
 JsonObject = dict[str, Any]
 ErrorKind = Literal[
@@ -225,6 +228,15 @@ class KubeClient:
         if uid is not None:
             body["preconditions"] = {"uid": uid}  # never another pod that took the name since
         self._json("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", "delete pod", body=body)
+
+    def delete_pod_quietly(self, namespace: str, name: str, uid: str) -> None:
+        """Delete an abandoned pod (``uid``: never another that took its name); a failure is logged (the
+        orphan collector removes what is left)."""
+        try:
+            self.delete_pod(namespace, name, grace_seconds=0, uid=uid)
+        except KubeError as exc:
+            if exc.kind != "not_found":
+                log.warning("could not delete abandoned pod %s: %s", name, exc)
 
     def list_pods(self, namespace: str, selector: str) -> tuple[list[JsonObject], str]:
         listed = self._json(

@@ -20,7 +20,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from orchestrator.backends.base import LABEL_EXECUTION_ID, ExitState, LifecycleEvent, LifecycleKind
+from orchestrator.backends.base import (
+    LABEL_DEADLINE,
+    LABEL_EXECUTION_ID,
+    ExitState,
+    LifecycleEvent,
+    LifecycleKind,
+    ManagedSandbox,
+)
+from orchestrator.backends.kubernetes.manifest import ANNOTATION_DEADLINE, ANNOTATION_OWNER
+from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
 
 JsonObject = dict[str, Any]
 CONTAINER = "sandbox"
@@ -227,6 +236,74 @@ class PodLifecycle:
         if deleted:
             emit("destroy", deletion or datetime.now(UTC))
         return events
+
+
+def fatal(pod: JsonObject) -> bool:
+    """A container waits for a reason after which it never runs (the image missing, a bad config)."""
+    blocked = stuck(pod)
+    return blocked is not None and blocked.get("reason") in FATAL_WAITING
+
+
+def gone_or_ended(last: JsonObject | None, gone: bool) -> bool:
+    return gone or (last is not None and (ended(last) or deleting(last)))
+
+
+def ended(pod: JsonObject) -> bool:
+    """The container terminated; or the pod is over and its container never ran (a pod failed past its
+    deadline still shows the container running until the kubelet has killed it: that is not the end)."""
+    if terminated(pod) is not None:
+        return True
+    return phase(pod) in ("Failed", "Succeeded") and running(pod) is None
+
+
+def managed_sandbox(pod: JsonObject, alive: dict[str, bool]) -> ManagedSandbox:
+    """A pod of ours as the orphan collector sees it (``alive``: which owners hold their lease)."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    owner = annotations.get(ANNOTATION_OWNER) or None
+    deadline_text = annotations.get(ANNOTATION_DEADLINE) or labels.get(LABEL_DEADLINE)
+    try:
+        deadline = float(deadline_text) if deadline_text else None
+    except ValueError:
+        deadline = None
+    state = phase(pod).lower() or "unknown"
+    return ManagedSandbox(
+        sandbox_id=pod_uid(pod),
+        name=pod_name(pod),
+        execution_id=labels.get(LABEL_EXECUTION_ID),
+        owner=owner,
+        deadline_unix=deadline,
+        state=state,
+        owner_alive=None if owner is None else alive.get(owner, False),
+    )
+
+
+def start_problem(name: str, namespace: str, last: JsonObject, gone: bool) -> OrchestratorError | None:
+    """Why a pod that neither runs nor ran never will (deleted first, an image or seccomp profile the node
+    lacks, a command the kubelet could not start); None when it runs or ran."""
+    if running(last) is not None or terminated(last) is not None:
+        return None
+    details: dict[str, object] = {"sandbox": name, "namespace": namespace}
+    if gone:
+        return SandboxStartFailed(f"pod {name} was deleted before it started", details=details)
+    blocked = stuck(last) or {}
+    reason = str(blocked.get("reason") or phase(last))
+    message = str(blocked.get("message") or (last.get("status") or {}).get("message") or "")
+    details.update({"reason": reason, "message": message[:2000]})
+    if FATAL_WAITING.get(reason) == "unavailable":
+        return SandboxUnavailable(
+            f"the node cannot run image of pod {name} ({reason}); images are never pulled from a"
+            f" registry we do not control: {message}",
+            details=details,
+        )
+    if "seccomp" in message.lower():
+        return SandboxUnavailable(
+            f"the node cannot apply the seccomp profile of pod {name}: {message}", details=details
+        )
+    if "executable file not found" in message or "no such file or directory" in message:
+        details["command_not_found"] = True
+    return SandboxStartFailed(f"the kubelet could not start pod {name} ({reason}): {message}", details=details)
 
 
 def _deadline_time(pod: JsonObject) -> datetime | None:

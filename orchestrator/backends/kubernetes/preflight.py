@@ -34,6 +34,7 @@ from orchestrator.backends.kubernetes.remedies import (
     runtime_class_fix,
 )
 from orchestrator.backends.kubernetes.settings import KubernetesSettings
+from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.domain.ids import new_execution_id
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
 
@@ -157,6 +158,30 @@ def missing_namespace(kube: KubeClient, settings: KubernetesSettings, profile: R
     reason, or one this identity may not ask, is not taken for a missing namespace)."""
     exc = refusal(kube, settings, profile)
     return exc is not None and namespace_missing(exc, settings.namespace)
+
+
+def network_policy_problem(
+    kube: KubeClient, settings: KubernetesSettings, profile: ResolvedProfile | None = None
+) -> SandboxUnavailable | None:
+    """Why pods of the sandbox namespace would have network: no default-deny NetworkPolicy (every pod, both
+    directions), or no namespace at all; None when one is there. Raises ``KubeError`` when the policies
+    cannot be read."""
+    namespace = settings.namespace
+    if any(denies_all(policy) for policy in kube.list_network_policies(namespace)):
+        return None
+    # a namespace that does not exist lists no policy either: its absence is the cause to name
+    if missing_namespace(kube, settings, profile):
+        return SandboxUnavailable(
+            f"namespace {namespace} does not exist: create it as {DOC} shows (labelled for Pod Security"
+            " restricted, with a default-deny NetworkPolicy and the controller's Role), or install the chart;"
+            " `sandboxctl doctor --config FILE` checks it",
+            details={"namespace": namespace},
+        )
+    return SandboxUnavailable(
+        f"namespace {namespace} has no default-deny NetworkPolicy (podSelector {{}}, ingress and egress, no"
+        " rules): sandbox pods would have network; the chart creates one",
+        details={"namespace": namespace},
+    )
 
 
 def runtime_class_use(klass: str) -> Callable[[JsonObject], None]:
