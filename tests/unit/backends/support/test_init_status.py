@@ -310,3 +310,17 @@ def test_without_a_reader_the_init_neither_waits_nor_runs_a_command_asking_for_t
     assert time.monotonic() - began < 10
     assert (process.returncode, stdout) == (125, b""), stderr
     assert f"sandbox-init[{token}:125]: the status descriptor is not open".encode() in stderr, stderr
+
+
+@pytest.mark.parametrize("reader", [True, False], ids=["with-a-reader", "without"])
+def test_opening_the_status_pipe_is_memory_safe(init_asan: Path, pipe_dir: Path, reader: bool) -> None:
+    held = os.open(pipe_dir / "status", os.O_RDONLY | os.O_NONBLOCK) if reader else None
+    token = new_report_token()
+    try:
+        process = launch_with_pipe(init_asan, "exit 3", token, pipe_dir / "status")
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if held is not None:
+            os.close(held)
+    assert b"Sanitizer" not in stderr and b"runtime error" not in stderr, stderr[-2000:]
+    assert process.returncode == (3 if reader else 125), stderr[-2000:]
