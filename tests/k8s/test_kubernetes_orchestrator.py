@@ -3,7 +3,8 @@
 Every built-in profile's pod is admitted under PodSecurity ``restricted`` and runs (or, for a runtime the
 cluster lacks, is refused as SANDBOX.UNAVAILABLE, never run weaker); a weakened pod is refused by the API
 server; OOM, deadline and huge output end as on Docker, from the pod's status; a killed controller's pod
-is collected at the next start with an abandoned record; ``sandboxctl doctor``'s cluster checks pass.
+is collected at the next start with an abandoned record; an init killed from the node and an evicted pod
+end from the kubelet's account; ``sandboxctl doctor``'s cluster checks pass.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from orchestrator.backends.base import ManagedSandbox
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError
 from orchestrator.backends.kubernetes.preflight import _weaken, probe_pod
+from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.evidence import iter_records, verify
 from orchestrator.pipeline.doctor import run_doctor
 from orchestrator.pipeline.factory import build_orchestrator, open_orchestrator
@@ -250,3 +253,103 @@ async def test_a_cancelled_execution_deletes_its_pod(pipeline: Pipeline) -> None
     failed = [r for r in records if r.event == "run_failed"]
     assert len(failed) == 1 and failed[0].status == "cancelled", [r.event for r in records]
     assert "container_destroyed" in [r.event for r in records]
+
+
+# -- how a run ends when its init cannot say so: killed from the node, the pod evicted -----------------------
+# Either way the run ends (never hangs), from the kubelet's account rather than a report, with one end record and
+# the engine's lifecycle; the pod is gone. (A controller killed mid-run: above.)
+
+INIT = "sandbox-init"
+REPORTED = "reported by the sandbox's init"
+
+
+async def running_pod(pipeline: Pipeline, run: Awaitable[Any], before: set[str]) -> tuple[asyncio.Task[Any], Any]:
+    """``run`` started, and its pod once it runs (found among the pods not in ``before``)."""
+    task = asyncio.ensure_future(run)
+
+    async def running() -> list[ManagedSandbox]:
+        return [s for s in await pipeline.backend.list_managed() if s.state == "running" and s.name not in before]
+
+    async with asyncio.timeout(60):
+        while not (found := await running()):
+            assert not task.done(), task.result()
+            await asyncio.sleep(0.2)
+    (pod,) = found
+    return task, pod
+
+
+def host_pids(pod_uid: str, comm: str) -> list[int]:
+    """Processes on this node (its PID namespace is the host's here) of the pod ``pod_uid`` named ``comm``."""
+    marks = (pod_uid, pod_uid.replace("-", "_"))
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cgroup = Path(f"/proc/{entry}/cgroup").read_text()
+            name = Path(f"/proc/{entry}/comm").read_text().strip()
+        except OSError:
+            continue
+        if name == comm and any(mark in cgroup for mark in marks):
+            found.append(int(entry))
+    return found
+
+
+def ended_once(out: dict[str, Any]) -> Any:
+    """The run's one end record (the pipeline's run() settled it: the kubelet's account and the removal too)."""
+    ends = [r for r in out["records"] if r.event in ("execution_finished", "run_failed", "execution_abandoned")]
+    assert len(ends) == 1, [r.event for r in out["records"]]
+    return ends[0]
+
+
+async def test_a_killed_init_ends_the_run_from_the_kubelets_account(pipeline: Pipeline) -> None:
+    """The init SIGKILLed from the node: no report (the status pipe ends empty), so the end is the kubelet's
+    (137), never a success, never a hang; the pod's other processes die with its PID 1."""
+    before = {s.name for s in await pipeline.backend.list_managed()}
+    task, pod = await running_pod(pipeline, pipeline.run("sleep 300"), before)
+    async with asyncio.timeout(30):
+        while not (inits := host_pids(pod.sandbox_id, INIT)):
+            await asyncio.sleep(0.1)
+    (init,) = inits
+    os.kill(init, signal.SIGKILL)
+    async with asyncio.timeout(60):
+        out = await task
+    assert out["exit_code"] == 137 and not out["ok"], out
+    end = ended_once(out)
+    assert REPORTED not in str((end.data or {}).get("lifecycle_stream", "")), end.data
+    lifecycle = [r.event for r in out["records"] if r.event.startswith("container_")]
+    assert "container_died" in lifecycle and lifecycle[-1] == "container_destroyed", lifecycle
+    assert not [r for r in out["records"] if r.event == "end_unconfirmed"]
+    assert pod.name not in {s.name for s in await pipeline.backend.list_managed()}
+
+
+async def test_an_evicted_pod_ends_its_run_from_the_kubelets_account(pipeline: Pipeline, k8s_api: Any) -> None:
+    """An eviction (the API's, as a node drain does it) stops the pod from outside: the init forwards the
+    SIGTERM and reports it as a stop (``stopped=``), so the end is the kubelet's: its exit code when it
+    reported one before the pod was removed, else SANDBOX.UNAVAILABLE saying the sandbox was stopped from
+    outside. Never the command's own answer to the SIGTERM taken for its end, never a hang."""
+    from kubernetes import client
+
+    before = {s.name for s in await pipeline.backend.list_managed()}
+    task, pod = await running_pod(pipeline, pipeline.run("sleep 300"), before)
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.name, namespace=pipeline.space.namespace))
+    await asyncio.to_thread(
+        client.CoreV1Api(k8s_api).create_namespaced_pod_eviction, pod.name, pipeline.space.namespace, eviction
+    )
+    try:
+        async with asyncio.timeout(90):
+            out = await task
+    except SandboxUnavailable as lost:  # the pod was gone before the kubelet's account of it arrived
+        assert "signal 15 from outside the sandbox" in str(lost), lost
+        await pipeline.orch.settle()
+        out = {"records": list(iter_records(pipeline.evidence, execution_id=pod.execution_id))}
+    else:
+        assert not out["ok"] and out["exit_code"] in (143, 137), out  # SIGTERM, or SIGKILL past the grace
+    end = ended_once(out)
+    assert REPORTED not in str((end.data or {}).get("lifecycle_stream", "")), end.data
+    lifecycle = [r.event for r in out["records"] if r.event.startswith("container_")]
+    # as the engine told it: the kubelet's kill (and its end, when it reported one before the removal)
+    assert {"container_killed", "container_died"} & set(lifecycle), lifecycle
+    assert lifecycle[-1] == "container_destroyed", lifecycle
+    assert not [r for r in out["records"] if r.event == "end_unconfirmed"]
+    assert pod.name not in {s.name for s in await pipeline.backend.list_managed()}
