@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from orchestrator.backends.base import (
     ExitState,
@@ -73,6 +73,7 @@ DESTROY_EVENT_WAIT_S = 5.0
 POOL_RECORDED = frozenset({"create", "schedule", "start"})
 
 Record = Callable[..., Awaitable[None]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,20 +357,18 @@ async def run_in_sandbox(
                 await asyncio.shield(_teardown(backend, handle, seen))
             lifecycle = _lifecycle_status(follower, seen)
             await _stop_following(follower)
+        # from here on a cancellation leaves no confirmation to remove the sandbox: it is removed then
+        unless_cancelled = functools.partial(
+            _unless_cancelled, reported=reported, backend=backend, handle=handle, seen=seen, follower=follower
+        )
         if meter_started is not None:
             # the sandbox is gone: the meter's last look settles its figures
-            meter_report = await asyncio.shield(_stop_meter(meter, meter_started))
+            meter_report = await unless_cancelled(asyncio.shield(_stop_meter(meter, meter_started)))
 
     oom = bool(state and state.oom_killed)
     pids_killed = bool(state and state.pids_limit_killed)
     pids_hits = usage.pids_limit_hits if usage else None
-    try:
-        side_effects, side_effects_error = await workspace_changes(before, workspace, redactor, profile)
-    except BaseException:  # cancelled: no outcome, so no confirmation after it either: removed now
-        if reported and handle is not None:
-            await asyncio.shield(_teardown(backend, handle, seen))
-            await _stop_following(follower)
-        raise
+    side_effects, side_effects_error = await unless_cancelled(workspace_changes(before, workspace, redactor, profile))
     # the first that applies: how the sandbox ended, then what the workspace record says, then a note
     if error is not None:  # set above: the run cannot be told as any other
         pass
@@ -465,6 +464,27 @@ async def _stop_following(follower: asyncio.Task[None]) -> None:
         follower.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await follower
+
+
+async def _unless_cancelled(
+    step: Awaitable[T],
+    *,
+    reported: bool,
+    backend: SandboxBackend,
+    handle: SandboxHandle | None,
+    seen: dict[str, asyncio.Event],
+    follower: asyncio.Task[None],
+) -> T:
+    """``step`` of a run whose teardown may wait for a confirmation (``reported``): cancelled (or failed)
+    before there is an outcome, there will be no confirmation either, so the sandbox is removed and its
+    lifecycle's follower stopped now."""
+    try:
+        return await step
+    except BaseException:
+        if reported and handle is not None:
+            await asyncio.shield(_teardown(backend, handle, seen))
+            await _stop_following(follower)
+        raise
 
 
 #: the end record's ``lifecycle_stream`` when the sandbox's init reported the end

@@ -55,10 +55,13 @@ async def pooled_run(orch: Orchestrator, ws: Path, command: str) -> ExecutionRes
 async def test_the_end_comes_from_the_init_and_the_engine_confirms_it(orch: Orchestrator, tmp_path: Path) -> None:
     ws = workspace(tmp_path)
     # the pipe's name is gone before the command runs; the init's descriptors are out of its reach
-    script = "ls -A /run/sandbox-status; cat /proc/1/fd/3 2>/dev/null && echo reached; exit 5"
+    script = (
+        "[ -e /run/sandbox-status/status ] && echo pipe-there; [ -d /run/sandbox-status ] && echo dir-there;"
+        " cat /proc/1/fd/3 2>/dev/null && echo reached; exit 5"
+    )
     result = await pooled_run(orch, ws, script)
     out = result.to_json()
-    assert (out["exit_code"], out["stdout"]) == (5, ""), out
+    assert (out["exit_code"], out["stdout"]) == (5, "dir-there\n"), out  # the directory is, its pipe's name is gone
     end = end_of(tmp_path, result)
     assert end.data["lifecycle_stream"] == CONFIRMATION_FOLLOWS, end.data
     usage = end.data["usage"]

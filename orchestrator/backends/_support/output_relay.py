@@ -38,6 +38,10 @@ class OutputRelay:
         self._scheduled = False
         self._closed = False
 
+    def set_pace(self, pace: float) -> None:
+        """Another pace from the next drain on (a pre-started sandbox turns out to run a session)."""
+        self._pace = pace
+
     def post(self, stream: OutputStream, data: bytes) -> None:
         """From the reader thread: queue ``data`` and wake the loop if it is not already due to drain."""
         if not data:

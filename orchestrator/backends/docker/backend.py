@@ -77,7 +77,7 @@ from orchestrator.backends.docker.engine_facts import runsc_seccomp_problem, sec
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, managed_sandbox
 from orchestrator.backends.docker.exit_watch import ExitWatch
 from orchestrator.backends.docker.sandbox_etc import etc_directory
-from orchestrator.backends.docker.status_pipe import HOST_PID_RUNTIMES, StatusPipe
+from orchestrator.backends.docker.status_pipe import StatusPipe, sweep
 from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
 from orchestrator.domain.statedir import state_dir
 from orchestrator.egress import EgressProxy, EgressRoute
@@ -158,6 +158,7 @@ class _Sandbox:
     engine_wait: asyncio.Future[tuple[int, str | None]] | None = None
     killed: bool = False
     cgroup_parent: str = ""  # its own parent cgroup (run_cgroup), or "" for the engine's default
+    relay: OutputRelay | None = None  # its live output's, while captured
 
 
 def _in_container(pid: int, container_id: str) -> bool:
@@ -358,25 +359,15 @@ class DockerBackend:
         engine = await self._engine()
         await self._require_runtime(engine, profile.runtime)
         parent = await self._cgroup_parent(engine, name)
-        status = await self._status_pipe(spec, name)
+        # made in place, before the try (no await: a cancellation cannot leak it); local engines only
+        local = self._status_channel and self._endpoint.is_local_socket
+        status = StatusPipe.for_sandbox(spec, Path(state_dir()) / STATUS_SUBDIR, name) if local else None
         try:
             return await self._create(engine, spec, name, parent, status)
         except BaseException:
             if status is not None and self._by_name(name) is None:
                 status.close()
             raise
-
-    async def _status_pipe(self, spec: LaunchSpec, name: str) -> StatusPipe | None:
-        """A pre-started sandbox's status channel, where this process will see its init (see status_pipe)."""
-        if not (self._status_channel and spec.pooled and self._endpoint.is_local_socket):
-            return None
-        if spec.profile.runtime not in HOST_PID_RUNTIMES:
-            return None
-        try:
-            return await self._call(StatusPipe.make, Path(state_dir()) / STATUS_SUBDIR, name)
-        except OSError as exc:  # the engine's account of its end, as without one
-            log.warning("no status channel for %s: %s", name, exc)
-            return None
 
     def _by_name(self, name: str) -> _Sandbox | None:
         return next((s for s in self._sandboxes.values() if s.handle.name == name), None)
@@ -561,7 +552,7 @@ class DockerBackend:
         relay = None
         if on_output is not None:
             pace = INTERACTIVE_PACE_S if sandbox.feed is not None else OUTPUT_PACE_S
-            relay = OutputRelay(asyncio.get_running_loop(), on_output, max_chunk=READ_SIZE, pace=pace)
+            relay = sandbox.relay = OutputRelay(asyncio.get_running_loop(), on_output, max_chunk=READ_SIZE, pace=pace)
         stdout = StreamSink(stdout_limit, None if relay is None else functools.partial(relay.post, "stdout"))
         stderr = StreamSink(stderr_limit, None if relay is None else functools.partial(relay.post, "stderr"))
         demux = None if sandbox.tty else FrameDemuxer(stdout, stderr)
@@ -830,9 +821,10 @@ class DockerBackend:
         try:
             async with asyncio.timeout(CONFIRM_S):
                 await asyncio.shield(sandbox.engine_wait)
-        except (TimeoutError, EngineError):
+            return await self._engine_state(handle)
+        except (TimeoutError, EngineError, OrchestratorError) as exc:  # no account: the pipeline notes it
+            log.info("no engine account of the end of %s: %s", handle.name, exc)
             return None
-        return await self._engine_state(handle)
 
     def still_waiting(self, handle: SandboxHandle) -> bool | None:
         sandbox = self._sandboxes.get(handle.sandbox_id)
@@ -855,6 +847,11 @@ class DockerBackend:
                 f"{handle.name} takes no launch: it is gone, was not pre-started, or was launched already",
                 details={"sandbox": handle.name},
             )
+        if spec.tty:  # never a terminal it was not started with
+            raise SandboxUnavailable(
+                f"{handle.name} was pre-started without a terminal: a command with tty starts cold",
+                details={"sandbox": handle.name},
+            )
         sandbox.report = new_report_token()
         # the status channel only once its pipe's name is gone with the init holding it (status_pipe)
         status = sandbox.status is not None and sandbox.init_pid > 0 and sandbox.status.seal(sandbox.init_pid)
@@ -864,6 +861,8 @@ class DockerBackend:
             sandbox.status_read = asyncio.ensure_future(in_daemon_thread(sandbox.status.read, f"status-{handle.name}"))
         data, attach = message + (spec.stdin or b""), sandbox.attach
         if spec.session:  # the message first in the session's input, what it sends after it
+            if sandbox.relay is not None:  # someone waits for what it echoes
+                sandbox.relay.set_pace(INTERACTIVE_PACE_S)
             feed = sandbox.feed = InputFeed(handle.name, attach.send, attach.end_input)
             send_to(feed, handle.name, message)
             return
@@ -965,9 +964,11 @@ class DockerBackend:
         except EngineError as exc:
             raise self._error(exc, f"cannot list sandboxes: {exc.reason}") from exc
         managed = [managed_sandbox(item) for item in listed]
+        live = {sandbox.name for sandbox in managed}
         if await self._gives_own_cgroups(engine):  # what the reaper lists, it collects: parents left behind too
-            live = {sandbox.name for sandbox in managed}
             await self._call(run_cgroup.sweep, live, older_than_s=LEFTOVER_CGROUP_AGE_S)
+        # and status pipes' directories (this process's own sandboxes are listed: theirs stay)
+        await self._call(sweep, Path(state_dir()) / STATUS_SUBDIR, live, older_than_s=LEFTOVER_CGROUP_AGE_S)
         return managed
 
     async def close(self) -> None:

@@ -19,19 +19,63 @@ and the pipeline records it as the confirmation (``confirm_end``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import stat
 import threading
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from orchestrator.backends._support.init_status import MAX_LINE
+from orchestrator.backends.base import LaunchSpec
+
+log = logging.getLogger(__name__)
 
 #: where the pipe's directory is mounted in the container (the init's argument names the pipe in it)
 MOUNT_DIR = "/run/sandbox-status"
 PIPE_NAME = "status"
 #: the runtimes whose container processes are this host's (their pids seen here): gVisor's are not
 HOST_PID_RUNTIMES = frozenset({"runc", "crun"})
+CAP_SYS_PTRACE = 19
+
+
+def can_seal() -> bool:
+    """Whether this process may look at an init's descriptors (the init is not dumpable: root's, or a holder of
+    CAP_SYS_PTRACE's); without it a pipe could never be sealed, so none is made (the engine's account)."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            effective = next(line for line in status if line.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(effective.split()[1], 16) >> CAP_SYS_PTRACE & 1)
+
+
+def sweep(root: Path, live: Iterable[str], *, older_than_s: float) -> int:
+    """Remove the pipes' directories under ``root`` of sandboxes that are gone (a controller that stopped
+    before removing them), leaving those named in ``live`` and any younger than ``older_than_s`` (a sandbox
+    being created); returns how many went."""
+    keep = set(live)
+    now = time.time()
+    removed = 0
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return 0
+    for entry in entries:
+        if entry.name in keep:
+            continue
+        try:
+            old = entry.is_dir() and not entry.is_symlink() and now - entry.stat().st_mtime >= older_than_s
+        except OSError:  # removed meanwhile (its sandbox's own destroy)
+            continue
+        if old:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+    return removed
 
 
 class StatusPipe:
@@ -42,6 +86,19 @@ class StatusPipe:
         self._reader: int | None = reader
         self._lock = threading.Lock()  # read() takes the descriptor (and closes it), or close() does
         self.sealed = False
+
+    @classmethod
+    def for_sandbox(cls, spec: LaunchSpec, root: Path, name: str) -> StatusPipe | None:
+        """``spec``'s pipe when it is a pre-started sandbox whose init this process will see (a runtime of
+        HOST_PID_RUNTIMES) and whose descriptors it may look at (``can_seal``); None otherwise, or when the
+        pipe cannot be made (logged): the engine's account of its end, as without one."""
+        if not spec.pooled or spec.profile.runtime not in HOST_PID_RUNTIMES or not can_seal():
+            return None
+        try:
+            return cls.make(root, name)
+        except OSError as exc:
+            log.warning("no status channel for %s: %s", name, exc)
+            return None
 
     @classmethod
     def make(cls, root: Path, name: str) -> StatusPipe:

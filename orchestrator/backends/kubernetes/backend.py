@@ -126,8 +126,7 @@ class _Pod:
     workspace: str  # the controller's copy (copy mode: where the pod's workspace comes back to)
     container_path: str
     stdin: bytes | None = None
-    # a session (a SessionLaunch): its command, exec'd once the pod runs (pod_session)
-    session_argv: list[str] | None = None
+    session_argv: list[str] | None = None  # a cold session's command, exec'd once the pod runs (pod_session)
     tty: bool = False
     start_error: OrchestratorError | None = None
     # attached once the container runs (None: it ended before that); a session's is its exec stream
@@ -141,12 +140,12 @@ class _Pod:
     pooled: bool = False  # pre-started: its init waits for launch()
     launched: bool = False
     report: str = ""  # the launch's token: the init's status line is under it
-    # the command's end as its init reported it (then wait() did not wait for the kubelet)
-    init_status: InitStatus | None = None
+    init_status: InitStatus | None = None  # the command's end as its init reported it (wait() did not wait)
     usage_report: InitStatus | None = None  # its report, kept for its usage even where it does not end the run
     # a one-shot command started through the init: launched by start() once the pod's stdio is held
     launch_at_start: LaunchSpec | None = None
     egress_ip: str | None = None  # served by the egress proxy at this address (open_egress), until destroy
+    relay: OutputRelay | None = None  # its live output's, while captured
 
 
 class KubernetesBackend:
@@ -562,7 +561,7 @@ class KubernetesBackend:
         relay = None
         if on_output is not None:
             pace = INTERACTIVE_PACE_S if isinstance(stdio, PodSession) else OUTPUT_PACE_S
-            relay = OutputRelay(asyncio.get_running_loop(), on_output, max_chunk=READ_SIZE, pace=pace)
+            relay = pod.relay = OutputRelay(asyncio.get_running_loop(), on_output, max_chunk=READ_SIZE, pace=pace)
         stdout = StreamSink(stdout_limit, None if relay is None else functools.partial(relay.post, "stdout"))
         stderr = StreamSink(stderr_limit, None if relay is None else functools.partial(relay.post, "stderr"))
         stdio.deliver_to(stdout.write, stderr.write)
@@ -901,6 +900,8 @@ class KubernetesBackend:
         pod.report = new_report_token()
         message = spec_launch_message(spec, report=pod.report, status_channel=True)
         pod.launched = True  # exactly once, whatever happens next
+        if spec.session and pod.relay is not None:  # someone waits for what it echoes
+            pod.relay.set_pace(INTERACTIVE_PACE_S)
         launch = functools.partial(pod.stdio.launch, session=spec.session)
         await self._call(launch, message, spec.stdin, self.settings.start_timeout_s)
 

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.backends.base import ExitState, SandboxHandle
 from orchestrator.evidence import EventType
-from orchestrator.pipeline.executor import _confirm_end, end_disagreement
+from orchestrator.pipeline.executor import _confirm_end, _unless_cancelled, end_disagreement
 
 NOW = datetime(2026, 11, 28, tzinfo=UTC)
 
@@ -93,3 +93,31 @@ async def test_a_confirmation_that_fails_still_removes_the_sandbox() -> None:
     with pytest.raises(OSError):
         await _confirm_end(engine, handle, state(3), record=record, seen=seen, follower=follower)  # type: ignore[arg-type]
     assert engine.destroyed == ["sbx-ex-1"] and follower.cancelled()
+
+
+@pytest.mark.parametrize("reported", [True, False], ids=["reported", "torn-down-already"])
+async def test_a_run_cancelled_after_its_reported_end_still_removes_its_sandbox(reported: bool) -> None:
+    """Cancelled between its reported end and its outcome (the meter's last look, the workspace's record): no
+    confirmation will follow, so the sandbox is removed at once and its follower stopped (adversarial
+    review of issue 24: it was left until the orphan collector came). A run already torn down: nothing more."""
+    seen = {"destroy": asyncio.Event()}
+    engine = Engine(state(3), seen)
+    follower = asyncio.create_task(asyncio.sleep(3600))
+    handle = SandboxHandle(execution_id="ex-1", sandbox_id="uid-1", name="sbx-ex-1")
+    step = asyncio.ensure_future(
+        _unless_cancelled(
+            asyncio.sleep(3600),
+            reported=reported,
+            backend=engine,
+            handle=handle,
+            seen=seen,
+            follower=follower,  # type: ignore[arg-type]
+        )
+    )
+    await asyncio.sleep(0)
+    step.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await step
+    assert engine.destroyed == (["sbx-ex-1"] if reported else [])
+    assert follower.cancelled() is reported
+    follower.cancel()
