@@ -8,6 +8,7 @@ import os
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -108,22 +109,41 @@ def start_readers(directory: Path) -> tuple[dict[str, bytes], list[threading.Thr
     return got, threads
 
 
+@dataclass
+class PooledPod:
+    """A pre-started pod's processes, run locally: our init behind the barrier, the sidecar's relays, and the
+    pool's launch writer, connected as the pod is filled (ready once it holds the init's pipe)."""
+
+    workspace: Path
+    pipes: Path
+    init: subprocess.Popen[bytes]
+    got: dict[str, bytes]
+    threads: list[threading.Thread]
+    writer: subprocess.Popen[bytes]
+
+    @classmethod
+    def fill(cls, init: Path, tmp_path: Path) -> PooledPod:
+        workspace = tmp_path / "ws"
+        workspace.mkdir()
+        pipes = tmp_path / "io"
+        pipes.mkdir()
+        proc = subprocess.Popen(local(pooled_barrier_command([str(init)]), pipes), stdout=subprocess.PIPE)
+        got, threads = start_readers(pipes)
+        writer = subprocess.Popen(
+            local(launch_writer_command(), pipes), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert writer.stderr is not None
+        assert writer.stderr.readline() == start_barrier.READY_MARKER
+        return cls(workspace, pipes, proc, got, threads, writer)
+
+
 @pytest.mark.parametrize("stdin", [b"fed \x00 in" * 20000, b"", None], ids=["200KB-with-NUL", "empty", "none"])
 def test_a_pooled_pods_init_waits_then_runs_the_launched_command(
     init: Path, tmp_path: Path, stdin: bytes | None
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    pipes = tmp_path / "io"
-    pipes.mkdir()
-    proc = subprocess.Popen(local(pooled_barrier_command([str(init)]), pipes), stdout=subprocess.PIPE)
-    got, threads = start_readers(pipes)
-    # the pool's writer, connected as the pod is filled: ready once it holds the init's pipe
-    writer = subprocess.Popen(
-        local(launch_writer_command(), pipes), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
-    )
+    pod = PooledPod.fill(init, tmp_path)
+    workspace, pipes, proc, got, threads, writer = pod.workspace, pod.pipes, pod.init, pod.got, pod.threads, pod.writer
     assert writer.stderr is not None and writer.stdin is not None
-    assert writer.stderr.readline() == start_barrier.READY_MARKER
     with pytest.raises(subprocess.TimeoutExpired):
         proc.wait(timeout=0.5)  # the init waits for its message
     script = 'printf "%s|%s|" "$(pwd)" "$GREETING"; wc -c; echo err >&2; exit 7'
@@ -151,17 +171,9 @@ def test_a_pooled_pods_init_waits_then_runs_the_launched_command(
 def test_a_sessions_input_streams_through_the_launch_writer_until_its_stream_ends(init: Path, tmp_path: Path) -> None:
     """A session from a pre-started pod: no stdin size in the header; each piece of input reaches the command
     as it is sent (not at the stream's end), and the stream's end is the command's EOF."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    pipes = tmp_path / "io"
-    pipes.mkdir()
-    proc = subprocess.Popen(local(pooled_barrier_command([str(init)]), pipes), stdout=subprocess.PIPE)
-    got, threads = start_readers(pipes)
-    writer = subprocess.Popen(
-        local(launch_writer_command(), pipes), stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
-    )
+    pod = PooledPod.fill(init, tmp_path)
+    workspace, proc, got, threads, writer = pod.workspace, pod.init, pod.got, pod.threads, pod.writer
     assert writer.stderr is not None and writer.stdin is not None
-    assert writer.stderr.readline() == start_barrier.READY_MARKER
     script = 'read a; echo "$a" > first; while read l; do echo "got $l"; done; echo "eof" >&2; exit 3'
     message = launch_message(["/bin/sh", "-c", script], {}, str(workspace), with_stdin=True)
     writer.stdin.write(launch_header(len(message), None) + message)
