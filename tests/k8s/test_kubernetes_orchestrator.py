@@ -326,8 +326,9 @@ async def test_a_killed_init_ends_the_run_from_the_kubelets_account(pipeline: Pi
 async def test_an_evicted_pod_ends_its_run_from_the_kubelets_account(pipeline: Pipeline, k8s_api: Any) -> None:
     """An eviction (the API's, as a node drain does it) stops the pod from outside: the init forwards the
     SIGTERM and reports it as a stop (``stopped=``), so the end is the kubelet's: its exit code when it
-    reported one before the pod was removed, else SANDBOX.UNAVAILABLE saying the sandbox was stopped from
-    outside. Never the command's own answer to the SIGTERM taken for its end, never a hang."""
+    reported one before the pod was removed, else SANDBOX.UNAVAILABLE (saying the sandbox was stopped from
+    outside when the init's line got out first). Never the command's own answer to the SIGTERM taken for its
+    end, never a hang."""
     from kubernetes import client
 
     before = {s.name for s in await pipeline.backend.list_managed()}
@@ -340,7 +341,10 @@ async def test_an_evicted_pod_ends_its_run_from_the_kubelets_account(pipeline: P
         async with asyncio.timeout(90):
             out = await task
     except SandboxUnavailable as lost:  # the pod was gone before the kubelet's account of it arrived
-        assert "signal 15 from outside the sandbox" in str(lost), lost
+        # the init's word that the stop came from outside, when its line got out before the sidecar's relay was
+        # stopped with the pod (under load it may not: then only that the pod was deleted first)
+        said = str(lost)
+        assert "signal 15 from outside the sandbox" in said or "deleted before the kubelet reported one" in said, said
         await pipeline.orch.settle()
         out = {"records": list(iter_records(pipeline.evidence, execution_id=pod.execution_id))}
     else:
