@@ -108,8 +108,8 @@ KILL_REPORT_S = 30.0
 #: how often a wait looks whether its pod was stopped meanwhile (then its bound applies)
 WAIT_RECHECK_S = 2.0
 #: how long the kubelet's account of an end the init reported is waited for (it relists once a second); the pod
-#: holds its cpu until then: at 30 s the test suite's pooled fills found no room on the 2-core node (at 10 s,
-#: 6 of 60 runs at 20 at a time there were end_unconfirmed: the kubelet's account came later under that load)
+#: holds its cpu until then (at 30 s a test suite's pooled fill found no room on the 2-core node, most likely
+#: for that; at 10 s, 6 of 60 runs at 20 at a time were end_unconfirmed: the account came later under that load)
 CONFIRM_S = 10.0
 #: how soon the stdio relays are tried again while the pod cannot run them yet (each try is a round trip, and
 #: an exec the kubelet refuses leaks a descriptor in the API server: kubernetes/kubernetes#135245), doubling
