@@ -364,13 +364,10 @@ class DockerBackend:
         status = StatusPipe.for_sandbox(spec, Path(state_dir()) / STATUS_SUBDIR, name) if local else None
         try:
             return await self._create(engine, spec, name, parent, status)
-        except BaseException:
-            if status is not None and self._by_name(name) is None:
+        except BaseException:  # never registered (that is _create's last step): the pipe is nobody's
+            if status is not None:
                 status.close()
             raise
-
-    def _by_name(self, name: str) -> _Sandbox | None:
-        return next((s for s in self._sandboxes.values() if s.handle.name == name), None)
 
     async def _create(
         self, engine: EngineClient, spec: LaunchSpec, name: str, parent: str, status: StatusPipe | None
@@ -967,8 +964,9 @@ class DockerBackend:
         live = {sandbox.name for sandbox in managed}
         if await self._gives_own_cgroups(engine):  # what the reaper lists, it collects: parents left behind too
             await self._call(run_cgroup.sweep, live, older_than_s=LEFTOVER_CGROUP_AGE_S)
-        # and status pipes' directories (this process's own sandboxes are listed: theirs stay)
-        await self._call(sweep, Path(state_dir()) / STATUS_SUBDIR, live, older_than_s=LEFTOVER_CGROUP_AGE_S)
+        if self._status_channel and self._endpoint.is_local_socket:  # only this host's engine made pipes here
+            # and status pipes' directories (this process's own sandboxes are listed: theirs stay)
+            await self._call(sweep, Path(state_dir()) / STATUS_SUBDIR, live, older_than_s=LEFTOVER_CGROUP_AGE_S)
         return managed
 
     async def close(self) -> None:

@@ -99,7 +99,7 @@ def container_config(
                 for mount in profile.read_only_mounts
             ),
             *etc_mounts(etc_dir),
-            *([status.mount()] if status is not None and spec.pooled else []),
+            *([status.mount()] if status is not None else []),  # made for pre-started sandboxes only
         ],
         "CapDrop": list(profile.cap_drop),  # ["ALL"]
         "CapAdd": None,

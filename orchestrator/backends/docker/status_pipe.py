@@ -19,6 +19,7 @@ and the pipeline records it as the confirmation (``confirm_end``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -41,9 +42,11 @@ HOST_PID_RUNTIMES = frozenset({"runc", "crun"})
 CAP_SYS_PTRACE = 19
 
 
+@functools.cache
 def can_seal() -> bool:
     """Whether this process may look at an init's descriptors (the init is not dumpable: root's, or a holder of
-    CAP_SYS_PTRACE's); without it a pipe could never be sealed, so none is made (the engine's account)."""
+    CAP_SYS_PTRACE's); without it a pipe could never be sealed, so none is made (the engine's account). Asked
+    once: a process's credentials do not change under it."""
     if os.geteuid() == 0:
         return True
     try:
