@@ -42,7 +42,7 @@ from orchestrator.domain.errors import (
     SandboxUnavailable,
 )
 from orchestrator.domain.ids import new_execution_id
-from orchestrator.domain.requests import ShellExecRequest, parse_request
+from orchestrator.domain.requests import ExecCommandRequest, ShellExecRequest, parse_request
 from orchestrator.domain.sanitized import SanitizedRequest
 from orchestrator.domain.wire import ErrorBody, RunResult
 from orchestrator.egress.runs import Egress, EgressSettings, NameRedactor
@@ -364,7 +364,10 @@ class Runner:
             # what a run would check before anything starts: never a sandbox a run would be refused
             self.check_workspace(workspace)
             refuse_unavailable_escalations(request)
-            spec = launch_spec(new_execution_id(), request, self.profiles.resolve(request, session=False), workspace)
+            # an exec_command opens a session: its key is a session's (its profile resolved for a session)
+            session = isinstance(request, ExecCommandRequest)
+            profile = self.profiles.resolve(request, session=session)
+            spec = launch_spec(new_execution_id(), request, profile, workspace, session=session)
         except OrchestratorError:
             return False
         key = self._pool_key(spec, request.tenant)
