@@ -74,7 +74,9 @@ async def test_a_runner_killed_mid_step_leaves_no_sandbox(ci_service: Harness, t
     process.stdin.close()
     assert await asyncio.wait_for(process.stdout.readline(), 120) == b"started\n"  # the step runs, streaming
     running = _ours()
-    assert len(running) == 1 and processes_mentioning(f"sleep {marker}"), running
+    assert len(running) == 1, running
+    # "started" is printed before the shell has exec'd sleep: on a busy machine that can take a moment
+    await _until(f"sleep {marker} running", lambda: bool(processes_mentioning(f"sleep {marker}")), 5.0)
 
     process.kill()  # the runner dies: SIGKILL, no handler runs, the connection just drops
     assert await process.wait() == -9
