@@ -110,6 +110,7 @@ class _Session:
     tty: bool
     observer: Observer | None = None
     idle_timeout_s: float = 0.0
+    lifetime_ends: float = float("inf")  # (monotonic) when its sandbox's deadline stops it
     chunks: collections.deque[tuple[OutputStream, bytes]] = field(default_factory=collections.deque)
     buffered: int = 0
     dropped: int = 0
@@ -340,6 +341,7 @@ class Sessions:
             session.handle = handle
             session.last_active = time.monotonic()
             session.idle_timeout_s = profile.session_idle_timeout_s
+            session.lifetime_ends = session.last_active + profile.session_lifetime_s
             session.started.set()
             self.orchestrator.background.spawn(
                 self._note(session, EventType.SESSION_OPENED, data={"tty": session.tty, "sandbox": handle.name}),
@@ -376,11 +378,16 @@ class Sessions:
 
     async def _watch_idle(self, session: _Session) -> None:
         while not session.ended:
-            left = session.last_active + session.idle_timeout_s - time.monotonic()
+            now = time.monotonic()
+            if now >= session.lifetime_ends:
+                # its deadline is stopping it (a pod's end can take the kubelet seconds to report): it ends
+                # by its lifetime, never "idle" because the stop took longer than the idle timeout
+                return
+            left = session.last_active + session.idle_timeout_s - now
             if left <= 0:
                 self.orchestrator.background.spawn(self._stop(session, "idle"), name=f"session-idle-stop-{session.id}")
                 return
-            await asyncio.sleep(left)
+            await asyncio.sleep(min(left, session.lifetime_ends - now))
 
     async def _stop(self, session: _Session, reason: CloseReason) -> None:
         """Stop the session's sandbox (if it runs), wait for its execution's end, record it."""

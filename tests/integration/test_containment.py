@@ -3,8 +3,10 @@
 Every probe goes gate → evidence → backend → a fresh hardened sandbox → teardown, as ``Orchestrator.execute``
 drives it, for the ``workspace-write`` (runc) and ``untrusted`` (runsc/gVisor) profiles, on both backends:
 ``docker`` (a container on the project's engine; marker ``integration``) and ``kubernetes`` (a pod on the
-test cluster, gVisor through the ``gvisor`` RuntimeClass; marker ``k8s``). A probe is a short script
-printing one ``VERDICT {json}`` line; each test compares every field with the exact outcome expected (errno
+test cluster, gVisor through the ``gvisor`` RuntimeClass; marker ``k8s``), each cold and pre-started
+(``-pooled``), as one-shot runs and as sessions (``-session``: the probe is an exec_command session's
+command, its input ended at once, polled to its end; its session records checked apart). A probe is a short
+script printing one ``VERDICT {json}`` line; each test compares every field with the exact outcome expected (errno
 names, exit codes). Where runc and gVisor, or a container and a pod, legitimately differ, both outcomes are
 spelled out, each with why (see docs/setup-notes.md for the gVisor quirks, docs/kubernetes.md
 for the pod's).

@@ -27,10 +27,13 @@ from orchestrator.backends.docker import DockerBackend
 from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError
 from orchestrator.domain.errors import OrchestratorError
+from orchestrator.domain.requests import ExecCommandRequest
 from orchestrator.evidence import EvidenceRecord, iter_records, verify
 from orchestrator.pipeline.factory import build_orchestrator
+from orchestrator.pipeline.observer import Observer
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
+from orchestrator.service.sessions import Sessions
 from scripts.testcluster.settings import NODE_POD_PIDS_LIMIT as NODE_POD_PIDS_LIMIT
 from scripts.testcluster.settings import Settings
 from tests.support.images import SANDBOX_UID
@@ -47,6 +50,12 @@ BACKENDS = [
     pytest.param("docker-pooled", marks=pytest.mark.integration),
     pytest.param("kubernetes", marks=pytest.mark.k8s),
     pytest.param("kubernetes-pooled", marks=pytest.mark.k8s),
+    # every probe in a session (exec_command, its input ended at once, polled to its end): a cold one
+    # (Docker: attached stdin; Kubernetes: exec'd into a waiting pod) and one launched into a pre-started sandbox
+    pytest.param("docker-session", marks=pytest.mark.integration),
+    pytest.param("docker-pooled-session", marks=pytest.mark.integration),
+    pytest.param("kubernetes-session", marks=pytest.mark.k8s),
+    pytest.param("kubernetes-pooled-session", marks=pytest.mark.k8s),
 ]
 # mode allow lets through only what the gate fully sees; the probes run code it cannot read (python3 from
 # a here-document), so they are asked, and a rule approves every ask: the approval is recorded like any other
@@ -198,6 +207,7 @@ class Run:
     records: list[EvidenceRecord]
     sandbox_id: str | None
     pool_id: str | None = None  # a pre-started sandbox's: its labels' execution id, its pod's name
+    session_records: list[EvidenceRecord] = field(default_factory=list)  # a session's own (opened, input, closed)
 
     @property
     def execution_id(self) -> str:
@@ -259,6 +269,8 @@ class Harness:
             backend=self.backend,
             profiles=self.profiles if self.profiles is not None else ProfileRegistry(),
         )
+        self.session_results = SessionResults()
+        self.sessions = Sessions(self.orch, hooks=self.session_results)
 
     @property
     def k8s(self) -> bool:
@@ -266,7 +278,12 @@ class Harness:
 
     @property
     def pooled(self) -> bool:
-        return self.kind.endswith("-pooled")
+        return "-pooled" in self.kind
+
+    @property
+    def session(self) -> bool:
+        """Every probe runs as a session's command (exec_command), not a one-shot run."""
+        return self.kind.endswith("-session")
 
     def init_is_pid1(self, profile: str) -> bool:
         """Whether our init stays the sandbox's PID 1 to report the command's end: every pod's; a pre-started
@@ -276,7 +293,7 @@ class Harness:
     @property
     def engine(self) -> str:
         """docker | kubernetes: what the backend-specific expectations are keyed by."""
-        return self.kind.removesuffix("-pooled")
+        return self.kind.split("-")[0]
 
     async def _prestarted(self, raw: dict[str, Any], workspace: Path) -> None:
         """Pooled: a sandbox of exactly this run's key ready before it comes (its first run of a key would
@@ -285,7 +302,9 @@ class Harness:
         await self.orch.pool.drain()  # only this run's sandbox may be waiting: the battery counts sandboxes
         if not self.orch.prestart(raw, workspace=workspace):
             return  # a run that is refused (the run's own error says why)
-        for _ in range(600):
+        # as patient as a cold run's start: the node may be full for a while (the cluster's other tests' pods)
+        deadline = time.monotonic() + EXECUTION_MARGIN_S
+        while time.monotonic() < deadline:
             if self.orch.pool.describe()["ready"]:
                 return
             await asyncio.sleep(0.05)
@@ -309,6 +328,8 @@ class Harness:
 
     async def run(self, command: str, profile: str, *, workspace: Path | None = None, **request: Any) -> Run:
         raw = {"tool": "shell_command", "command": command, "profile": profile, **request}
+        if self.session:
+            raw = {"tool": "exec_command", "cmd": command, "profile": profile, **request}
         registry = self.profiles if self.profiles is not None else ProfileRegistry()
         wall_s = request.get("timeout_ms", 0) / 1000 or registry.resolve(profile).wall_timeout_s
         try:
@@ -317,7 +338,10 @@ class Harness:
             # an execution that never ends is a failure here, not a hung suite (the sandbox's own timeout, then
             # a generous margin for the kill and the teardown)
             async with asyncio.timeout(wall_s + EXECUTION_MARGIN_S):
-                result = await self.orch.execute(raw, workspace=workspace or self.workspace)
+                if self.session:
+                    result = await self._in_session(raw, workspace or self.workspace)
+                else:
+                    result = await self.orch.execute(raw, workspace=workspace or self.workspace)
         except OrchestratorError as err:
             if "execution_id" in err.details:
                 self._started(str(err.details["execution_id"]))
@@ -330,6 +354,10 @@ class Harness:
         # after its end record: the battery checks the whole lifecycle, and that nothing is left
         await self.orch.settle()
         records = list(iter_records(self.evidence_path, execution_id=execution_id))
+        session_records = [r for r in records if r.event.startswith("session_")]
+        if self.session:  # the battery's checks are the execution's: the session's own are checked here
+            records = [r for r in records if not r.event.startswith("session_")]
+            assert_session_records(session_records, result)
         if self.pooled:
             records = self._with_pooled_start(records)
             assert self.orch.pool is not None
@@ -339,9 +367,36 @@ class Harness:
         pooled = next((r.data or {} for r in records if r.event == "execution_started"), {}).get("pooled")
         if pooled:  # its pod or container carries the pool id: checked gone at close like the others
             self.execution_ids.add(str(pooled["pool_id"]))
-        run = Run(self.engine, result, result.to_json(), records, sandbox_id, pooled["pool_id"] if pooled else None)
+        run = Run(
+            self.engine,
+            result,
+            result.to_json(),
+            records,
+            sandbox_id,
+            pooled["pool_id"] if pooled else None,
+            session_records,
+        )
         await self.assert_gone(run)
         return run
+
+    async def _in_session(self, raw: dict[str, Any], workspace: Path) -> ExecutionResult:
+        """``raw`` as a session: opened, its input ended at once (the probes bring their own), polled until its
+        command ended, closed; its execution's result, as the sessions' hooks saw it end."""
+        owner = {"tenant": "default", "subject": "anonymous"}
+        opened = await self.sessions.open({**raw, "yield_time_ms": 0}, workspace=workspace)
+        sid = opened.session_id
+        if opened.running:
+            await self.sessions.end_input(sid, **owner)
+        reply = opened
+        while reply.running:  # output taken as it comes (a session holds at most 4 MiB for its caller)
+            reply = await self.sessions.poll(sid, **owner, yield_ms=2000)
+        if self.sessions.owner(sid) is not None:  # output left untaken: closing takes it (else it is forgotten)
+            await self.sessions.close(sid, **owner)
+        result, error = self.session_results.ended.pop(sid)
+        if result is None:
+            assert error is not None, f"session {sid} ended with neither a result nor an error"
+            raise error
+        return result
 
     def _with_pooled_start(self, records: list[EvidenceRecord]) -> list[EvidenceRecord]:
         """The execution's records with its pooled sandbox's create and start (from the sandbox's own
@@ -383,6 +438,7 @@ class Harness:
 
     async def close(self) -> None:
         try:
+            await self.sessions.aclose()
             await self.orch.aclose()
             if self.execution_ids:  # (a test skipped before its first execution has no evidence to verify)
                 report = verify(self.evidence_path)
@@ -407,6 +463,35 @@ def open_harness(
     if kind.startswith("docker"):
         return Harness(kind, tmp_path, sandboxes=request.getfixturevalue("run_sandboxes"), profiles=profiles)
     return Harness(kind, tmp_path, space=request.getfixturevalue("sandbox_space"), profiles=profiles)
+
+
+class SessionResults:
+    """The sessions' hooks: each session's execution result (or the error that ended it), by session id."""
+
+    def __init__(self) -> None:
+        self.ended: dict[str, tuple[ExecutionResult | None, OrchestratorError | None]] = {}
+
+    def session_opening(self, execution_id: str, request: ExecCommandRequest) -> Observer | None:
+        return None
+
+    def session_ended(
+        self, execution_id: str, result: ExecutionResult | None, error: OrchestratorError | None, started: bool
+    ) -> None:
+        self.ended[execution_id] = (result, error)
+
+
+def assert_session_records(records: list[EvidenceRecord], result: ExecutionResult) -> None:
+    """A session's own records beside its execution's: opened once, its input's end, closed once with how
+    its command ended (its exit, or the stop the execution's error names)."""
+    events = [r.event for r in records]
+    assert events[0] == "session_opened" and events.count("session_opened") == events.count("session_closed") == 1
+    # its input: only its end (none when the command had ended before it); its output as each answer took it
+    # (the close's answer, with what was left, after the end record)
+    inputs = [r.data for r in records if r.event == "session_input"]
+    assert inputs in ([], [{"bytes": 0, "end": True}]), inputs
+    assert set(events) == {"session_opened", "session_closed"} | set(events) & {"session_input", "session_output"}
+    (closed,) = [r.data or {} for r in records if r.event == "session_closed"]
+    assert closed.get("exit_code") == result.outcome.exit_code, (closed, result.outcome)
 
 
 # -- what every execution must have left in the evidence ------------------------------------------------------

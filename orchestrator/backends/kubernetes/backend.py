@@ -127,7 +127,7 @@ class _Pod:
     workspace: str  # the controller's copy (copy mode: where the pod's workspace comes back to)
     container_path: str
     stdin: bytes | None = None
-    session_argv: list[str] | None = None  # a cold session's command, exec'd once the pod runs (pod_session)
+    session_argv: list[str] | None = None  # a terminal session's command, exec'd once the pod runs (pod_session)
     tty: bool = False
     start_error: OrchestratorError | None = None
     # attached once the container runs (None: it ended before that); a session's is its exec stream
@@ -302,13 +302,12 @@ class KubernetesBackend:
     # -- one sandbox ------------------------------------------------------------------------------------
 
     async def create(self, spec: LaunchSpec) -> SandboxHandle:
-        """The pod, admitted by the API server; it starts as soon as the scheduler places it. A one-shot
-        command the init can carry starts as a pre-started pod does, and is launched into it as soon as its
-        stdio is held (start()): its init then reports its end (see ``_reported_end``). A cold session is
-        exec'd into its pod (``pod_session``): one exec, where the init's way takes five (its relays and its
-        launch writer, each throttled at a small profile's cpu: at 0.05 cpu 4.9 s to open against 2.8 s); a
-        session from the pool has them before it is claimed."""
-        through_init = not spec.pooled and not spec.session and not spec.tty and fits_launch(spec)
+        """The pod, admitted by the API server; it starts as soon as the scheduler places it. A command the
+        init can carry (a one-shot's or a session's, without a terminal) starts as a pre-started pod does,
+        and is launched into it as soon as its stdio is held (start()): its init then reports its end, its
+        OOM kills and its usage (see ``_reported_end``), as on every other path. A terminal is the kubelet's
+        to make: such a session is exec'd into its pod (``pod_session``), the pod's end then the kubelet's."""
+        through_init = not spec.pooled and not spec.tty and fits_launch(spec)
         manifest = pod_manifest(spec, self.settings, waiting=through_init, pod_level=self._pod_level)
         name = manifest["metadata"]["name"]
         kube = await self._client()
@@ -339,7 +338,7 @@ class KubernetesBackend:
             workspace=spec.workspace.local_path,
             container_path=spec.profile.workspace.container_path,
             stdin=None if through_init else spec.stdin,  # through the init: after the launch message
-            session_argv=sandbox_argv(spec) if spec.session else None,
+            session_argv=sandbox_argv(spec) if spec.session and not through_init else None,
             tty=spec.tty,
             pooled=spec.pooled or through_init,
             launch_at_start=spec if through_init else None,
@@ -830,7 +829,7 @@ class KubernetesBackend:
     # -- sessions ---------------------------------------------------------------------------------------
 
     def _session(self, handle: SandboxHandle) -> PodSession | PodStdio:
-        """A session's stdio: its exec stream (cold), or a pre-started pod's relays (launched as a session)."""
+        """A session's stdio: its init's relays (it was launched as a session), or a terminal's exec stream."""
         pod = self._pods.get(handle.name)
         if pod is None or pod.stdio is None or pod.stdio.feed is None:
             raise SandboxUnavailable(

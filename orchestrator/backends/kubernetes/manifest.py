@@ -376,7 +376,7 @@ def pod_manifest(
     if waiting:  # our init, its rlimits and env set as a command's would be; launch() brings the rest
         init = dataclasses.replace(spec, argv=(INIT_PATH,), env={})
         main = pooled_barrier_command(sandbox_argv(init))
-    elif spec.session:  # a cold session: its command is exec'd into it (start_barrier)
+    elif spec.session:  # a session with a terminal: its command is exec'd into it (pod_session)
         main = idle_command(deadline_s + 60)
     else:
         main = barrier_command(sandbox_argv(spec), with_stdin=spec.stdin is not None)
