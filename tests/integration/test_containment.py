@@ -49,6 +49,7 @@ from orchestrator.pipeline.this_process import owner_label
 from orchestrator.profiles import ProfileRegistry
 from tests.support.containment import (
     BACKENDS,
+    COLD_ONE_SHOT,
     NODE_POD_PIDS_LIMIT,
     POD_SUBNET,
     PROFILES,
@@ -768,28 +769,17 @@ async def test_memory_bomb_is_oom_killed_and_recorded(harness: Harness, profile:
     assert finished.data is not None and finished.data["oom_killed"] is True
 
 
-# it times the engine's kill at the deadline (< 8 s for a 2 s timeout): with no other test loading the machine
-@pytest.mark.engine_exclusive
-@pytest.mark.parametrize("profile", PROFILES)
-async def test_cpu_spin_past_the_deadline_is_killed_and_recorded(harness: Harness, profile: str) -> None:
+async def _spin_past_the_deadline(harness: Harness, profile: str) -> Run:
     """Killed at its deadline. Docker: SIGKILL, exit 137. A pod: the kubelet stops a container with SIGTERM and
     at least 2 s of grace before SIGKILL, whatever terminationGracePeriodSeconds says: PID 1 is our init, which
     forwards the SIGTERM to the command (a shell without a handler), which dies of it: 143 (runc and gVisor
     alike; before the init stayed PID 1, runc's PID 1 was the shell itself, which ignored it: 137)."""
-    started = time.monotonic()
     run = await harness.run("while :; do :; done", profile, timeout_ms=2000)
-    elapsed = time.monotonic() - started
     out = run.out
     exit_code = 143 if harness.k8s else 137
     assert (out["timed_out"], out["oom_killed"], out["exit_code"]) == (True, False, exit_code)
     assert out["error"]["code"] == "SANDBOX.TIMEOUT"
-    if harness.k8s:
-        # the deadline, the kubelet acting on the cut activeDeadlineSeconds (about 3 s here), then for runc the 2 s
-        # of grace before the SIGKILL (measured: runc 6.8-7.0 s, gVisor 4.9-5.0 s)
-        assert (2000 if gvisor(profile) else 4000) <= out["duration_ms"] < 10_000
-    else:
-        assert 2000 <= out["duration_ms"] < 8000
-    assert elapsed < 15
+    assert out["duration_ms"] >= 2000  # never before its deadline
     assert_evidence(
         run, status="timeout", exit_code=exit_code, error_code="SANDBOX.TIMEOUT", extra=["container_killed"]
     )
@@ -803,6 +793,36 @@ async def test_cpu_spin_past_the_deadline_is_killed_and_recorded(harness: Harnes
         assert killed.data["signal"] == "9"
     events = run.events()
     assert events.index("container_started") < events.index("container_killed") < events.index("container_died")
+    return run
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+async def test_cpu_spin_past_the_deadline_is_killed_and_recorded(harness: Harness, profile: str) -> None:
+    """On every path: killed by the request's 2 s deadline (not the profile's wall timeout, minutes away),
+    recorded as a timeout. How soon the engine kills is timed once per engine, cold, on a quiet machine
+    (below): under make test's parallel tiers the engine's kill takes what the machine gives it."""
+    run = await _spin_past_the_deadline(harness, profile)
+    wall_timeout_ms = resolved(profile).wall_timeout_s * 1000
+    assert run.out["duration_ms"] < min(60_000, wall_timeout_ms / 2)
+
+
+# it times the engine's kill at the deadline (< 8 s for a 2 s timeout): with no other test loading the machine
+# (9.4 s was seen with the cluster's battery beside it), so once per engine and runtime, on the cold path
+@pytest.mark.engine_exclusive
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("backend_kind", [p for p in BACKENDS if p.values[0] in COLD_ONE_SHOT])
+async def test_the_engines_kill_at_the_deadline_is_prompt(harness: Harness, profile: str) -> None:
+    """Docker's SIGKILL within 8 s of the run's start for a 2 s timeout; a pod's within 10 s (the kubelet acting on
+    the cut activeDeadlineSeconds, about 3 s here, then for runc the 2 s of grace before the SIGKILL; measured:
+    runc 6.8-7.0 s, gVisor 4.9-5.0 s)."""
+    started = time.monotonic()
+    run = await _spin_past_the_deadline(harness, profile)
+    elapsed = time.monotonic() - started
+    if harness.k8s:
+        assert (2000 if gvisor(profile) else 4000) <= run.out["duration_ms"] < 10_000
+    else:
+        assert 2000 <= run.out["duration_ms"] < 8000
+    assert elapsed < 15
 
 
 FILL_PROBE = r"""

@@ -50,13 +50,15 @@ BACKENDS = [
     pytest.param("docker-pooled", marks=pytest.mark.integration),
     pytest.param("kubernetes", marks=pytest.mark.k8s),
     pytest.param("kubernetes-pooled", marks=pytest.mark.k8s),
-    # every probe in a session (exec_command, its input ended at once, polled to its end): a cold one
-    # (Docker: attached stdin; Kubernetes: exec'd into a waiting pod) and one launched into a pre-started sandbox
+    # every probe in a session (exec_command, its input ended at once, polled to its end), cold and launched into
+    # a pre-started sandbox; the cluster's are `long` (CI runs them after make test: make test-long)
     pytest.param("docker-session", marks=pytest.mark.integration),
     pytest.param("docker-pooled-session", marks=pytest.mark.integration),
-    pytest.param("kubernetes-session", marks=pytest.mark.k8s),
-    pytest.param("kubernetes-pooled-session", marks=pytest.mark.k8s),
+    pytest.param("kubernetes-session", marks=[pytest.mark.k8s, pytest.mark.long]),
+    pytest.param("kubernetes-pooled-session", marks=[pytest.mark.k8s, pytest.mark.long]),
 ]
+# the paths whose runs start cold and one-shot: where the engines' own timing is measured (on a quiet machine)
+COLD_ONE_SHOT = ("docker", "kubernetes")
 # mode allow lets through only what the gate fully sees; the probes run code it cannot read (python3 from
 # a here-document), so they are asked, and a rule approves every ask: the approval is recorded like any other
 POLICY = "safety: {mode: allow, denylist: [], rules: []}\napprovals: {provider: rules, default: approved}\n"
