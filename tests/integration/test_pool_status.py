@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from orchestrator.backends._support.labels import sandbox_name
 from orchestrator.backends.docker.backend import STATUS_SUBDIR
+from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.domain.statedir import state_dir
 from orchestrator.evidence import verify
 from orchestrator.pipeline.executor import CONFIRMATION_FOLLOWS
@@ -120,3 +122,39 @@ def _is_init_of_a_run(pid: int) -> bool:
         return any("sleep" in Path(f"/proc/{c}/cmdline").read_bytes().decode(errors="replace") for c in children)
     except OSError:
         return False
+
+
+async def test_a_stop_from_outside_is_never_the_commands_success(orch: Orchestrator, tmp_path: Path) -> None:
+    """`docker stop` by someone else (not the controller): the init forwards the SIGTERM and reports a stop from
+    outside; the command traps it and exits 0, and the run is still SANDBOX.UNAVAILABLE naming the stop and the
+    exit, never a success; its end is on the record once, the container gone."""
+    ws = workspace(tmp_path)
+    raw = {"tool": "shell_command", "command": "trap 'echo trapped; exit 0' TERM; echo up; sleep 300 & wait"}
+    assert orch.prestart(raw, workspace=ws)
+    await until_ready(orch)
+    task = asyncio.ensure_future(orch.execute(raw, workspace=ws))
+    init = 0
+    async with asyncio.timeout(30):
+        while not init:
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and _is_init_of_a_run(int(entry)):
+                    init = int(entry)
+            await asyncio.sleep(0.05)
+    (container_id,) = set(re.findall(r"[0-9a-f]{64}", Path(f"/proc/{init}/cgroup").read_text()))
+    stop = await asyncio.create_subprocess_exec(
+        "docker", "stop", "--time", "10", container_id, stdout=asyncio.subprocess.DEVNULL
+    )
+    assert await stop.wait() == 0
+    with pytest.raises(SandboxUnavailable) as stopped:
+        async with asyncio.timeout(60):
+            await task
+    await orch.settle()
+    said = str(stopped.value)
+    assert "signal 15 from outside the sandbox" in said and "exited 0" in said, said
+    (end,) = [
+        r
+        for r in records(tmp_path / "evidence.jsonl", str(stopped.value.details["execution_id"]))
+        if r.event in ("execution_finished", "run_failed")
+    ]
+    assert end.error_code == "SANDBOX.UNAVAILABLE", end
+    assert container_id not in {m.sandbox_id for m in await orch.backend.list_managed()}

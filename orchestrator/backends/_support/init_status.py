@@ -9,11 +9,14 @@ no report (``None``), and a missing report is never a success -- the caller then
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from orchestrator.backends.base import ExitState, ResourceUsage
+from orchestrator.domain.errors import SandboxUnavailable
 
 #: the longest line an init writes (it writes less than 512 bytes); a reader keeps no more than this
 MAX_LINE = 512
@@ -107,4 +110,28 @@ def parse_status(data: bytes, report: str) -> InitStatus | None:
         pids_limit_hits=_known(found["hits"]),
         started_at=_time(found["started"]),
         finished_at=_time(found["finished"]),
+    )
+
+
+async def forwarded_stop(read: asyncio.Future[bytes], report: str, wait_s: float = 1.0) -> int | None:
+    """The signal from outside the sandbox that the init forwarded, per its report on ``read`` (the status
+    channel's whole content: it ends with the init, so at most ``wait_s`` after the sandbox's end); None when
+    there is no valid report or it names no such signal."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(wait_s):
+            await asyncio.shield(read)
+    if not read.done() or read.cancelled() or read.exception() is not None:
+        return None
+    status = parse_status(read.result(), report)
+    return None if status is None else status.stopped
+
+
+def stopped_from_outside(name: str, forwarded: int | None, code: int) -> SandboxUnavailable:
+    """A sandbox the controller did not stop that was stopped all the same (an eviction, a deletion or a stop
+    by someone else, the node shutting down): never its command's success, whatever it answered to the signal."""
+    who = f"its init forwarded signal {forwarded} from outside the sandbox" if forwarded else "it was deleted"
+    return SandboxUnavailable(
+        f"sandbox {name} was stopped from outside ({who}: an eviction, a stop or deletion by someone else, the"
+        f" node shutting down); its command exited {code} after that, which is not its own end",
+        details={"sandbox": name, "exit_code": code},
     )

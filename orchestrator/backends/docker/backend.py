@@ -30,7 +30,7 @@ from typing import Any, ParamSpec, TypeVar
 from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.connection import ClientClosed, LazyClient
 from orchestrator.backends._support.host_paths import ENGINE_STATE
-from orchestrator.backends._support.init_status import InitStatus, parse_status
+from orchestrator.backends._support.init_status import InitStatus, forwarded_stop, parse_status, stopped_from_outside
 from orchestrator.backends._support.input_feed import InputFeed, send_to
 from orchestrator.backends._support.labels import sandbox_name
 from orchestrator.backends._support.launch_message import (
@@ -614,6 +614,11 @@ class DockerBackend:
             ) from exc
         if error:
             log.info("engine reported an error waiting for %s: %s", handle.name, error)
+        if sandbox is not None and sandbox.status_read is not None and not sandbox.killed:
+            # not stopped by us: did its init forward a signal from outside (a `docker stop` by someone else)?
+            forwarded = await forwarded_stop(sandbox.status_read, sandbox.report)
+            if forwarded:
+                raise stopped_from_outside(handle.name, forwarded, code)
         return code
 
     async def _reported_end(

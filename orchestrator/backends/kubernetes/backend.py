@@ -31,7 +31,7 @@ from typing import ParamSpec, TypeVar
 from orchestrator.backends._support.blocking import BlockingCalls
 from orchestrator.backends._support.connection import ClientClosed, LazyClient
 from orchestrator.backends._support.host_paths import ENGINE_STATE
-from orchestrator.backends._support.init_status import InitStatus, parse_status
+from orchestrator.backends._support.init_status import InitStatus, parse_status, stopped_from_outside
 from orchestrator.backends._support.input_feed import send_to
 from orchestrator.backends._support.launch_message import (
     fits_launch,
@@ -613,17 +613,13 @@ class KubernetesBackend:
             await self._close_egress(pod)
         last = watch.last(handle.name)
         state = None if last is None else pods.exit_state(last)
-        if state is None or state.exit_code is None:
-            stopped = pod.usage_report.stopped if pod is not None and pod.usage_report is not None else None
-            why = (state.error if state else None) or "deleted before the kubelet reported one"
-            if stopped and pod is not None and pod.killed_at is None:  # its init saw who stopped it: not us
-                why = (
-                    f"its init forwarded signal {stopped} from outside the sandbox (an eviction, a deletion by"
-                    " someone else, the node shutting down); deleted before the kubelet reported the end"
-                )
-            raise SandboxUnavailable(
-                f"pod {handle.name} ended without an exit code ({why})", details={"sandbox": handle.name}
-            )
+        ours = pod is None or pod.killed_at is not None  # stopped by us (a deadline, a cancel, a close)
+        # its init saw who stopped it: the signal it forwarded came from outside the sandbox, not from us
+        forwarded = None if ours or pod is None or pod.usage_report is None else pod.usage_report.stopped
+        if last is None or state is None or state.exit_code is None:
+            raise pods.no_exit_code(handle.name, state, forwarded)
+        if not ours and (forwarded or (pods.deleted_before_its_end(last) and not pods.deadline_exceeded(last))):
+            raise stopped_from_outside(handle.name, forwarded, state.exit_code)
         if self.settings.workspace.mode == "copy" and pod is not None:
             if pod.killed_at is not None or (last is not None and pods.deadline_exceeded(last)):
                 pod.copy_error = "the sandbox was stopped: its workspace changes were not copied back"

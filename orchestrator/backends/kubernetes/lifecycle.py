@@ -182,6 +182,25 @@ def deleting(pod: JsonObject) -> bool:
     return bool(_obj(pod.get("metadata")).get("deletionTimestamp"))
 
 
+def deleted_before_its_end(pod: JsonObject) -> bool:
+    """The pod was deleted before its container ended (at the API server's second: the same second counts),
+    so its end was the deletion's doing, not the command's."""
+    deleted = parse_time(_obj(pod.get("metadata")).get("deletionTimestamp"))
+    ended = parse_time(_obj(terminated(pod)).get("finishedAt"))
+    return deleted is not None and (ended is None or deleted <= ended)
+
+
+def no_exit_code(name: str, state: ExitState | None, forwarded: int | None) -> SandboxUnavailable:
+    """A pod that ended without the kubelet's exit code (``forwarded``: the signal from outside its init saw)."""
+    why = (state.error if state else None) or "deleted before the kubelet reported one"
+    if forwarded:
+        why = (
+            f"its init forwarded signal {forwarded} from outside the sandbox (an eviction, a deletion by someone"
+            " else, the node shutting down); deleted before the kubelet reported the end"
+        )
+    return SandboxUnavailable(f"pod {name} ended without an exit code ({why})", details={"sandbox": name})
+
+
 class PodLifecycle:
     """One pod's lifecycle events, each emitted once, in lifecycle order."""
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from orchestrator.backends.base import LABEL_EXECUTION_ID
-from orchestrator.backends.kubernetes.lifecycle import PodLifecycle, exit_state
+from orchestrator.backends.kubernetes.lifecycle import PodLifecycle, deleted_before_its_end, exit_state
 from orchestrator.backends.kubernetes.owners import lease_alive, owners_alive
 
 T0 = "2026-11-24T10:00:00Z"
@@ -130,3 +130,26 @@ def test_leases_tell_which_owners_live() -> None:
     broken = {"spec": {"holderIdentity": "c"}}
     assert lease_alive(fresh, now) and not lease_alive(stale, now) and not lease_alive(broken, now)
     assert owners_alive([fresh, stale, broken], now) == {"a": True, "b": False, "c": False}
+
+
+def _ended_at(finished: str, deleted: str | None) -> dict[str, Any]:
+    snapshot = pod(
+        containerStatuses=[
+            {"name": "sandbox", "state": {"terminated": {"exitCode": 0, "startedAt": T1, "finishedAt": finished}}}
+        ]
+    )
+    if deleted is not None:
+        snapshot["metadata"]["deletionTimestamp"] = deleted
+    return snapshot
+
+
+def test_a_pod_deleted_before_its_end_was_stopped_by_the_deletion() -> None:
+    """Deleted before (or in the same second as) its container ended: the end was the deletion's doing, whatever
+    exit the command chose; deleted after it ended on its own, or never: its end is its own."""
+    assert deleted_before_its_end(_ended_at(T3, T2))
+    assert deleted_before_its_end(_ended_at(T3, T3))  # the API server's times are to the second
+    assert not deleted_before_its_end(_ended_at(T2, T3))
+    assert not deleted_before_its_end(_ended_at(T3, None))
+    running = pod(containerStatuses=[{"name": "sandbox", "state": {"running": {"startedAt": T1}}}])
+    running["metadata"]["deletionTimestamp"] = T2
+    assert deleted_before_its_end(running)  # still running as it is deleted

@@ -4,6 +4,7 @@ end reported once, under the launch's token, on a descriptor the command can nei
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -17,7 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.backends._support.init_status import MAX_LINE, InitStatus, parse_status
+from orchestrator.backends._support.init_status import (
+    MAX_LINE,
+    InitStatus,
+    forwarded_stop,
+    parse_status,
+    stopped_from_outside,
+)
 from orchestrator.backends._support.launch_message import launch_message, new_report_token
 from tests.support.init_build import compile_init, compile_init_asan
 
@@ -324,3 +331,29 @@ def test_opening_the_status_pipe_is_memory_safe(init_asan: Path, pipe_dir: Path,
             os.close(held)
     assert b"Sanitizer" not in stderr and b"runtime error" not in stderr, stderr[-2000:]
     assert process.returncode == (3 if reader else 125), stderr[-2000:]
+
+
+def _line(token: str, stopped: int) -> bytes:
+    return (
+        f"sandbox-status v1 {token} ran=1 exit=0 signal=0 stopped={stopped} oom_kills=0 cpu_ns=1 memory_peak=1"
+        " pids_peak=1 pids_hits=0 started_ns=1 finished_ns=2\n"
+    ).encode()
+
+
+async def test_a_stop_from_outside_is_read_from_the_report_and_only_from_it() -> None:
+    """The signal the init forwarded from outside, from a valid report under this launch's token; nothing from
+    a report under another token, a report naming no such signal, or a channel that never ended."""
+    token, other = "a" * 32, "b" * 32
+    loop = asyncio.get_running_loop()
+
+    def read(data: bytes) -> asyncio.Future[bytes]:
+        done: asyncio.Future[bytes] = loop.create_future()
+        done.set_result(data)
+        return done
+
+    assert await forwarded_stop(read(_line(token, 15)), token) == 15
+    assert await forwarded_stop(read(_line(token, 0)), token) is None
+    assert await forwarded_stop(read(_line(other, 15)), token) is None
+    assert await forwarded_stop(loop.create_future(), token, wait_s=0.05) is None
+    said = str(stopped_from_outside("sbx-1", 15, 0))
+    assert "signal 15 from outside the sandbox" in said and "exited 0" in said
