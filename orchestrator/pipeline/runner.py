@@ -368,6 +368,10 @@ class Runner:
             session = isinstance(request, ExecCommandRequest)
             profile = self.profiles.resolve(request, session=session)
             spec = launch_spec(new_execution_id(), request, profile, workspace, session=session)
+            if session:  # a session this profile or backend refuses never gets a sandbox either
+                check_session_allowed(profile, spec.argv)
+                if not self.backend.capabilities.sessions:
+                    return False
         except OrchestratorError:
             return False
         key = self._pool_key(spec, request.tenant)

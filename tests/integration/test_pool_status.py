@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from orchestrator.evidence import verify
 from orchestrator.pipeline.executor import CONFIRMATION_FOLLOWS
 from orchestrator.pipeline.orchestrator import ExecutionResult, Orchestrator
 from tests.integration.test_pool import pooled_orchestrator, until_ready, workspace
+from tests.support.containment import processes_mentioning
 from tests.support.evidence import records
 
 pytestmark = pytest.mark.integration
@@ -133,14 +133,18 @@ async def test_a_stop_from_outside_is_never_the_commands_success(orch: Orchestra
     assert orch.prestart(raw, workspace=ws)
     await until_ready(orch)
     task = asyncio.ensure_future(orch.execute(raw, workspace=ws))
-    init = 0
+    assert orch.pool is not None and orch.backend is not None
+    # this run's container (the one its pool served), once its command's trap is set (its `sleep` runs)
+    container_id = ""
     async with asyncio.timeout(30):
-        while not init:
-            for entry in os.listdir("/proc"):
-                if entry.isdigit() and _is_init_of_a_run(int(entry)):
-                    init = int(entry)
+        while not container_id:
+            assert not task.done(), task.result()
             await asyncio.sleep(0.05)
-    (container_id,) = set(re.findall(r"[0-9a-f]{64}", Path(f"/proc/{init}/cgroup").read_text()))
+            for sandbox in await orch.backend.list_managed():
+                if sandbox.sandbox_id in orch.pool.served and any(
+                    line.startswith("sleep 300") for line in processes_mentioning(sandbox.sandbox_id).values()
+                ):
+                    container_id = sandbox.sandbox_id
     stop = await asyncio.create_subprocess_exec(
         "docker", "stop", "--time", "10", container_id, stdout=asyncio.subprocess.DEVNULL
     )

@@ -334,6 +334,9 @@ async def test_an_evicted_pod_ends_its_run_from_the_kubelets_account(pipeline: P
     before = {s.name for s in await pipeline.backend.list_managed()}
     command = "trap 'echo trapped; exit 0' TERM; sleep 300 & wait"
     task, pod = await running_pod(pipeline, pipeline.run(command), before)
+    async with asyncio.timeout(30):  # its trap set: the command's `sleep` runs (the pod runs before the launch)
+        while not host_pids(pod.sandbox_id, "sleep"):
+            await asyncio.sleep(0.1)
     eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.name, namespace=pipeline.space.namespace))
     await asyncio.to_thread(
         client.CoreV1Api(k8s_api).create_namespaced_pod_eviction, pod.name, pipeline.space.namespace, eviction

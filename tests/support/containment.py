@@ -387,9 +387,13 @@ class Harness:
         owner = {"tenant": "default", "subject": "anonymous"}
         opened = await self.sessions.open({**raw, "yield_time_ms": 0}, workspace=workspace)
         sid = opened.session_id
-        if opened.running:
-            await self.sessions.end_input(sid, **owner)
         reply = opened
+        if opened.running:
+            try:
+                await self.sessions.end_input(sid, **owner)
+            except OrchestratorError:  # the probe ended (its sandbox going) before its input could be ended
+                reply = await self.sessions.poll(sid, **owner, yield_ms=10_000)
+                assert not reply.running, "the session's input could not be ended while it ran"
         while reply.running:  # output taken as it comes (a session holds at most 4 MiB for its caller)
             reply = await self.sessions.poll(sid, **owner, yield_ms=2000)
         if self.sessions.owner(sid) is not None:  # output left untaken: closing takes it (else it is forgotten)

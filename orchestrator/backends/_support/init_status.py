@@ -10,7 +10,6 @@ no report (``None``), and a missing report is never a success -- the caller then
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -113,13 +112,12 @@ def parse_status(data: bytes, report: str) -> InitStatus | None:
     )
 
 
-async def forwarded_stop(read: asyncio.Future[bytes], report: str, wait_s: float = 1.0) -> int | None:
+async def forwarded_stop(read: asyncio.Future[bytes], report: str, wait_s: float = 5.0) -> int | None:
     """The signal from outside the sandbox that the init forwarded, per its report on ``read`` (the status
-    channel's whole content: it ends with the init, so at most ``wait_s`` after the sandbox's end); None when
-    there is no valid report or it names no such signal."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(wait_s):
-            await asyncio.shield(read)
+    channel's whole content: it ends with the init, so at once after the sandbox's end; ``wait_s`` bounds a
+    loaded host's reader); None when there is no valid report, it names no such signal, or the read failed."""
+    if not read.done():
+        await asyncio.wait({read}, timeout=wait_s)  # never raises the read's error, never cancels it
     if not read.done() or read.cancelled() or read.exception() is not None:
         return None
     status = parse_status(read.result(), report)

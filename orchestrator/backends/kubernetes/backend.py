@@ -618,7 +618,9 @@ class KubernetesBackend:
         forwarded = None if ours or pod is None or pod.usage_report is None else pod.usage_report.stopped
         if last is None or state is None or state.exit_code is None:
             raise pods.no_exit_code(handle.name, state, forwarded)
-        if not ours and (forwarded or (pods.deleted_before_its_end(last) and not pods.deadline_exceeded(last))):
+        if not ours and pods.deadline_exceeded(last):
+            raise pods.past_deadline(handle.name, state.exit_code)
+        if not ours and (forwarded or pods.deleted_before_its_end(last)):
             raise stopped_from_outside(handle.name, forwarded, state.exit_code)
         if self.settings.workspace.mode == "copy" and pod is not None:
             if pod.killed_at is not None or (last is not None and pods.deadline_exceeded(last)):

@@ -17,7 +17,7 @@ destroy    the pod object is gone (watch ``DELETED``): its ``deletionTimestamp``
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from orchestrator.backends.base import (
@@ -29,7 +29,7 @@ from orchestrator.backends.base import (
     ManagedSandbox,
 )
 from orchestrator.backends.kubernetes.manifest import ANNOTATION_DEADLINE, ANNOTATION_OWNER
-from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
+from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxTimeout, SandboxUnavailable
 
 JsonObject = dict[str, Any]
 CONTAINER = "sandbox"
@@ -183,11 +183,26 @@ def deleting(pod: JsonObject) -> bool:
 
 
 def deleted_before_its_end(pod: JsonObject) -> bool:
-    """The pod was deleted before its container ended (at the API server's second: the same second counts),
-    so its end was the deletion's doing, not the command's."""
-    deleted = parse_time(_obj(pod.get("metadata")).get("deletionTimestamp"))
+    """Its deletion was asked for before its container ended (at the API server's second: the same second
+    counts), so its end was the deletion's doing, not the command's. The deletion's time is its
+    ``deletionTimestamp`` less the grace period the API server added to it."""
+    meta = _obj(pod.get("metadata"))
+    deleted = parse_time(meta.get("deletionTimestamp"))
+    if deleted is None:
+        return False
+    grace = meta.get("deletionGracePeriodSeconds")
+    asked = deleted - timedelta(seconds=grace if isinstance(grace, int) and grace > 0 else 0)
     ended = parse_time(_obj(terminated(pod)).get("finishedAt"))
-    return deleted is not None and (ended is None or deleted <= ended)
+    return ended is None or asked <= ended
+
+
+def past_deadline(name: str, code: int) -> SandboxTimeout:
+    """The kubelet stopped the pod at its activeDeadlineSeconds (the backstop) before the controller's own
+    timer did: a timeout, never the exit the command chose after the SIGTERM."""
+    return SandboxTimeout(
+        f"pod {name} was stopped at its deadline by the kubelet (activeDeadlineSeconds); its command exited {code}",
+        details={"sandbox": name, "exit_code": code},
+    )
 
 
 def no_exit_code(name: str, state: ExitState | None, forwarded: int | None) -> SandboxUnavailable:

@@ -373,6 +373,8 @@ def pod_manifest(
     deadline_s = math.ceil(profile.wall_timeout_s) + DEADLINE_GRACE_S
     if spec.pooled:  # it waits in the pool first: the kubelet's backstop is the pool's deadline
         deadline_s = max(deadline_s, math.ceil(spec.deadline_unix - now))
+    elif waiting:  # the controller's clock starts at the launch, after the relays opened (seconds at a small cpu)
+        deadline_s += math.ceil(settings.start_timeout_s)
     if waiting:  # our init, its rlimits and env set as a command's would be; launch() brings the rest
         init = dataclasses.replace(spec, argv=(INIT_PATH,), env={})
         main = pooled_barrier_command(sandbox_argv(init))

@@ -22,6 +22,9 @@ async def test_a_session_is_prestarted_under_a_sessions_key(tmp_path: Path, monk
     (profiles_dir / "brief.yaml").write_text(
         "name: brief\ndescription: short sessions\nextends: workspace-write\nsessions:\n  max_lifetime_s: 4\n"
     )
+    (profiles_dir / "no-sessions.yaml").write_text(
+        "name: no-sessions\ndescription: one-shot only\nextends: workspace-write\nsessions:\n  enabled: false\n"
+    )
     registry = ProfileRegistry(extra_dirs=[profiles_dir])
     orch = assemble(
         evidence=EvidenceWriter(tmp_path / "evidence.jsonl"),
@@ -43,5 +46,8 @@ async def test_a_session_is_prestarted_under_a_sessions_key(tmp_path: Path, monk
         assert session_key.profile_hash == expected.profile_hash
         assert session_spec.profile.wall_timeout_s == 4  # the session's lifetime is its sandbox's deadline
         assert session_key != one_shot_key  # a one-shot run of the profile never takes a session's sandbox
+        # a session the profile refuses gets no sandbox either (its run would be refused: POLICY.DENIED)
+        refused = {"tool": "exec_command", "cmd": "true", "profile": "no-sessions"}
+        assert not orch.prestart(refused, workspace=ws) and len(wanted) == 2
     finally:
         await orch.aclose()

@@ -150,6 +150,10 @@ def test_a_pod_deleted_before_its_end_was_stopped_by_the_deletion() -> None:
     assert deleted_before_its_end(_ended_at(T3, T3))  # the API server's times are to the second
     assert not deleted_before_its_end(_ended_at(T2, T3))
     assert not deleted_before_its_end(_ended_at(T3, None))
+    # a graceful deletion: its timestamp is the request's time plus the grace period
+    graceful = _ended_at(T3, "2026-11-24T10:00:32Z")
+    graceful["metadata"]["deletionGracePeriodSeconds"] = 30
+    assert deleted_before_its_end(graceful)  # asked at 10:00:02, ended (on the SIGTERM) at 10:00:05
     running = pod(containerStatuses=[{"name": "sandbox", "state": {"running": {"startedAt": T1}}}])
     running["metadata"]["deletionTimestamp"] = T2
     assert deleted_before_its_end(running)  # still running as it is deleted

@@ -338,6 +338,10 @@ def test_a_pre_started_pod_is_the_cold_pod_with_our_init_waiting_in_it(name: str
     assert "/run/sandbox-io/status" in sidecar["command"][2]
     # its deadline counts its wait in the pool: the kubelet's backstop is the pool's deadline
     assert pod["spec"]["activeDeadlineSeconds"] == math.ceil(300 + profile.wall_timeout_s + 5)
+    # a cold pod launched through its init: the controller's clock starts at the launch, once the relays opened
+    # (they may take the start timeout): the kubelet's backstop never comes before the controller's deadline
+    start_timeout = settings(seccomp="localhost").start_timeout_s
+    assert cold["spec"]["activeDeadlineSeconds"] == math.ceil(profile.wall_timeout_s) + 5 + math.ceil(start_timeout)
 
 
 @pytest.mark.parametrize("changes", [{"stdin": b"x"}, {"tty": True}])

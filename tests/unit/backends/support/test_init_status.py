@@ -355,5 +355,11 @@ async def test_a_stop_from_outside_is_read_from_the_report_and_only_from_it() ->
     assert await forwarded_stop(read(_line(token, 0)), token) is None
     assert await forwarded_stop(read(_line(other, 15)), token) is None
     assert await forwarded_stop(loop.create_future(), token, wait_s=0.05) is None
+    failed: asyncio.Future[bytes] = loop.create_future()
+    failed.set_exception(OSError("the reader failed"))
+    cancelled: asyncio.Future[bytes] = loop.create_future()
+    cancelled.cancel()
+    for broken in (failed, cancelled):  # a reader that failed is no report, never an error of the run's own
+        assert await forwarded_stop(broken, token) is None
     said = str(stopped_from_outside("sbx-1", 15, 0))
     assert "signal 15 from outside the sandbox" in said and "exited 0" in said
