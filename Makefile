@@ -60,7 +60,7 @@ test: lint typecheck importlint setup
 	if [ $$was_up = 0 ]; then bash scripts/k8s-cluster.sh down || rc=1; fi; exit $$rc
 
 # the tests marked `long` (pyproject.toml): more than make test's 15 minutes allow here (the containment battery
-# on Kubernetes sessions, ~8 min); CI runs them after make test (.ci/run). The cluster as make test treats it
+# on sessions, Docker and Kubernetes, ~9 min); CI runs them after make test (.ci/run). The cluster as make test treats it
 test-long: $(STAMP) setup
 	@if bash scripts/k8s-cluster.sh status >/dev/null 2>&1; then was_up=1; else was_up=0; fi; \
 	bash scripts/k8s-cluster.sh up && $(BIN)/pytest -q -n 2 --dist loadgroup -m long; rc=$$?; \

@@ -51,9 +51,9 @@ BACKENDS = [
     pytest.param("kubernetes", marks=pytest.mark.k8s),
     pytest.param("kubernetes-pooled", marks=pytest.mark.k8s),
     # every probe in a session (exec_command, its input ended at once, polled to its end), cold and launched into
-    # a pre-started sandbox; the cluster's are `long` (CI runs them after make test: make test-long)
-    pytest.param("docker-session", marks=pytest.mark.integration),
-    pytest.param("docker-pooled-session", marks=pytest.mark.integration),
+    # a pre-started sandbox: `long` (CI runs them after make test: make test-long)
+    pytest.param("docker-session", marks=[pytest.mark.integration, pytest.mark.long]),
+    pytest.param("docker-pooled-session", marks=[pytest.mark.integration, pytest.mark.long]),
     pytest.param("kubernetes-session", marks=[pytest.mark.k8s, pytest.mark.long]),
     pytest.param("kubernetes-pooled-session", marks=[pytest.mark.k8s, pytest.mark.long]),
 ]
@@ -304,11 +304,16 @@ class Harness:
         await self.orch.pool.drain()  # only this run's sandbox may be waiting: the battery counts sandboxes
         if not self.orch.prestart(raw, workspace=workspace):
             return  # a run that is refused (the run's own error says why)
-        # as patient as a cold run's start: the node may be full for a while (the cluster's other tests' pods)
+        # as patient as a cold run's start: the node may be full for a while (the cluster's other tests' pods);
+        # a fill that failed meanwhile (its pod never scheduled) drops its key: asked again, as a run would
         deadline = time.monotonic() + EXECUTION_MARGIN_S
         while time.monotonic() < deadline:
-            if self.orch.pool.describe()["ready"]:
+            pool = self.orch.pool.describe()
+            if pool["ready"]:
                 return
+            if not pool["keys"] and not pool["filling"]:
+                await asyncio.sleep(1.0)
+                self.orch.prestart(raw, workspace=workspace)
             await asyncio.sleep(0.05)
         raise AssertionError(f"no pooled sandbox became ready: {self.orch.pool.describe()}")
 
