@@ -9,7 +9,8 @@
 * **open vs one-shot** -- opening a session of ``cat`` (first answer with ``yield_time_ms: 0``) and
   closing it, against ``execute()`` of ``true``, interleaved.
 * ``--kubernetes``: the same on the test cluster (``make k8s-up``; a namespace of its own, removed at
-  the end): (A) through the Kubernetes backend (the session's exec stream through the API server) against
+  the end): (A) through the Kubernetes backend (a cold session: its input on the init's launch writer, its
+  output on the sidecar's relays, both streams through the API server) against
   (B) the official client's own exec stream of ``cat`` (what ``kubectl exec -i`` does) into a pod of the
   same manifest.
 

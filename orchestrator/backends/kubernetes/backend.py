@@ -140,6 +140,7 @@ class _Pod:
     copy_error: str | None = None
     pooled: bool = False  # pre-started: its init waits for launch()
     launched: bool = False
+    interactive: bool = False  # launched as a session: someone waits for what it echoes
     report: str = ""  # the launch's token: the init's status line is under it
     init_status: InitStatus | None = None  # the command's end as its init reported it (wait() did not wait)
     usage_report: InitStatus | None = None  # its report, kept for its usage even where it does not end the run
@@ -560,7 +561,7 @@ class KubernetesBackend:
             return StreamSink(0).result(), StreamSink(0).result()
         relay = None
         if on_output is not None:
-            pace = INTERACTIVE_PACE_S if isinstance(stdio, PodSession) else OUTPUT_PACE_S
+            pace = INTERACTIVE_PACE_S if isinstance(stdio, PodSession) or pod.interactive else OUTPUT_PACE_S
             relay = pod.relay = OutputRelay(asyncio.get_running_loop(), on_output, max_chunk=READ_SIZE, pace=pace)
         stdout = StreamSink(stdout_limit, None if relay is None else functools.partial(relay.post, "stdout"))
         stderr = StreamSink(stderr_limit, None if relay is None else functools.partial(relay.post, "stderr"))
@@ -897,8 +898,8 @@ class KubernetesBackend:
             )
         pod.report = new_report_token()
         message = spec_launch_message(spec, report=pod.report, status_channel=True)
-        pod.launched = True  # exactly once, whatever happens next
-        if spec.session and pod.relay is not None:  # someone waits for what it echoes
+        pod.launched, pod.interactive = True, spec.session  # launched exactly once, whatever happens next
+        if spec.session and pod.relay is not None:  # captured already (a pooled pod's): paced from now on
             pod.relay.set_pace(INTERACTIVE_PACE_S)
         launch = functools.partial(pod.stdio.launch, session=spec.session)
         await self._call(launch, message, spec.stdin, self.settings.start_timeout_s)
