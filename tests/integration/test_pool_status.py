@@ -16,6 +16,7 @@ import pytest
 
 from orchestrator.backends._support.labels import sandbox_name
 from orchestrator.backends.docker.backend import STATUS_SUBDIR
+from orchestrator.backends.docker.endpoint import discover_endpoint
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.domain.statedir import state_dir
 from orchestrator.evidence import verify
@@ -145,8 +146,10 @@ async def test_a_stop_from_outside_is_never_the_commands_success(orch: Orchestra
                     line.startswith("sleep 300") for line in processes_mentioning(sandbox.sandbox_id).values()
                 ):
                     container_id = sandbox.sandbox_id
+    # someone else's `docker stop`, on the engine the backend uses (DOCKER_HOST set or not)
+    engine = {**os.environ, "DOCKER_HOST": discover_endpoint().url}
     stop = await asyncio.create_subprocess_exec(
-        "docker", "stop", "--time", "10", container_id, stdout=asyncio.subprocess.DEVNULL
+        "docker", "stop", "--time", "10", container_id, stdout=asyncio.subprocess.DEVNULL, env=engine
     )
     assert await stop.wait() == 0
     with pytest.raises(SandboxUnavailable) as stopped:
