@@ -31,7 +31,7 @@ The cluster is found and started as the tests do (``benchmarks/cluster.py``); si
 pods would end, the restart is refused while other sessions (test runs, benchmarks) use the cluster.
 ``--check`` finds the cluster and stops there.
 
-    .venv/bin/python benchmarks/pool_pods.py [--runs 20] [--burst 20] [--sustained-runs 60]
+    .venv/bin/python benchmarks/pool_pods.py [--runs 20] [--burst 20] [--sustained-runs 60] [--in-a-row 500]
         [--pleg generic|evented|both] [--check] [--quick]
 """
 
@@ -298,6 +298,28 @@ async def session_opens(
     return times["pooled"], times["cold"], served
 
 
+async def in_a_row(space: SandboxSpace, tmp: Path, runs: int) -> dict[str, float]:
+    """``runs`` pooled runs of `true` one after the other, each taking a pod of the key's pool (the next one
+    waits until the refill is ready): what is left and what was served twice is counted once it closed."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    workspace = space.workspace("bench-row")
+    o = orchestrator(space, tmp, workspace, "row", "{enabled: true, min_ready: 1, max_ready: 2, ttl_s: 600}")
+    times: list[float] = []
+    try:
+        assert o.prestart(REQUEST, workspace=workspace) and o.pool is not None
+        for _ in range(runs):
+            await until_ready(o)
+            elapsed, _ = await timed_run(o, workspace)
+            times.append(elapsed)
+        taken = len(o.pool.served)
+        await o.settle()
+    finally:
+        await o.aclose()
+    print(f"{runs} pooled runs in a row ({taken} from the pool)")
+    print(line("pooled execute()", times))
+    return {"in a row": runs, "in a row from the pool": taken, "in a row p50 s": round(pct(times, 0.5), 3)}
+
+
 async def pods_left(space: SandboxSpace) -> int:
     """The bench's pods still listed in its namespace (every orchestrator closed: none should be)."""
     backend = KubernetesBackend(space.settings())
@@ -336,6 +358,7 @@ async def main() -> int:
         "--cpus", type=float, default=0.5, help="the bench profile's cpu (the node must hold the phases' pods)"
     )
     parser.add_argument("--sustained-runs", type=int, default=60)
+    parser.add_argument("--in-a-row", type=int, default=0, help="then this many pooled runs one after the other")
     parser.add_argument("--pleg", choices=["generic", "evented", "both"], default="both")
     parser.add_argument(
         "--check",
@@ -370,6 +393,8 @@ async def measure(args: argparse.Namespace, cl: Cluster, was_up: bool) -> int:
             try:
                 figures = await pooled_vs_cold(space, tmp / pleg, args.runs)
                 figures.update(await demand(space, tmp / pleg, args.burst, args.sustained_runs))
+                if args.in_a_row:
+                    figures.update(await in_a_row(space, tmp / pleg, args.in_a_row))
                 figures["pods left"] = await pods_left(space)
                 print(f"    pods left once closed: {figures['pods left']}")
             finally:
