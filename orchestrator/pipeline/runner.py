@@ -156,12 +156,7 @@ class Runner:
             if profile.network == "allowlist":
                 self._check_egress(profile, spec)
             if session:
-                check_session_allowed(profile, spec.argv)
-                if not self.backend.capabilities.sessions:
-                    raise SandboxUnavailable(
-                        f"the {type(self.backend).__name__} cannot run interactive sessions (it takes no input "
-                        "while a sandbox runs): never a session without its input"
-                    )
+                self._check_session(profile, spec)
         except OrchestratorError as err:
             raise await refused_before_start(err) from None
 
@@ -337,6 +332,15 @@ class Runner:
         if problem is not None:
             raise SandboxUnavailable(f"profile {profile.name!r} reaches hosts through the egress proxy, but {problem}")
 
+    def _check_session(self, profile: ResolvedProfile, spec: LaunchSpec) -> None:
+        """POLICY.DENIED when the profile takes no such session; SANDBOX.UNAVAILABLE when the backend takes none."""
+        check_session_allowed(profile, spec.argv)
+        if not self.backend.capabilities.sessions:
+            raise SandboxUnavailable(
+                f"the {type(self.backend).__name__} cannot run interactive sessions (it takes no input "
+                "while a sandbox runs): never a session without its input"
+            )
+
     def _pool_key(self, spec: LaunchSpec, tenant: str) -> PoolKey | None:
         """The pool key of this run, when it may take a pre-started sandbox: no terminal, its profile allows
         it, the config's pool is on, and what it runs fits a launch (else it would fail pooled where it runs
@@ -369,9 +373,7 @@ class Runner:
             profile = self.profiles.resolve(request, session=session)
             spec = launch_spec(new_execution_id(), request, profile, workspace, session=session)
             if session:  # a session this profile or backend refuses never gets a sandbox either
-                check_session_allowed(profile, spec.argv)
-                if not self.backend.capabilities.sessions:
-                    return False
+                self._check_session(profile, spec)
         except OrchestratorError:
             return False
         key = self._pool_key(spec, request.tenant)
