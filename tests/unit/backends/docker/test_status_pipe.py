@@ -35,10 +35,11 @@ def test_it_is_sealed_only_when_the_process_holds_that_very_pipe_as_descriptor_3
             reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK) if fifo == other else None
             holder = subprocess.Popen(["bash", "-c", f'exec 3>"{fifo}"; exec sleep 30'])
             holders.append((holder, reader))
-            for _ in range(200):
+            for _ in range(1000):  # up to 10 s: on a loaded machine bash may take seconds to open it
                 if os.path.exists(f"/proc/{holder.pid}/fd/3"):
                     break
                 time.sleep(0.01)
+            assert os.path.exists(f"/proc/{holder.pid}/fd/3"), "the holder never opened its descriptor 3"
         assert not pipe.seal(holders[0][0].pid) and path.exists() and not pipe.sealed
         assert not pipe.seal(999_999_999)
         assert pipe.seal(holders[1][0].pid) and not path.exists() and pipe.sealed
