@@ -188,7 +188,7 @@ class StreamCapture:
 @dataclass(frozen=True, slots=True)
 class ExitState:
     exit_code: int | None  # None when the sandbox never ran to an exit
-    oom_killed: bool  # from the engine's state/events, never guessed from 137
+    oom_killed: bool  # from the engine's state or the kernel's OOM-kill count, never guessed from 137
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None = None  # the engine's own error text, if any

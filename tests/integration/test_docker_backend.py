@@ -560,21 +560,30 @@ MEMORY_BOMB = "b = []\nwhile True:\n    b.append(bytearray(8 * 1024 * 1024))\n"
 
 @integration
 @pytest.mark.parametrize("profile_name", ["workspace-write", "untrusted"])
-async def test_oom_is_taken_from_the_engine(sandboxes: Sandboxes, profile_name: str) -> None:
+async def test_an_oom_kill_is_known_even_when_the_engine_misses_it(sandboxes: Sandboxes, profile_name: str) -> None:
+    """Four at a time: under gVisor a sandbox that hits its limit this fast can end before the runsc shim
+    watches for OOMs, and the engine then says exit 1, OOMKilled false, no ``oom`` event (2 runs in 20 here,
+    and a CI run failed on it). The kernel's own count of OOM kills in the cgroup says it all the same."""
     profile = resolved(profile_name, max_memory="64m")
-    result = await sandboxes.run(sandboxes.spec(["python3", "-c", MEMORY_BOMB], profile=profile), with_events=True)
-    assert result.oom_killed
-    if profile.runtime == "runc":
-        assert result.exit_code == 137
-    else:  # gVisor may fail the allocation first (MemoryError, exit 1): only the engine's flag tells
-        assert result.exit_code != 0
-    kinds = [e.kind for e in result.events]
-    assert "oom" in kinds
-    assert kinds[0] == "create"
-    assert kinds[-1] == "destroy"
-    assert kinds.index("oom") < kinds.index("destroy")
-    stamps = [e.engine_ts for e in result.events]
-    assert stamps == sorted(stamps)
+    bomb = ["python3", "-c", MEMORY_BOMB]
+    runs = await asyncio.gather(
+        *(sandboxes.run(sandboxes.spec(bomb, profile=profile), with_events=True) for _ in range(4))
+    )
+    for result in runs:
+        assert result.oom_killed
+        if profile.runtime == "runc":
+            assert result.exit_code == 137
+        else:  # gVisor's sandbox process is what the kernel kills: runsc then exits 1
+            assert result.exit_code != 0
+        kinds = [e.kind for e in result.events]
+        assert kinds[0] == "create"
+        assert kinds[-1] == "destroy"
+        if "oom" in kinds:  # the engine's own account, when it has one: before the end
+            assert kinds.index("oom") < kinds.index("destroy")
+        stamps = [e.engine_ts for e in result.events]
+        assert stamps == sorted(stamps)
+    if profile.runtime == "runc":  # runc's shim watches before the start: the engine reports every one
+        assert all("oom" in [e.kind for e in result.events] for result in runs)
 
 
 @integration

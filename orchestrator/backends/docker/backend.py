@@ -76,6 +76,7 @@ from orchestrator.backends.docker.engine import (
 from orchestrator.backends.docker.engine_facts import runsc_seccomp_problem, security_options
 from orchestrator.backends.docker.events import exit_state, lifecycle_event, managed_sandbox
 from orchestrator.backends.docker.exit_watch import ExitWatch
+from orchestrator.backends.docker.kernel_counts import with_kernel_counts
 from orchestrator.backends.docker.sandbox_etc import etc_directory
 from orchestrator.backends.docker.status_pipe import StatusPipe, sweep
 from orchestrator.domain.errors import OrchestratorError, SandboxStartFailed, SandboxUnavailable
@@ -109,13 +110,6 @@ STATUS_SUBDIR = "status-pipes"
 LEFTOVER_CGROUP_AGE_S = 60.0
 #: how long inspect/usage wait for the reading taken at the container's exit (normally already there)
 EXIT_READING_WAIT_S = 1.0
-#: runtimes whose sandbox dies when it reaches its pids limit: gVisor counts its own host threads
-#: against the limit and its kernel (the Sentry, a Go program) exits with Go's fatal status 2 when it
-#: cannot create one; the workload never sees EAGAIN (docs/setup-notes.md). runc: the fork fails
-#: with EAGAIN and the workload goes on.
-DIES_AT_PIDS_LIMIT = frozenset({"runsc"})
-#: the status a Go program (gVisor's Sentry) exits with on a fatal error such as a thread it cannot create
-GO_FATAL_STATUS = 2
 #: what fixes what ``sandboxctl doctor`` finds missing on this host's engine (the project's own setup)
 DOCTOR_FIXES = DoctorFixes(
     engine="run `make setup` (it starts a project-managed engine when none answers)",
@@ -660,7 +654,7 @@ class DockerBackend:
 
     async def inspect(self, handle: SandboxHandle) -> ExitState:
         """The engine's exit state; once stopped, also whether the runtime itself killed the sandbox
-        at its pids limit (from the kernel's count of refused forks, see ``DIES_AT_PIDS_LIMIT``). An end its
+        at its pids limit or at its memory limit unseen by the engine (``kernel_counts``). An end its
         init reported: that report (the engine's follows: ``confirm_end``)."""
         sandbox = self._sandboxes.get(handle.sandbox_id)
         if sandbox is not None and sandbox.init_status is not None:
@@ -675,16 +669,13 @@ class DockerBackend:
             raise self._error(exc, f"cannot inspect sandbox {handle.name}: {exc.reason}", sandbox=handle.name) from exc
         state = exit_state(raw)
         sandbox = self._sandboxes.get(handle.sandbox_id)
-        if sandbox is None or state.exit_code is None or sandbox.runtime not in DIES_AT_PIDS_LIMIT:
+        if sandbox is None or not state.exit_code:  # None: it never ran to an exit; 0: nothing to explain
             return state
-        usage = await self._usage_now(sandbox)
-        # the refusals; or, their last reading missed (see exit_watch), a peak at the limit and the Sentry's own
-        # fatal status (a command's other non-zero status at a busy peak is its own)
-        at_peak = usage.pids_peak is not None and usage.pids_peak >= sandbox.pids_limit
-        reached = usage.pids_limit_hits or (at_peak and state.exit_code == GO_FATAL_STATUS)
-        if reached and state.exit_code != 0:
-            state = dataclasses.replace(state, pids_limit_killed=True)
-        return state
+        usage = await self._usage_now(sandbox)  # the reading its exit triggered included
+        oom_kills = sandbox.sampler.oom_kills if sandbox.sampler is not None else None
+        return with_kernel_counts(
+            state, runtime=sandbox.runtime, usage=usage, oom_kills=oom_kills, pids_limit=sandbox.pids_limit
+        )
 
     async def usage(self, handle: SandboxHandle) -> ResourceUsage:
         """Peak memory, CPU time, peak pids and forks refused at the pids limit, sampled from the

@@ -84,16 +84,17 @@ class ExitWatch:
         fds = _member_pidfds(procs, self._container_id)
         if not fds:
             return False
-        events = self._sampler.files.pids_events if self._sampler.files is not None else None
-        events_fd = _open_or_none(events)
+        files = self._sampler.files
+        events_fd = _open_or_none(files.pids_events if files is not None else None)
+        oom_fd = _open_or_none(files.oom_events if files is not None else None)
         self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(
-            target=self._run, args=(fds, events_fd), name=f"exit-watch-{self._name}", daemon=True
+            target=self._run, args=(fds, events_fd, oom_fd), name=f"exit-watch-{self._name}", daemon=True
         )
         self._thread.start()
         return True
 
-    def _run(self, fds: list[int], events_fd: int | None) -> None:
+    def _run(self, fds: list[int], events_fd: int | None, oom_fd: int | None) -> None:
         poller = select.poll()
         for fd in (*fds, self._wake_r):
             poller.register(fd, select.POLLIN)
@@ -107,6 +108,9 @@ class ExitWatch:
                         with contextlib.suppress(OSError):  # ENODEV: gone already
                             count = keyed_value(os.pread(events_fd, 4096, 0), b"max")
                             self._sampler.note_limit_hits(count, final=last)
+                    if oom_fd is not None:  # a process the kernel killed at the memory limit: counted before it died
+                        with contextlib.suppress(OSError):
+                            self._sampler.note_oom_kills(keyed_value(os.pread(oom_fd, 4096, 0), b"oom_kill"))
                     self._sampler.sample()
                 for fd in ready:
                     if fd == self._wake_r:
@@ -120,8 +124,9 @@ class ExitWatch:
         finally:
             for fd in left:
                 os.close(fd)
-            if events_fd is not None:
-                os.close(events_fd)
+            for counter in (events_fd, oom_fd):
+                if counter is not None:
+                    os.close(counter)
             os.close(self._wake_r)
 
     def finish(self, timeout_s: float) -> None:

@@ -18,6 +18,7 @@ def v1_tree(root: Path, *, events: str = "max 0\n") -> Path:
         (root / controller / "docker" / CONTAINER).mkdir(parents=True)
     leaf = f"docker/{CONTAINER}"
     (root / "memory" / leaf / "memory.max_usage_in_bytes").write_text("4096\n")
+    (root / "memory" / leaf / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
     (root / "cpuacct" / leaf / "cpuacct.usage").write_text("1000\n")
     (root / "pids" / leaf / "pids.peak").write_text("7\n")
     (root / "pids" / leaf / "pids.events").write_text(events)
@@ -50,6 +51,11 @@ def test_v2_pids_events_is_found(tmp_path: Path) -> None:
     sampler = UsageSampler(files)
     assert sampler.sample()
     assert (sampler.usage().cpu_total_ns, sampler.usage().pids_limit_hits) == (5000, 2)
+    assert sampler.oom_kills is None  # no memory.events: unknown, never a 0
+    (base / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n")
+    sampler = UsageSampler(locate(CONTAINER, tmp_path))
+    assert sampler.sample()
+    assert sampler.oom_kills == 1  # the kills, not the times the limit was reached (max) or charges failed (oom)
 
 
 def test_the_counters_are_read_the_moment_a_watched_process_exits(tmp_path: Path) -> None:
@@ -68,13 +74,16 @@ def test_the_counters_are_read_the_moment_a_watched_process_exits(tmp_path: Path
         watch = ExitWatch(sampler, member, "test")
         assert watch.start()
         (pids / "pids.events").write_text("max 4\n")  # the limit was hit ...
+        oom_control = tmp_path / "memory" / "docker" / CONTAINER / "memory.oom_control"
+        oom_control.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")  # ... so was the memory's ...
         child.kill()  # ... and the container's processes are gone
         watch.finish(5.0)
         child.wait()
-        for path in pids.iterdir():  # then the runtime removes the cgroup
+        for path in (*pids.iterdir(), oom_control):  # then the runtime removes the cgroup
             path.unlink()
         sampler.sample()
         assert sampler.usage().pids_limit_hits == 4
+        assert sampler.oom_kills == 1
     finally:
         child.kill()
         child.wait()

@@ -13,8 +13,9 @@ from orchestrator.backends.docker.exit_watch import ExitWatch
 
 
 def test_the_refused_forks_are_read_first_through_the_descriptor_opened_before(tmp_path: Path) -> None:
-    events = tmp_path / "pids.events"
+    events, oom_control = tmp_path / "pids.events", tmp_path / "memory.oom_control"
     events.write_text("max 0\n")
+    oom_control.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
     # the cgroup's other files are gone when the watch wakes (as the runtime removes the cgroup): only the
     # pre-opened descriptor can still be read
     files = CgroupFiles(1, tmp_path / "gone" / "memory.max_usage_in_bytes", tmp_path / "gone" / "cpuacct.usage", None)
@@ -22,11 +23,12 @@ def test_the_refused_forks_are_read_first_through_the_descriptor_opened_before(t
     watch = ExitWatch(sampler, "container", "sbx-test")
     child = subprocess.Popen(["sleep", "0.3"])
     pidfd = os.pidfd_open(child.pid)
-    events_fd = os.open(events, os.O_RDONLY)
+    events_fd, oom_fd = os.open(events, os.O_RDONLY), os.open(oom_control, os.O_RDONLY)
     watch._wake_r, watch._wake_w = os.pipe()
-    thread = threading.Thread(target=watch._run, args=([pidfd], events_fd))
+    thread = threading.Thread(target=watch._run, args=([pidfd], events_fd, oom_fd))
     thread.start()
     events.write_text("max 3\n")  # the kernel's count as the forks were refused, before the exit
+    oom_control.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")  # and as it killed at the memory limit
     child.wait()
     thread.join(5)
     os.close(watch._wake_w)
@@ -34,6 +36,7 @@ def test_the_refused_forks_are_read_first_through_the_descriptor_opened_before(t
     assert sampler.usage().pids_limit_hits == 3
     assert sampler.gone  # the full sample found the cgroup gone: the count came from the descriptor alone
     assert sampler.hits_read_at_exit  # its last watched process: the count is the whole of it
+    assert sampler.oom_kills == 2
 
 
 def test_no_refusal_counted_before_the_exit_is_no_proof_at_the_limit(tmp_path: Path) -> None:
