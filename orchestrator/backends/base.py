@@ -208,6 +208,9 @@ class ResourceUsage:
     # process (or thread) creations refused at the pids limit; a lower bound when the sandbox ended before
     # its cgroup could be read once more (the runtime removes it within milliseconds)
     pids_limit_hits: int | None = None
+    # who read the figures: "cgroup" (the controller, from the sandbox's cgroup on the engine's host) or "init"
+    # (the sandbox's own init, at its command's end); None when nothing was read
+    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from orchestrator.domain.canonical import canonical_sha256, sha256_hex
-from orchestrator.domain.errors import OrchestratorError
+from orchestrator.domain.errors import ExecutionCancelled, OrchestratorError
+from orchestrator.domain.usage import EndCause, RunLimits
 from orchestrator.pipeline.executor import KeptOutput, RunOutcome
 from orchestrator.profiles import ResolvedProfile
 from orchestrator.results import SideEffects
@@ -74,6 +75,41 @@ def side_effects_json(
     return out
 
 
+def run_limits(profile: ResolvedProfile) -> RunLimits:
+    """The limits the run had (its resolved profile, a grant's narrowing included)."""
+    return RunLimits(
+        cpus=profile.cpus,
+        memory_bytes=profile.memory_bytes,
+        pids=profile.pids_limit,
+        wall_timeout_s=profile.wall_timeout_s,
+        stdout_max_bytes=profile.stdout_max_bytes,
+        stderr_max_bytes=profile.stderr_max_bytes,
+        workspace_write_bytes=profile.workspace_write_bytes,
+        workspace_write_files=profile.workspace_write_files,
+    )
+
+
+# why a run that ran to an end ended: the first that applies (EndCause's order); the command's own exit last
+_ENDED_AT: tuple[tuple[Callable[[RunOutcome], bool], EndCause], ...] = (
+    (lambda o: o.timed_out, EndCause.WALL_TIMEOUT),
+    (lambda o: o.oom_killed, EndCause.OOM),
+    (lambda o: o.pids_limit_killed, EndCause.PIDS_LIMIT),
+    (lambda o: o.over_budget, EndCause.WRITE_BUDGET),
+    (lambda o: o.exit_code is None, EndCause.FAILED),
+    (lambda o: o.truncated, EndCause.OUTPUT_CAP),
+    (lambda o: o.exit_code != 0, EndCause.EXIT_NONZERO),
+)
+
+
+def end_cause(outcome: RunOutcome) -> EndCause:
+    return next((cause for applies, cause in _ENDED_AT if applies(outcome)), EndCause.OK)
+
+
+def failed_cause(error: OrchestratorError) -> EndCause:
+    """Why a run that began ended without an end of its command (``run_failed``)."""
+    return EndCause.CANCELLED if isinstance(error, ExecutionCancelled) else EndCause.FAILED
+
+
 def _part(name: str, build: Callable[[], Any], failures: list[str]) -> Any:
     """One part of the record; a part that cannot be built (a bug) is left out and named."""
     try:
@@ -115,6 +151,8 @@ def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: Orches
             "oom_killed": outcome.oom_killed,
             "pids_limit_killed": outcome.pids_limit_killed,
             "duration_ms": outcome.duration_ms,
+            "end_cause": _part("end_cause", lambda: end_cause(outcome).value, failures),
+            "limits": _part("limits", lambda: run_limits(profile).to_json(), failures),
         }
     if failures:
         data["assembly_failed"] = failures
@@ -130,6 +168,8 @@ def _finished_data(outcome: RunOutcome, profile: ResolvedProfile, failures: list
         "oom_killed": outcome.oom_killed,
         "pids_limit_killed": outcome.pids_limit_killed,
         "duration_ms": outcome.duration_ms,
+        "end_cause": end_cause(outcome).value,
+        "limits": run_limits(profile).to_json(),
         "stdout": _part("stdout", lambda: stream_json(outcome.stdout_kept), failures),
         "stderr": _part("stderr", lambda: stream_json(outcome.stderr_kept), failures),
         "redactions": outcome.redactions,

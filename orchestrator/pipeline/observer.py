@@ -13,6 +13,7 @@ from typing import Protocol
 
 from orchestrator.domain.decisions import ApprovalResult
 from orchestrator.domain.ids import ExecutionId
+from orchestrator.domain.usage import RunUsage
 from orchestrator.gate.gate import GateResult
 from orchestrator.profiles import ResolvedProfile
 
@@ -32,6 +33,9 @@ class Observer(Protocol):
     def running(self, execution_id: ExecutionId, profile: ResolvedProfile) -> None:
         """The begin record is durable; the sandbox is being created."""
 
+    def measured(self, usage: RunUsage) -> None:
+        """The end record of a run that began is durable: what it used, and how it ended."""
+
 
 class Telemetry(Protocol):
     def durable_write(self, seconds: float) -> None:
@@ -42,6 +46,9 @@ class Telemetry(Protocol):
 
     def end_unconfirmed(self, profile: str) -> None:
         """The engine's account of an end the sandbox's init reported disagreed with it, or never came."""
+
+    def run_measured(self, usage: RunUsage) -> None:
+        """The end record of a run that began is durable: what it used, and how it ended."""
 
 
 class NoTelemetry:
@@ -54,6 +61,9 @@ class NoTelemetry:
         pass
 
     def end_unconfirmed(self, profile: str) -> None:
+        pass
+
+    def run_measured(self, usage: RunUsage) -> None:
         pass
 
 
@@ -86,6 +96,10 @@ class GuardedObserver:
         if (o := self._observer) is not None:
             _safely(lambda: o.running(execution_id, profile), "running")
 
+    def measured(self, usage: RunUsage) -> None:
+        if (o := self._observer) is not None:
+            _safely(lambda: o.measured(usage), "measured")
+
 
 class GuardedTelemetry:
     """The current ``Telemetry`` (the service swaps in its metrics after start), failures logged."""
@@ -101,3 +115,6 @@ class GuardedTelemetry:
 
     def end_unconfirmed(self, profile: str) -> None:
         _safely(lambda: self.sink.end_unconfirmed(profile), "end_unconfirmed")
+
+    def run_measured(self, usage: RunUsage) -> None:
+        _safely(lambda: self.sink.run_measured(usage), "run_measured")

@@ -47,10 +47,11 @@ from orchestrator.domain.sanitized import SanitizedRequest
 from orchestrator.domain.wire import ErrorBody, RunResult
 from orchestrator.egress.runs import Egress, EgressSettings, NameRedactor
 from orchestrator.evidence import EventType
+from orchestrator.evidence.usage import RunContext, usage_from_end
 from orchestrator.pipeline.authorizer import Authorization
 from orchestrator.pipeline.config import PoolSettings
 from orchestrator.pipeline.confirmations import Confirmations
-from orchestrator.pipeline.end_record import failed_side_effects, finished_fields
+from orchestrator.pipeline.end_record import failed_cause, failed_side_effects, finished_fields, run_limits
 from orchestrator.pipeline.executor import RunOutcome, run_in_sandbox, workspace_changes
 from orchestrator.pipeline.governing import Governing, check_workspace, governing_paths
 from orchestrator.pipeline.launch import check_session_allowed, launch_spec, refuse_unavailable_escalations
@@ -189,6 +190,20 @@ class Runner:
         except OSError as exc:
             unreadable = InputInvalid(f"workspace {workspace} cannot be read: {exc.strerror or exc}")
             raise await refused_before_start(unreadable) from None
+        run_context = RunContext(
+            profile=profile.name,
+            tenant=gate.sanitized.context.tenant,
+            tool=gate.sanitized.tool,
+            ci_repository=gate.sanitized.context.ci.repository if gate.sanitized.context.ci is not None else None,
+        )
+
+        def measured(end_data: dict[str, Any]) -> None:
+            """The end record is on disk: what the run used goes to the service's store and its metrics."""
+            usage = usage_from_end(execution_id, run_context, end_data, ended_at=time.time())
+            if usage is not None:
+                GuardedObserver(observer).measured(usage)
+                telemetry.run_measured(usage)
+
         failed = functools.partial(
             _failed_while_running,
             records,
@@ -196,6 +211,7 @@ class Runner:
             before=before,
             workspace=workspace,
             redactor=redactor,
+            measured=measured,
         )
         pool_key = self._pool_key(pool_spec, gate.sanitized.context.tenant)
         try:  # a claim never waits for a fill, but may ask the engine whether a ready sandbox still waits
@@ -305,15 +321,15 @@ class Runner:
             )
             await despite_cancellation(self.reservations.charge(auth.reservations, records, used, ran=True))
             # bounded in advance, and never raising: the end record is what makes the run accountable
+            end = finished_fields(outcome, profile, error)
             try:
-                await despite_cancellation(
-                    record(EventType.EXECUTION_FINISHED, durable=True, **finished_fields(outcome, profile, error))
-                )
+                await despite_cancellation(record(EventType.EXECUTION_FINISHED, durable=True, **end))
             except asyncio.CancelledError:
                 # the command ran to its end and its end record is on disk: a cancel now comes too late
                 task = asyncio.current_task()
                 if task is not None:
                     task.uncancel()
+            measured(end["data"])
             return ExecutionResult(auth, outcome, error)
         finally:  # its init reported its end: the engine's confirmation and the removal follow the end record
             if outcome.confirm is not None:
@@ -408,21 +424,25 @@ async def _failed_while_running(
     before: Snapshot,
     workspace: Path,
     redactor: Redactor,
+    measured: Callable[[dict[str, Any]], None],
 ) -> OrchestratorError:
     """The end record of an execution that started but did not finish: its code, and what it changed in the
     workspace so far (the sandbox itself was torn down by the executor; set-id bits it left are removed here
-    too)."""
+    too); then what it used (its limits, how it ended: nothing of the command's own) is ``measured``."""
     try:
         effects = failed_side_effects(*await workspace_changes(before, workspace, redactor, profile))
     except Exception as exc:  # a bug: never in the way of the end record
         log.warning("side effects of %s unknown: %s", records.execution_id, type(exc).__name__)
         effects = {"error": f"unknown: {type(exc).__name__}", "complete": False}
-    return await records.refuse(
+    data = {"side_effects": effects, "end_cause": failed_cause(err).value, "limits": run_limits(profile).to_json()}
+    refused = await records.refuse(
         err,
         status="cancelled" if isinstance(err, ExecutionCancelled) else "error",
         profile_hash=profile.profile_hash,
-        data={"side_effects": effects},
+        data=data,
     )
+    measured(data)
+    return refused
 
 
 def step_fields(sanitized: SanitizedRequest) -> dict[str, object]:

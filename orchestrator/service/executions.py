@@ -37,6 +37,7 @@ from orchestrator.domain.errors import (
 from orchestrator.domain.ids import ExecutionId, new_execution_id
 from orchestrator.domain.principal import Principal, Role
 from orchestrator.domain.requests import ExecCommandRequest
+from orchestrator.domain.usage import RunUsage
 from orchestrator.domain.wire import (
     ApprovalInfo,
     ErrorBody,
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 # finished executions kept in memory for late readers (then: read back from the store)
 _KEEP_FINISHED = 256
 _KEEP_FINISHED_BYTES = 64 * 1024 * 1024  # of output (characters), over all of them
+USAGE_KEEP_S = 90 * 86_400  # how long a run's usage row is kept (the evidence keeps it for ever)
+USAGE_TRIM_EVERY = 1_000  # rows stored between two trims of the older ones
 
 
 @dataclass(slots=True)
@@ -106,6 +109,7 @@ class ExecutionManager(Observer):
         self._finished: list[str] = []  # oldest first, for trimming _live
         self._bounds = BoundsMemory()
         self.abandoned: set[str] = set()  # ended by recover(): their sandboxes' removal is no second end
+        self._measured = 0  # runs whose usage was stored since the start
 
     def add_listener(self, listener: Callable[[ExecutionView], None]) -> None:
         """Called with each changed execution (on the loop; must not block)."""
@@ -147,6 +151,16 @@ class ExecutionManager(Observer):
         live = self._live[execution_id]
         live.view = live.view.model_copy(update={"profile": profile.name})
         self._change(live, ExecutionState.RUNNING)
+
+    def measured(self, usage: RunUsage) -> None:
+        """A run's usage, kept for ``profiles usage | recommend | whatif``; older rows than USAGE_KEEP_S go
+        now and then (every USAGE_TRIM_EVERY rows, and at start)."""
+        task = asyncio.ensure_future(self.store.put_usage(usage))
+        task.add_done_callback(_log_store_failure)
+        self._measured += 1
+        if self._measured % USAGE_TRIM_EVERY == 0:
+            trim = asyncio.ensure_future(self.store.forget_usage(before=time.time() - USAGE_KEEP_S))
+            trim.add_done_callback(_log_store_failure)
 
     # -- state changes -----------------------------------------------------------------------------
     def _change(self, live: _Live, state: ExecutionState, *, store: bool = True, **update: Any) -> None:
@@ -500,6 +514,7 @@ class ExecutionManager(Observer):
         """After a restart: resume the waits of pending asks, end what was running as abandoned."""
         counts = {"resumed": 0, "abandoned": 0}
         await self.store.forget_ended_requests()  # left by a crash between an end and its row's update
+        await self.store.forget_usage(before=time.time() - USAGE_KEEP_S)
         for row in await self.store.in_states(
             [ExecutionState.RECEIVED, ExecutionState.PENDING_APPROVAL, ExecutionState.RUNNING]
         ):
@@ -561,6 +576,6 @@ def _cursor_seq(cursor: str | None) -> int | None:
     return int(cursor)
 
 
-def _log_store_failure(task: asyncio.Future[None]) -> None:
+def _log_store_failure(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("could not store an execution's state: %s", type(task.exception()).__name__)

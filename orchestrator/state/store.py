@@ -4,7 +4,8 @@ Tables: ``executions`` (one row per accepted execution, its state and outcome, s
 queue's ``approvals`` (approvals.queue owns it), ``grants`` (approved_for_session, which outlive a
 restart), ``ci_jobs`` (the CI jobs of ci/jobs.py: an open one outlives a restart) and the budget grants:
 ``budget_grants`` (terms, used and reserved amounts), their open ``budget_grant_reservations`` (one per run
-under a grant) and ledger ``budget_grant_charges`` (one row per reservation that ended). Every change of a
+under a grant) and ledger ``budget_grant_charges`` (one row per reservation that ended); ``run_usage`` (what
+each run used and how it ended: usage_table.py). Every change of a
 budget grant is one transaction on the store's thread, so a reservation cannot pass a budget however many runs
 ask at once.
 
@@ -43,7 +44,9 @@ from orchestrator.budgets.ledger import (
     StoredReservation,
     room,
 )
+from orchestrator.domain.usage import RunUsage
 from orchestrator.domain.wire import ExecutionView
+from orchestrator.state import usage_table
 
 T = TypeVar("T")
 
@@ -183,6 +186,7 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE budget_grant_charges_new RENAME TO budget_grant_charges;
     CREATE INDEX budget_grant_charges_by_grant ON budget_grant_charges(grant_id, seq);
     """,
+    usage_table.MIGRATION,  # what each run used and how it ended (profiles usage | recommend | whatif)
 )
 
 
@@ -791,6 +795,23 @@ class StateStore:
         return await self._call(self._transaction(read))
 
     # -- health ------------------------------------------------------------------------------------
+    # -- run usage (state/usage_table.py) -------------------------------------------------------------
+    async def put_usage(self, usage: RunUsage) -> None:
+        row = usage_table.row_of(usage)
+        await self._call(lambda: self._db.execute(usage_table.INSERT, row))
+
+    async def usage(
+        self, *, profile: str | None = None, since: float | None = None, until: float | None = None
+    ) -> list[RunUsage]:
+        """What the runs of ``profile`` (every profile: None) that ended in [since, until] used, oldest first."""
+        return await self._call(lambda: usage_table.select(self._db, profile=profile, since=since, until=until))
+
+    async def usage_profiles(self, *, since: float | None = None) -> list[str]:
+        return await self._call(lambda: usage_table.profiles(self._db, since=since))
+
+    async def forget_usage(self, *, before: float) -> int:
+        return await self._call(lambda: usage_table.forget_before(self._db, before))
+
     async def writable(self) -> None:
         """Raises when the database cannot take a write (for /readyz)."""
 

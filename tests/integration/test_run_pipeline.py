@@ -87,7 +87,13 @@ async def test_evidence_follows_the_lifecycle_as_the_engine_reported_it(orch: Or
     assert finished.data["image_id"].startswith("sha256:")  # the image the engine really ran
     assert finished.data["lifecycle_stream"] == "complete"
     usage = finished.data["usage"]
-    assert usage is not None and set(usage) == {"memory_peak_bytes", "cpu_total_ns", "pids_peak", "pids_limit_hits"}
+    assert usage is not None and set(usage) == {
+        "memory_peak_bytes",
+        "cpu_total_ns",
+        "pids_peak",
+        "pids_limit_hits",
+        "source",
+    }
     # (a command this quick may be gone before its cgroup is first read: then the counters are unknown)
     assert usage["pids_limit_hits"] in (0, None) and finished.data["pids_limit_killed"] is False
     assert finished.outputs_digest is not None

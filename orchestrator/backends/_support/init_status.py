@@ -66,6 +66,7 @@ class InitStatus:
             cpu_total_ns=self.cpu_ns,
             pids_peak=self.pids_peak,
             pids_limit_hits=self.pids_limit_hits,
+            source="init",
         )
 
 

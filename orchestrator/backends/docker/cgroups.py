@@ -205,9 +205,11 @@ class UsageSampler:
             at_limit = self.pids_limit > 0 and self.pids_peak is not None and self.pids_peak >= self.pids_limit
             if hits == 0 and at_limit and not self.hits_read_at_exit:
                 hits = None
+            known = (self.memory_peak, self.cpu_ns, self.pids_peak, hits) != (None, None, None, None)
             return ResourceUsage(
                 memory_peak_bytes=self.memory_peak,
                 cpu_total_ns=self.cpu_ns,
                 pids_peak=self.pids_peak,
                 pids_limit_hits=hits,
+                source="cgroup" if known else None,
             )

@@ -18,6 +18,7 @@ from orchestrator.evidence.fit import DEGRADED_KEY
 from orchestrator.pipeline.end_record import (
     clip,
     finished_fields,
+    run_limits,
     side_effects_json,
     stream_json,
 )
@@ -142,6 +143,8 @@ def test_a_bug_while_building_still_gives_an_end_record_with_the_exit(tmp_path: 
         "oom_killed": False,
         "pids_limit_killed": False,
         "duration_ms": 12,
+        "end_cause": "output_cap",  # what a run's usage needs is still there
+        "limits": run_limits(profile).to_json(),
         "assembly_failed": ["data: TypeError"],
     }
     assert write_end(tmp_path, fields)["status"] == "failed"

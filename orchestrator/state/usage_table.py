@@ -1,0 +1,109 @@
+"""The store's ``run_usage`` table: one row per run that began, what it used and how it ended
+(``domain.usage.RunUsage``), kept so that ``profiles usage | recommend | whatif`` answer over weeks of runs
+without reading the evidence file. Plain columns, NULL for unknown (never 0), indexed by profile and end
+time: 100,000 rows of a profile read back in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.domain.usage import EndCause, RunLimits, RunUsage
+
+# RunUsage's fields in column order (limits flattened): the one table the SQL and the rows are built from
+_MEASURE_COLUMNS = (
+    "cpu_seconds",
+    "memory_peak_bytes",
+    "pids_peak",
+    "wall_seconds",
+    "stdout_bytes",
+    "stderr_bytes",
+    "workspace_bytes_written",
+    "workspace_files_written",
+)
+_LIMIT_COLUMNS = (
+    "cpus",
+    "memory_bytes",
+    "pids",
+    "wall_timeout_s",
+    "stdout_max_bytes",
+    "stderr_max_bytes",
+    "workspace_write_bytes",
+    "workspace_write_files",
+)
+_CONTEXT_COLUMNS = ("execution_id", "profile", "ended_at", "cause", "source", "tenant", "tool", "ci_repository")
+COLUMNS = (*_CONTEXT_COLUMNS, *_MEASURE_COLUMNS, *(f"limit_{c}" for c in _LIMIT_COLUMNS))
+
+MIGRATION = """
+    CREATE TABLE run_usage (
+        execution_id            TEXT PRIMARY KEY,
+        profile                 TEXT NOT NULL,
+        ended_at                REAL NOT NULL,
+        cause                   TEXT NOT NULL,
+        source                  TEXT,
+        tenant                  TEXT NOT NULL,
+        tool                    TEXT NOT NULL,
+        ci_repository           TEXT,
+        cpu_seconds             REAL,
+        memory_peak_bytes       INTEGER,
+        pids_peak               INTEGER,
+        wall_seconds            REAL,
+        stdout_bytes            INTEGER,
+        stderr_bytes            INTEGER,
+        workspace_bytes_written INTEGER,
+        workspace_files_written INTEGER,
+        limit_cpus                  REAL NOT NULL,
+        limit_memory_bytes          INTEGER NOT NULL,
+        limit_pids                  INTEGER NOT NULL,
+        limit_wall_timeout_s        REAL NOT NULL,
+        limit_stdout_max_bytes      INTEGER NOT NULL,
+        limit_stderr_max_bytes      INTEGER NOT NULL,
+        limit_workspace_write_bytes INTEGER NOT NULL,
+        limit_workspace_write_files INTEGER NOT NULL
+    );
+    CREATE INDEX run_usage_by_profile ON run_usage(profile, ended_at);
+    CREATE INDEX run_usage_by_end ON run_usage(ended_at)
+"""
+
+INSERT = f"INSERT OR REPLACE INTO run_usage ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+SELECT = f"SELECT {', '.join(COLUMNS)} FROM run_usage"
+
+
+def row_of(usage: RunUsage) -> tuple[Any, ...]:
+    return (
+        *(getattr(usage, c) if c != "cause" else usage.cause.value for c in _CONTEXT_COLUMNS),
+        *(getattr(usage, c) for c in _MEASURE_COLUMNS),
+        *(getattr(usage.limits, c) for c in _LIMIT_COLUMNS),
+    )
+
+
+def usage_of(row: Sequence[Any]) -> RunUsage:
+    context = dict(zip(_CONTEXT_COLUMNS, row[: len(_CONTEXT_COLUMNS)], strict=True))
+    measures_end = len(_CONTEXT_COLUMNS) + len(_MEASURE_COLUMNS)
+    measures = dict(zip(_MEASURE_COLUMNS, row[len(_CONTEXT_COLUMNS) : measures_end], strict=True))
+    limits = RunLimits(**dict(zip(_LIMIT_COLUMNS, row[measures_end:], strict=True)))
+    context["cause"] = EndCause(context["cause"])
+    return RunUsage(**context, **measures, limits=limits)
+
+
+def select(db: sqlite3.Connection, *, profile: str | None, since: float | None, until: float | None) -> list[RunUsage]:
+    """The rows of ``profile`` (every profile: None) that ended in [since, until], oldest first."""
+    where, args = [], []
+    for clause, value in (("profile = ?", profile), ("ended_at >= ?", since), ("ended_at <= ?", until)):
+        if value is not None:
+            where.append(clause)
+            args.append(value)
+    sql = SELECT + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY ended_at"
+    return [usage_of(row) for row in db.execute(sql, args)]
+
+
+def profiles(db: sqlite3.Connection, *, since: float | None) -> list[str]:
+    """The profiles with a run that ended at or after ``since``."""
+    sql = "SELECT DISTINCT profile FROM run_usage" + (" WHERE ended_at >= ?" if since is not None else "")
+    return sorted(row[0] for row in db.execute(sql, () if since is None else (since,)))
+
+
+def forget_before(db: sqlite3.Connection, before: float) -> int:
+    return db.execute("DELETE FROM run_usage WHERE ended_at < ?", (before,)).rowcount

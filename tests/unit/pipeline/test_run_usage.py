@@ -1,0 +1,125 @@
+"""A run's usage as its end record says it: the end cause, the limits it had, and the same figures whether the
+runner builds them from the record it has just written or they are read back from the evidence file."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from orchestrator.backends.base import ResourceUsage
+from orchestrator.domain.errors import ExecutionCancelled, SandboxUnavailable
+from orchestrator.domain.usage import EndCause, RunLimits
+from orchestrator.evidence import EventType, EvidenceWriter
+from orchestrator.evidence.usage import RunContext, read_usage, usage_from_end
+from orchestrator.pipeline.end_record import end_cause, failed_cause, finished_fields, run_limits
+from orchestrator.pipeline.executor import KeptOutput
+from orchestrator.profiles import ProfileRegistry, ResolvedProfile
+from tests.unit.pipeline.test_end_record import outcome
+
+
+@pytest.fixture(scope="module")
+def profile() -> ResolvedProfile:
+    return ProfileRegistry().resolve("workspace-write")
+
+
+@pytest.mark.parametrize(
+    ("changes", "cause"),
+    [
+        ({"exit_code": 0, "stdout_kept": KeptOutput(b"", 0, False, 0)}, EndCause.OK),
+        ({"stdout_kept": KeptOutput(b"", 0, False, 0)}, EndCause.EXIT_NONZERO),  # exit 7
+        ({}, EndCause.OUTPUT_CAP),  # exit 7, stdout truncated: the cap is what it met
+        ({"timed_out": True, "oom_killed": True}, EndCause.WALL_TIMEOUT),  # the first that applies
+        ({"oom_killed": True, "exit_code": 137}, EndCause.OOM),
+        ({"pids_limit_killed": True}, EndCause.PIDS_LIMIT),
+        ({"exit_code": None}, EndCause.FAILED),
+    ],
+)
+def test_the_end_cause_is_the_first_that_applies(changes: dict[str, object], cause: EndCause) -> None:
+    assert end_cause(outcome(**changes)) is cause
+
+
+def test_a_run_failed_is_cancelled_or_failed() -> None:
+    assert failed_cause(ExecutionCancelled("gone")) is EndCause.CANCELLED
+    assert failed_cause(SandboxUnavailable("lost")) is EndCause.FAILED
+
+
+def test_the_end_record_carries_the_limits_the_run_had(profile: ResolvedProfile) -> None:
+    data = finished_fields(outcome(), profile, None)["data"]
+    assert data["end_cause"] == "output_cap"
+    limits = RunLimits.from_json(data["limits"])
+    assert limits == run_limits(profile)
+    assert (limits.memory_bytes, limits.cpus, limits.pids) == (profile.memory_bytes, profile.cpus, profile.pids_limit)
+
+
+def test_usage_from_the_end_record_keeps_unknown_apart_from_zero(profile: ResolvedProfile) -> None:
+    usage = ResourceUsage(memory_peak_bytes=0, cpu_total_ns=None, pids_peak=5, source="cgroup")
+    data = finished_fields(outcome(usage=usage, duration_ms=1500), profile, None)["data"]
+    context = RunContext("workspace-write", "acme", "shell_exec", "org/repo")
+    run = usage_from_end("ex-1", context, data, ended_at=10.0)
+    assert run is not None
+    assert (run.memory_peak_bytes, run.cpu_seconds, run.pids_peak, run.source) == (0, None, 5, "cgroup")
+    assert (run.wall_seconds, run.stdout_bytes, run.stderr_bytes) == (1.5, 10_000_000, 0)
+    assert (run.workspace_bytes_written, run.workspace_files_written) == (None, None)  # no record of the workspace
+    assert run.cores is None  # CPU unknown: never 0 cores
+    assert (run.tenant, run.tool, run.ci_repository, run.cause) == (
+        "acme",
+        "shell_exec",
+        "org/repo",
+        EndCause.OUTPUT_CAP,
+    )
+
+
+def _ts(unix: float) -> str:
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_the_evidence_file_gives_the_same_usage(tmp_path: Path, profile: ResolvedProfile) -> None:
+    """Three runs began; one ended with its usage, one was cancelled, one (written by an older version) has
+    no limits on its end record; a fourth never began; runs of another profile and before ``since`` are left out."""
+    path = tmp_path / "evidence.jsonl"
+    finished = finished_fields(outcome(usage=ResourceUsage(7 * 2**20, 2_000_000_000, 9, source="init")), profile, None)
+    finished["data"]["duration_ms"] = 4000
+    old = finished_fields(outcome(), profile, None)
+    del old["data"]["limits"], old["data"]["end_cause"]
+    cancelled = {"end_cause": "cancelled", "limits": run_limits(profile).to_json(), "side_effects": None}
+
+    def begin(execution_id: str, name: str) -> dict[str, object]:
+        data = {"profile": name, "ci": {"repository": "org/repo"}} if execution_id == "ex-a" else {"profile": name}
+        return {
+            "event": EventType.EXECUTION_STARTED,
+            "execution_id": execution_id,
+            "tenant": "t",
+            "tool": "x",
+            "data": data,
+        }
+
+    with EvidenceWriter(path) as writer:
+        for record in (
+            begin("ex-a", "workspace-write"),
+            begin("ex-b", "workspace-write"),
+            begin("ex-c", "workspace-write"),
+            begin("ex-d", "ci"),
+            {"event": EventType.EXECUTION_FINISHED, "execution_id": "ex-a", **finished},
+            {"event": EventType.RUN_FAILED, "execution_id": "ex-b", "status": "cancelled", "data": cancelled},
+            {"event": EventType.EXECUTION_FINISHED, "execution_id": "ex-c", **old},
+            {"event": EventType.EXECUTION_FINISHED, "execution_id": "ex-d", **finished},
+            {"event": EventType.EXECUTION_FINISHED, "execution_id": "ex-never-began", **finished},
+        ):
+            writer.append_sync(record)
+    runs = list(read_usage(path, profile="workspace-write"))
+    assert [r.execution_id for r in runs] == ["ex-a", "ex-b"]
+    a, b = runs
+    assert (a.memory_peak_bytes, a.cpu_seconds, a.pids_peak, a.wall_seconds, a.source) == (
+        7 * 2**20,
+        2.0,
+        9,
+        4.0,
+        "init",
+    )
+    assert a.cores == 0.5 and a.ci_repository == "org/repo" and (a.tenant, a.tool) == ("t", "x")
+    assert a.limits == run_limits(profile) and a.cause is EndCause.OUTPUT_CAP
+    assert b.cause is EndCause.CANCELLED and (b.cpu_seconds, b.memory_peak_bytes, b.wall_seconds) == (None, None, None)
+    assert [r.execution_id for r in read_usage(path)] == ["ex-a", "ex-b", "ex-d"]
+    assert list(read_usage(path, since=a.ended_at + 3600)) == []
