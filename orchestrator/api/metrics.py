@@ -1,25 +1,75 @@
 """Prometheus metrics of one service (its own registry: two apps in one process never mix).
 
 The pool's (``sandbox_pool_*``, per profile) are read from the pool at each scrape (``PoolCollector``), and read
-back from a service's /metrics by ``sandboxctl doctor --url`` (``read_pool``)."""
+back from a service's /metrics by ``sandboxctl doctor --url`` (``read_pool``).
+
+What each run used, per profile (``sandbox_run_*``, ``sandbox_runs_ended_total``, ``sandbox_profile_limit_*``):
+observed once per run that began, from its ``RunUsage`` (``run_measured``). The chart's Grafana dashboard
+(charts/sandbox-orchestrator/dashboards/sandbox-profiles.json) draws them; its expressions name only these."""
 
 from __future__ import annotations
 
 import collections
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.domain.usage import MEASURE_BY_NAME, EndCause, Measure, RunUsage
 from orchestrator.domain.wire import ExecutionState, ExecutionView
 from orchestrator.pipeline.orchestrator import Telemetry
 from orchestrator.pipeline.pool import ProfileCounts, ProfilePool, SandboxPool
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _SLOW = (0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600, 1800)
+
+# The buckets of a run's usage, fixed (a histogram's bounds cannot change without breaking its series). Wide
+# enough for any sandbox run, fine enough to size a limit: a quantile is interpolated inside its bucket, so it is
+# off by at most that bucket's width (a factor 2 for memory and processes, 2 to 2.5 for durations).
+# CPU and wall seconds: 10 ms (a command that barely started) .. 1 day (the longest wall timeout worth having).
+_RUN_SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
+                14400, 43200, 86400)  # fmt: skip
+# Cores used on average: a hundredth of a core (a run that mostly waited) .. 64.
+_RUN_CORES = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+# Memory peak: 4 MiB (a shell and little else) .. 64 GiB, by powers of 2 (limits are set in MiB and GiB).
+_RUN_MEMORY = tuple(float(2**n) for n in range(22, 37))
+# Processes and threads at the peak: 1 .. 32,768, by powers of 2.
+_RUN_PIDS = tuple(float(2**n) for n in range(16))
+
+
+@dataclass(frozen=True, slots=True)
+class UsageHistogram:
+    """One per-profile histogram of what runs used: the measure it observes (the domain's table says what a
+    run's value is; None, unknown, is not observed) and the gauge of the limit the measure is held against."""
+
+    name: str
+    measure: Measure
+    buckets: tuple[float, ...]
+    limit: str | None  # the gauge ``sandbox_profile_limit_*`` (its value: ``measure.limit``); None: no gauge
+
+
+USAGE_HISTOGRAMS: tuple[UsageHistogram, ...] = (
+    UsageHistogram("sandbox_run_cpu_seconds", MEASURE_BY_NAME["cpu_seconds"], _RUN_SECONDS, None),
+    UsageHistogram("sandbox_run_cores", MEASURE_BY_NAME["cores"], _RUN_CORES, "sandbox_profile_limit_cpus"),
+    UsageHistogram(
+        "sandbox_run_memory_peak_bytes",
+        MEASURE_BY_NAME["memory_peak_bytes"],
+        _RUN_MEMORY,
+        "sandbox_profile_limit_memory_bytes",
+    ),
+    UsageHistogram("sandbox_run_pids_peak", MEASURE_BY_NAME["pids_peak"], _RUN_PIDS, "sandbox_profile_limit_pids"),
+    UsageHistogram(
+        "sandbox_run_wall_seconds",
+        MEASURE_BY_NAME["wall_seconds"],
+        _RUN_SECONDS,
+        "sandbox_profile_limit_wall_timeout_seconds",
+    ),
+)
+RUNS_ENDED = "sandbox_runs_ended"  # scraped as sandbox_runs_ended_total{profile, cause}
 
 
 class ServiceMetrics(Telemetry):
@@ -50,6 +100,22 @@ class ServiceMetrics(Telemetry):
         self.evidence_write = Histogram(
             "sandbox_evidence_write_seconds", "Durable evidence appends: queued to fsynced.", buckets=_FAST, registry=r
         )
+        # runs' usage: labelled by profile only (a few, the operator's), never by tenant or execution, so the
+        # series stay bounded by profiles x buckets (and causes), whatever the traffic
+        self.runs_ended = Counter(
+            RUNS_ENDED, "Runs that began and ended, by profile and end cause.", ["profile", "cause"], registry=r
+        )
+        self.usage: list[tuple[Measure, Histogram]] = []
+        self.limits: list[tuple[Measure, Gauge]] = []
+        for h in USAGE_HISTOGRAMS:
+            m = h.measure
+            self.usage.append(
+                (m, Histogram(h.name, f"Per run: {m.description}.", ["profile"], buckets=h.buckets, registry=r))
+            )
+            if h.limit is not None:
+                what = f"The profile's limits.{m.limit_field} as its latest run had it (caps and grants applied)."
+                self.limits.append((m, Gauge(h.limit, what, ["profile"], registry=r)))
+        self._profiles_measured: set[str] = set()
         self._asked_at: dict[str, float] = {}
         self._running: set[str] = set()
         self._decided: set[str] = set()
@@ -64,6 +130,21 @@ class ServiceMetrics(Telemetry):
 
     def end_unconfirmed(self, profile: str) -> None:
         self.ends_unconfirmed.labels(profile).inc()
+
+    def run_measured(self, usage: RunUsage) -> None:
+        profile = usage.profile
+        if profile not in self._profiles_measured:
+            # every cause from 0 at a profile's first run: rate() and increase() then see its first oom too
+            self._profiles_measured.add(profile)
+            for cause in EndCause:
+                self.runs_ended.labels(profile, cause.value)
+        self.runs_ended.labels(profile, usage.cause.value).inc()
+        for measure, histogram in self.usage:
+            value = measure.value(usage)
+            if value is not None:  # unknown is not observed: a 0 would pull every quantile down
+                histogram.labels(profile).observe(value)
+        for measure, gauge in self.limits:
+            gauge.labels(profile).set(measure.limit(usage.limits))
 
     # state changes (from the execution manager)
     def observe(self, view: ExecutionView) -> None:

@@ -786,6 +786,8 @@ SCHEMA_REFUSALS = [
     ({"replicaCount": 3}, "replicaCount"),
     ({"ci": {"images": "ci/node:20"}}, "/ci/images"),
     ({"ci": {"runners": 3}}, "runners"),
+    ({"dashboards": {"label": "app.kubernetes.io/component"}}, "/dashboards/label"),  # one of the chart's own
+    ({"dashboards": {"labelValue": "not a label value"}}, "/dashboards/labelValue"),
 ]
 
 
@@ -853,3 +855,43 @@ def test_egress_proxy_for_allowlist_pods() -> None:
     assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     # off (the default): no proxy, and allowlist runs are refused by the controller (SANDBOX.UNAVAILABLE)
     assert "egress" not in config_of(render({}))["backend"]["kubernetes"]
+
+
+DASHBOARD_FILES = sorted((CHART / "dashboards").glob("*.json"))
+
+
+def test_dashboards_ship_as_a_configmap_the_grafana_sidecar_finds() -> None:
+    """dashboards.enabled: one ConfigMap in the release namespace with every dashboard of dashboards/, each the
+    file as it is (one key per file), labelled with the sidecar's label (default grafana_dashboard: "1") and
+    annotated as asked (a folder); off (the default): none, and the controller's ConfigMap is the only one."""
+    assert [f.name for f in DASHBOARD_FILES] == ["sandbox-profiles.json"]
+    assert of_kind(render({}), "ConfigMap") == [one(render({}), "ConfigMap")]
+    assert "grafana_dashboard" not in one(render({}), "ConfigMap")["metadata"]["labels"]
+    assert lint({"dashboards": {"enabled": True}}).returncode == 0
+
+    def dashboards(values: dict[str, Any]) -> dict[str, Any]:
+        [found] = [c for c in of_kind(render(values), "ConfigMap") if c["metadata"]["name"] != FULLNAME]
+        return found
+
+    default = dashboards({"dashboards": {"enabled": True}})
+    assert default["metadata"]["name"] == f"{FULLNAME}-dashboards"
+    assert default["metadata"]["namespace"] == NAMESPACE
+    assert default["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert default["metadata"]["labels"]["app.kubernetes.io/component"] == "dashboards"
+    assert "annotations" not in default["metadata"]
+    assert set(default["data"]) == {f.name for f in DASHBOARD_FILES}
+    for file in DASHBOARD_FILES:
+        assert default["data"][file.name] == file.read_text(encoding="utf-8").rstrip("\n")
+        assert json.loads(default["data"][file.name])["uid"] == file.stem
+
+    custom = dashboards({
+        "dashboards": {
+            "enabled": True,
+            "label": "example.com/dashboard",
+            "labelValue": "sandboxes",
+            "annotations": {"grafana_folder": "Sandboxes"},
+        }
+    })  # fmt: skip
+    assert custom["metadata"]["labels"]["example.com/dashboard"] == "sandboxes"
+    assert "grafana_dashboard" not in custom["metadata"]["labels"]
+    assert custom["metadata"]["annotations"] == {"grafana_folder": "Sandboxes"}
