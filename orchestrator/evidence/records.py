@@ -73,6 +73,10 @@ class EventType(StrEnum):
     # then closed (its steps, each one's end, how the job ended); its steps' records carry its id (data.ci)
     CI_JOB_OPENED = "ci_job_opened"
     CI_JOB_CLOSED = "ci_job_closed"
+    # the profiles re-read while running (profiles/source.py), under one id per re-read (profiles-…): each profile
+    # it changed (its old and new hashes, the files and their owners), or the new set refused (the old one kept)
+    PROFILE_CHANGED = "profile_changed"
+    PROFILE_CHANGE_REFUSED = "profile_change_refused"
     # written by the evidence writer itself (no execution): a torn last line was quarantined
     EVIDENCE_RECOVERED = "evidence_recovered"
 

@@ -32,6 +32,7 @@ from orchestrator.pipeline.governing import (
 )
 from orchestrator.pipeline.observer import GuardedTelemetry
 from orchestrator.pipeline.orchestrator import Orchestrator
+from orchestrator.pipeline.profile_changes import ProfileChanges
 from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.pipeline.reaper import collect_orphans
 from orchestrator.pipeline.recorder import Evidence
@@ -39,6 +40,7 @@ from orchestrator.pipeline.reservations import Reservations
 from orchestrator.pipeline.retries import RestrictedRuns
 from orchestrator.pipeline.runner import Runner
 from orchestrator.profiles import ProfileCaps, ProfileRegistry
+from orchestrator.profiles.source import ProfilesInForce, ProfileSource
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +116,7 @@ def build_orchestrator(
     evidence_path: Path | None = None,
     approvals: ApprovalProvider | None = None,
     backend: SandboxBackend | None = None,
-    profiles: ProfileRegistry | None = None,
+    profiles: ProfileRegistry | ProfilesInForce | None = None,
 ) -> Orchestrator:
     """With ``workspace``, what governs the runs (the config and every file it pulls in, profiles,
     evidence, state, code) is checked to be out of that workspace's reach before anything is decided
@@ -158,7 +160,7 @@ def assemble(
     workspace: str | os.PathLike[str] | None = None,
     session_approvals: SessionApprovals | None = None,
     backend: SandboxBackend | None = None,
-    profiles: ProfileRegistry | None = None,
+    profiles: ProfileRegistry | ProfilesInForce | None = None,
     caps: ProfileCaps | None = None,
     governing: tuple[Governing, ...] = (),
     pool: PoolSettings | None = None,
@@ -168,7 +170,8 @@ def assemble(
 ) -> Orchestrator:
     """The composition root: an Orchestrator from its parts. Without a backend and profiles it only decides
     (``run`` is INTERNAL); what the authorizer and the runner share (the evidence, the grants' reservations,
-    the restricted runs that retries link to) is made once here."""
+    the restricted runs that retries link to) is made once here. ``profiles`` a ``ProfileSource``: the set in
+    force follows its files, each change on the record and the pool drained of the profiles it changed."""
     records = Evidence(evidence, GuardedTelemetry())
     reservations = Reservations(budget_grants)
     restricted = RestrictedRuns()
@@ -197,6 +200,8 @@ def assemble(
             pool=pool,
             egress=egress,
         )
+    if chosen is not None:
+        chosen.source.subscribe(ProfileChanges(records, caps, runner.pool if runner is not None else None))
     return Orchestrator(authorizer, runner)
 
 
@@ -209,8 +214,9 @@ async def open_orchestrator(
     backend: SandboxBackend | None = None,
 ) -> Orchestrator:
     """An orchestrator ready to ``execute()``: the config's policy, approvals and evidence, the built-in
-    profiles, the config's backend (Docker unless it says otherwise; ``backend`` if given) — and the orphan
-    reaper running once beside it as a guarded task. Close it with ``await orch.aclose()``."""
+    profiles and ``$SANDBOX_PROFILES_PATH``'s (re-read when their files change), the config's backend (Docker
+    unless it says otherwise; ``backend`` if given) — and the orphan reaper running once beside it as a
+    guarded task. Close it with ``await orch.aclose()``."""
     config_path = Path(config) if config is not None else None
     chosen = backend if backend is not None else backend_for_file(config_path)
     chosen.prepare()
@@ -220,7 +226,7 @@ async def open_orchestrator(
         evidence_path=Path(evidence_path) if evidence_path is not None else None,
         approvals=approvals,
         backend=chosen,
-        profiles=ProfileRegistry(),
+        profiles=ProfileSource(),
     )
     orch.background.spawn(collect_orphans(chosen, orch.evidence), "orphan-reaper")
     return orch

@@ -14,14 +14,19 @@ target once each of its runs is over (a fill beside a run would slow it) or ``Or
 one; the sweep every ``SWEEP_S`` destroys sandboxes unclaimed for their TTL, retires those above a target that
 fell (``surplus``), keeps each key that a run used within ``ttl_s`` at its floor, and forgets the others once
 empty. A workspace about to be removed (a CI job's, at its cleanup) is ``retire``d: its ready sandboxes are
-destroyed and its keys forgotten, so that neither they nor the key table outlive it.
+destroyed and its keys forgotten, so that neither they nor the key table outlive it. A profile that changed
+(its files re-read: profiles/source.py) is ``drain_profiles``'d: its keys' ready sandboxes are destroyed, and
+from then on a key of it is filled only from a run that resolved the new definition (a run that began before
+the change and ends after it asks for its own key again, which no new run could claim).
 
 Evidence: a pooled sandbox has records of its own under its pool id (an execution id that no request
 has): the engine's ``container_created`` / ``container_started`` as they happened at fill time,
 ``sandbox_pooled`` once it waits, then ``sandbox_claimed`` (which execution took it) or
-``sandbox_discarded`` (why it was destroyed unclaimed). The execution that claims it says so in its own
-``execution_started`` record (``pooled``: the pool id, the sandbox, when it was filled). Hits, misses, failed
-fills and discards are counted per profile (``profiles()``: the service's /metrics).
+``sandbox_discarded`` (why it was destroyed unclaimed: ``expired``, ``surplus``, ``closed``, ``unused``,
+``ended``, ``unreachable``, ``workspace_retired``, ``drained``, ``profile_changed``). The execution that
+claims it says so in its own ``execution_started`` record (``pooled``: the pool id, the sandbox, when it was
+filled). Hits, misses, failed fills and discards are counted per profile (``profiles()``: the service's
+/metrics).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +143,9 @@ class SandboxPool:
         self._counts: dict[str, ProfileCounts] = collections.defaultdict(ProfileCounts)
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
+        # the definition in force of each profile that changed since the pool began (None: removed): a run's spec
+        # of another one fills nothing (profiles not listed never changed: any spec of theirs is current)
+        self._definitions: dict[str, str | None] = {}
         self._closed = False
         # sandbox ids handed out, the latest (each once: tests and benchmarks check)
         self.served: collections.deque[str] = collections.deque(maxlen=SERVED_KEPT)
@@ -207,7 +215,7 @@ class SandboxPool:
         """A run of ``key`` is over (cold or from the pool), or one is ``announced`` (``Orchestrator.prestart``:
         at least one is wanted, as a claim would be): fill the key up to its target, within ``max_total``.
         ``template``: that run's spec (argv, env and its kind are not used)."""
-        if self._closed:
+        if self._closed or not self._current(template):
             return
         now = time.monotonic()
         state = self._key(key, now)
@@ -216,6 +224,12 @@ class SandboxPool:
         if announced:
             state.demand.expect(now)
         self._top_up(key, state, self._target(state, now))
+
+    def _current(self, template: LaunchSpec) -> bool:
+        """Whether ``template``'s profile is the definition in force (one resolved before its profile changed
+        is not: a sandbox filled from it would have the old settings)."""
+        profile = template.profile
+        return self._definitions.get(profile.name, profile.definition_sha256) == profile.definition_sha256
 
     def _target(self, state: _Key, now: float) -> int:
         return target(state.demand.level(now, self.settings.shrink_after_s), state.bounds)
@@ -376,6 +390,15 @@ class SandboxPool:
         return sum(
             self._forget(key, "workspace_retired") for key in [k for k in self._keys if k.workspace == workspace]
         )
+
+    def drain_profiles(self, definitions: Mapping[str, str | None]) -> int:
+        """The profiles named changed (``definitions``: each one's definition_sha256 now, None when it was removed
+        or cannot run): each key of one goes (its ready sandboxes destroyed, ``sandbox_discarded`` with reason
+        ``profile_changed``; its fills under way destroy theirs when they end), and from now on only a run's spec
+        of the new definition fills one (``want``). Runs under way keep what they started with. Call it on the
+        pool's own event loop. How many were ready."""
+        self._definitions.update(definitions)
+        return sum(self._forget(key, "profile_changed") for key in [k for k in self._keys if k.profile in definitions])
 
     async def _sweep(self) -> None:
         while not self._closed:

@@ -8,21 +8,31 @@ from orchestrator.domain.errors import OrchestratorError
 from orchestrator.domain.requests import EXEC_TOOLS, Request
 from orchestrator.gate.gate import DEFAULT_PROFILE
 from orchestrator.profiles import ProfileCaps, ProfileRegistry, ResolvedProfile
+from orchestrator.profiles.source import FixedProfiles, ProfilesInForce
 
 
 @dataclass(frozen=True, slots=True)
 class Profiles:
-    registry: ProfileRegistry
+    source: ProfilesInForce
     caps: ProfileCaps | None
     default: str  # the profile of a request that names none (the gate's)
 
     @classmethod
-    def under(cls, caps: ProfileCaps | None, registry: ProfileRegistry | None = None) -> Profiles:
+    def under(cls, caps: ProfileCaps | None, registry: ProfileRegistry | ProfilesInForce | None = None) -> Profiles:
         """The profiles as runs under ``caps`` (a config's) get them: ``registry`` (default: the built-ins and
-        ``$SANDBOX_PROFILES_PATH``), and the gate's default for a request that names none. The one way they
-        are built: the runs (pipeline.factory), ``doctor`` and ``profiles show --resolved --config`` alike, so
-        what those two show is what runs get."""
-        return cls(registry if registry is not None else ProfileRegistry(), caps, DEFAULT_PROFILE)
+        ``$SANDBOX_PROFILES_PATH``; a ``ProfileSource``: the set in force, re-read when its files change), and
+        the gate's default for a request that names none. The one way they are built: the runs
+        (pipeline.factory), ``doctor`` and ``profiles show --resolved --config`` alike, so what those two show
+        is what runs get."""
+        if registry is None or isinstance(registry, ProfileRegistry):
+            registry = FixedProfiles(registry if registry is not None else ProfileRegistry())
+        return cls(registry, caps, DEFAULT_PROFILE)
+
+    @property
+    def registry(self) -> ProfileRegistry:
+        """The profiles in force now (a changed set is re-read first: profiles/source.py). A run takes what it
+        resolves from it once, at its start, and keeps it to its end."""
+        return self.source.current()
 
     def resolve(self, request: Request, *, session: bool) -> ResolvedProfile:
         """The profile a run of ``request`` gets, narrowed by the request and caps, with the egress hosts it

@@ -140,13 +140,23 @@ def _said(value: Any) -> str:
     return str(value)
 
 
+def unknown_profile(name: object, known: list[str]) -> ProfileNotFound:
+    """PROFILE.NOT_FOUND for ``name``, listing the ``known`` names."""
+    return ProfileNotFound(
+        f"unknown profile {str(name)[:128]!r} (known: {', '.join(known) or 'none'})",
+        details={"profile": str(name)[:128], "known": known},
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Defined:
-    """What one file defines: the profile, validated; its merged settings; the file and line of each."""
+    """What one file defines: the profile, validated; its merged settings; the file and line of each; the files
+    it was read from (its ``extends`` chain, the bottom first, this file last)."""
 
     profile: Profile
     data: dict[str, Any]
     provenance: dict[Loc, tuple[str, int]]
+    files: tuple[Path, ...]
 
 
 class ProfileRegistry:
@@ -204,11 +214,7 @@ class ProfileRegistry:
             return self._pinned[name]
         path = find_in(self._dirs, f"{name}.yaml") if isinstance(name, str) and NAME_RE.match(name) else None
         if path is None:
-            known = self.names()
-            raise ProfileNotFound(
-                f"unknown profile {str(name)[:128]!r} (known: {', '.join(known) or 'none'})",
-                details={"profile": str(name)[:128], "known": known},
-            )
+            raise unknown_profile(name, self.names())
         return path
 
     def get(self, name: str) -> Profile:
@@ -307,7 +313,7 @@ class ProfileRegistry:
         source = str(path)
         parent = data.get("extends")
         if parent is None:
-            defined = _Defined(validate(Profile, data, located, source), data, _provenance(source, located))
+            defined = _Defined(validate(Profile, data, located, source), data, _provenance(source, located), (path,))
             self._defined_by[path] = defined
             return defined
         line = located.lines.get(("extends",), 1)
@@ -350,7 +356,7 @@ class ProfileRegistry:
         profile = _validate_merged(merged, provenance, source, line)
         if parent == name and "description" not in data:  # it keeps the description of what it overrides
             self._check_kept_description(path, below, profile)
-        defined = _Defined(profile, merged, provenance)
+        defined = _Defined(profile, merged, provenance, (*below.files, path))
         self._defined_by[path] = defined
         return defined
 

@@ -594,14 +594,25 @@ class ResolvedWorkspace(_Model):
     container_path: str = Field(description="Absolute mount point inside the sandbox.")
 
 
-_HASH_EXCLUDED = frozenset({"profile_hash", "seccomp_json"})
+_HASH_EXCLUDED = frozenset({"profile_hash", "seccomp_json", "definition_sha256"})
+# what a profile file says that no run gets: words for people, and how the file reached its settings
+_NOT_DEFINING = frozenset({"description", "extends"})
+
+
+def definition_sha256(profile: Profile, seccomp_sha256: str) -> str:
+    """Which definition of a profile this is: sha256 of its settings (``extends`` merged; its description and
+    the ``extends`` line itself left out: no run gets them) and its seccomp file's sha256. A changed profile
+    file (or seccomp file) changes it; a request or caps never do."""
+    settings = profile.model_dump(mode="json", exclude=set(_NOT_DEFINING))
+    return canonical_sha256({"profile": settings, "seccomp_sha256": seccomp_sha256})
 
 
 class ResolvedProfile(_Model):
     """The effective settings of one execution: fully explicit, nothing inherited or implied.
 
-    ``profile_hash`` is the sha256 of the canonical JSON of every field except ``profile_hash`` and
-    ``seccomp_json`` (the seccomp profile enters through ``seccomp_sha256``). Both hashes are
+    ``profile_hash`` is the sha256 of the canonical JSON of every field except ``profile_hash``,
+    ``seccomp_json`` (the seccomp profile enters through ``seccomp_sha256``) and ``definition_sha256``
+    (where the settings came from, not what they are). Both hashes are
     computed when omitted and checked when given, so a dumped resolved profile validates back only
     unchanged.
     """
@@ -668,6 +679,13 @@ class ResolvedProfile(_Model):
         pattern=r"^([0-9a-f]{64})?$",
         description="sha256 of this resolved profile (see above; computed when omitted, checked when given).",
     )
+    definition_sha256: str = Field(
+        default="",
+        pattern=r"^([0-9a-f]{64})?$",
+        description="The definition of the profile this was resolved from (models.definition_sha256; empty when "
+        "not made by resolve). Not part of profile_hash: two definitions that resolve alike run alike; it tells a "
+        "resolution made before a profile changed from one made after (the pool fills no key of an old one).",
+    )
 
     @model_validator(mode="after")
     def _invariants_and_hashes(self) -> ResolvedProfile:
@@ -686,7 +704,8 @@ class ResolvedProfile(_Model):
         return self
 
     def compute_hash(self) -> str:
-        """sha256 of the canonical JSON of every field but ``profile_hash`` and ``seccomp_json``."""
+        """sha256 of the canonical JSON of every field but ``profile_hash``, ``seccomp_json`` and
+        ``definition_sha256``."""
         return canonical_sha256(self.model_dump(mode="json", exclude=set(_HASH_EXCLUDED)))
 
     def with_read_only_mounts(self, mounts: tuple[ResolvedMount, ...]) -> ResolvedProfile:

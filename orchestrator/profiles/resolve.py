@@ -15,6 +15,7 @@ from orchestrator.profiles.models import (
     ResolvedProfile,
     ResolvedTmpfs,
     ResolvedWorkspace,
+    definition_sha256,
 )
 from orchestrator.profiles.seccomp import load_seccomp
 
@@ -145,4 +146,5 @@ def resolve(
         session_idle_timeout_s=profile.sessions.idle_timeout_s,
         session_lifetime_s=float(wall) if session else float(lifetime),
         pool_enabled=profile.pool.enabled,
+        definition_sha256=definition_sha256(profile, seccomp.sha256),
     )

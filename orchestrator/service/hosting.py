@@ -29,7 +29,7 @@ from orchestrator.pipeline.factory import assemble, config_governing, evidence_p
 from orchestrator.pipeline.orchestrator import Orchestrator
 from orchestrator.pipeline.reaper import collect_orphans
 from orchestrator.pipeline.tasks import Guarded
-from orchestrator.profiles import ProfileRegistry
+from orchestrator.profiles.source import ProfileSource
 from orchestrator.service.executions import ExecutionManager
 from orchestrator.service.sessions import SessionReply, Sessions
 from orchestrator.service.tokens import Credential, load_credentials
@@ -83,7 +83,7 @@ class Service:
                 approvals=_approvals(config, store),
                 session_approvals=StoredSessionApprovals(store),
                 backend=backend,
-                profiles=ProfileRegistry(),
+                profiles=ProfileSource(),  # the set in force follows its files: a changed profile needs no restart
                 caps=config.caps,
                 governing=governing,
                 pool=config.pool,

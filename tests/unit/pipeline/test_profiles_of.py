@@ -12,6 +12,7 @@ from orchestrator.gate.gate import DEFAULT_PROFILE
 from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.profiles import ProfileCaps, ProfileRegistry
 from orchestrator.profiles.paths import ENV_VAR, builtin_dir
+from orchestrator.profiles.source import ProfileSource
 from tests.support.paths import ROOT
 
 MIB = 1024 * 1024
@@ -27,7 +28,11 @@ def test_under_caps_is_the_registry_of_the_environment_the_gates_default_and_tho
     assert profiles.registry.search_path == (builtin_dir(), tmp_path)
     assert profiles.named("ci").memory_bytes == 256 * MIB
     registry = ProfileRegistry([])
-    assert Profiles.under(None, registry) == Profiles(registry, None, DEFAULT_PROFILE)
+    fixed = Profiles.under(None, registry)
+    assert (fixed.registry, fixed.caps, fixed.default) == (registry, None, DEFAULT_PROFILE)
+    source = ProfileSource([builtin_dir()], check_every_s=0)
+    followed = Profiles.under(caps, source)
+    assert followed.source is source and followed.registry is source.current()
 
 
 def test_nothing_else_builds_profiles_as_runs_get_them() -> None:

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from orchestrator.domain.canonical import canonical_sha256
 from orchestrator.domain.errors import ConfigInvalid, InputInvalid
 from orchestrator.profiles import Profile, ProfileCaps, ProfileRegistry, ResolvedProfile, load_seccomp, resolve
+from orchestrator.profiles.models import definition_sha256
 from orchestrator.profiles.paths import ENV_VAR, builtin_dir
 
 MIB = 1024 * 1024
@@ -35,7 +36,8 @@ def caps(**kw: Any) -> ProfileCaps:
 def test_resolved_workspace_write_is_fully_explicit(registry: ProfileRegistry) -> None:
     r = resolve(registry.get("workspace-write"))
     seccomp = load_seccomp("default", search_path=[builtin_dir()])
-    assert r.model_dump(mode="json", exclude={"seccomp_json", "seccomp_sha256", "profile_hash"}) == {
+    excluded = {"seccomp_json", "seccomp_sha256", "profile_hash", "definition_sha256"}
+    assert r.model_dump(mode="json", exclude=excluded) == {
         "name": "workspace-write",
         "image": "sandbox-orchestrator/default:latest",
         "runtime": "runc",
@@ -79,6 +81,7 @@ def test_resolved_workspace_write_is_fully_explicit(registry: ProfileRegistry) -
     }
     assert r.seccomp_json == seccomp.json_text
     assert r.seccomp_sha256 == hashlib.sha256(r.seccomp_json.encode()).hexdigest() == seccomp.sha256
+    assert r.definition_sha256 == definition_sha256(registry.get("workspace-write"), seccomp.sha256)
     assert r.user == "1000:1000" and r.nano_cpus == 1_000_000_000
     assert r.tmpfs[0].mount_options() == "rw,nosuid,nodev,noexec,size=67108864,mode=1777"
     assert "seccomp_json" not in repr(r)
@@ -86,9 +89,26 @@ def test_resolved_workspace_write_is_fully_explicit(registry: ProfileRegistry) -
 
 def test_profile_hash_is_canonical_sha256_without_the_seccomp_text(registry: ProfileRegistry) -> None:
     r = resolve(registry.get("untrusted"))
-    body = r.model_dump(mode="json", exclude={"profile_hash", "seccomp_json"})
+    body = r.model_dump(mode="json", exclude={"profile_hash", "seccomp_json", "definition_sha256"})
     assert "seccomp_sha256" in body
     assert r.profile_hash == canonical_sha256(body) == r.compute_hash()
+
+
+def test_definition_is_the_profiles_settings_whatever_narrows_them(registry: ProfileRegistry) -> None:
+    ci = registry.get("ci")
+    plain = resolve(ci)
+    narrowed = resolve(ci, request_timeout_s=5, caps=caps(max_memory="64m"))
+    assert narrowed.profile_hash != plain.profile_hash  # what runs differs
+    assert narrowed.definition_sha256 == plain.definition_sha256  # where it came from does not
+    seccomp_sha = load_seccomp(ci.seccomp, search_path=[builtin_dir()]).sha256
+    assert plain.definition_sha256 == canonical_sha256(
+        {"profile": ci.model_dump(mode="json", exclude={"description", "extends"}), "seccomp_sha256": seccomp_sha}
+    )
+    reworded = ci.model_copy(update={"description": "other words"})
+    assert definition_sha256(reworded, seccomp_sha) == plain.definition_sha256  # words are not settings
+    bigger = ci.model_copy(update={"limits": ci.limits.model_copy(update={"memory": ci.limits.memory * 2})})
+    assert definition_sha256(bigger, seccomp_sha) != plain.definition_sha256
+    assert definition_sha256(ci, "0" * 64) != plain.definition_sha256  # its seccomp file is part of it
 
 
 def test_hashes_are_stable_and_sensitive(registry: ProfileRegistry) -> None:
