@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup ci-externals mcp-inspector image k8s-up k8s-down test-k8s test-long bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants bench-ci bench-ci-k8s bench-mcp clean
+.PHONY: all venv lint typecheck importlint unit integration test test-unit test-docker test-first-hour demo setup ci-externals mcp-inspector image k8s-up k8s-down test-k8s test-long bench bench-sandbox bench-service bench-stream bench-workspace bench-k8s bench-session bench-session-k8s bench-pool bench-pool-k8s bench-egress bench-grants bench-profiles bench-ci bench-ci-k8s bench-mcp clean
 
 all: test
 
@@ -159,6 +159,10 @@ bench-egress: $(STAMP)
 # grants with budgets: a covered run's reserve + settle vs two bare SQLite updates
 bench-grants: $(STAMP)
 	$(BIN)/python benchmarks/grant_check.py $(BENCH_ARGS)
+
+# profile usage analysis: usage_report, recommend and whatif over 100,000 synthetic runs vs reading + sorting them
+bench-profiles: $(STAMP)
+	$(BIN)/python benchmarks/profile_usage.py $(BENCH_ARGS)
 
 # the Kubernetes backend against the same pod through the client, on the test cluster (started if needed)
 bench-k8s: $(STAMP) setup

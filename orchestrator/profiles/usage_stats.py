@@ -1,0 +1,75 @@
+"""What every usage answer (``usage_report``, ``recommend``, ``whatif``) shares: the output model's base,
+nearest-rank percentiles, and bounded lists of runs.
+
+The models here and in those modules are the CLI's ``--json`` and the HTTP API's body: frozen, no extra
+field, every field described.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Number = int | float
+"""A measure's value or a limit: bytes and counts stay integers in JSON, seconds and cores are floats."""
+
+#: The percentiles every summary gives (whole percents, so that the rank is exact integer arithmetic).
+PERCENTS: Final = (50, 90, 95, 99)
+
+#: How many execution ids a list of runs names at most (its ``total`` counts them all).
+MAX_IDS: Final = 20
+
+
+class Output(BaseModel):
+    """Base of every output model: immutable, and a field it does not know is an error. Built when first used
+    (``defer_build``), as the profile models are: a CLI command that never answers with one never pays for it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+
+class Percentiles(Output):
+    """Nearest-rank percentiles of a set of values (see ``nearest_rank``), and its largest value."""
+
+    count: int = Field(description="How many values they are taken over.")
+    p50: Number = Field(description="The median (nearest rank).")
+    p90: Number = Field(description="The 90th percentile (nearest rank).")
+    p95: Number = Field(description="The 95th percentile (nearest rank).")
+    p99: Number = Field(description="The 99th percentile (nearest rank).")
+    max: Number = Field(description="The largest value.")
+
+
+class RunList(Output):
+    """Some runs, named: every one counted, the first ``MAX_IDS`` (in the order met) named."""
+
+    total: int = Field(description="How many runs.")
+    execution_ids: tuple[str, ...] = Field(description="The execution ids of the first of them (at most 20).")
+
+
+def nearest_rank(ordered: Sequence[Number], percent: int) -> Number:
+    """The ``percent``-th percentile of the ascending ``ordered`` by the nearest-rank method: the value at
+    rank ceil(percent/100 x n) (1-based), so always one of the values, never an interpolation between two
+    (p50 of [1, 2, 3, 4] is 2; p99 of fewer than 100 values is the largest). ``ordered`` must not be empty."""
+    n = len(ordered)
+    rank = max(1, (percent * n + 99) // 100)  # ceil(percent * n / 100) in integers: no float rounding
+    return ordered[rank - 1]
+
+
+def percentiles(ordered: Sequence[Number]) -> Percentiles | None:
+    """The summary of the ascending ``ordered``; None when it is empty (nothing known is not 0)."""
+    if not ordered:
+        return None
+    p50, p90, p95, p99 = (nearest_rank(ordered, p) for p in PERCENTS)
+    return Percentiles(count=len(ordered), p50=p50, p90=p90, p95=p95, p99=p99, max=ordered[-1])
+
+
+def run_list(execution_ids: Iterable[str]) -> RunList:
+    """A ``RunList`` of every id in ``execution_ids``, the first ``MAX_IDS`` named."""
+    named: list[str] = []
+    total = 0
+    for execution_id in execution_ids:
+        if total < MAX_IDS:
+            named.append(execution_id)
+        total += 1
+    return RunList(total=total, execution_ids=tuple(named))
