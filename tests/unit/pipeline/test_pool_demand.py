@@ -287,3 +287,35 @@ async def test_retiring_a_workspace_and_draining_forget_their_keys(p: Pool) -> N
 def test_the_memory_backend_is_what_the_pool_is_given() -> None:
     """Only the pool's calls: a protocol check would fail, the pool asks no more of it."""
     assert not isinstance(MemoryBackend(), SandboxBackend)
+
+
+async def test_a_changed_profile_is_drained_and_a_run_of_its_old_definition_fills_nothing(
+    p: Pool, tmp_path: Path
+) -> None:
+    old_key, old_spec = p.key(workspace="a")
+    other_key, other_spec = p.key("read-only", workspace="a")
+    p.pool.want(old_key, old_spec)
+    p.pool.want(other_key, other_spec)
+    await p.until("both keys at their floor", lambda: p.pool.describe()["ready"] == 2)
+    p.backend.gate = asyncio.Event()
+    filling_key, filling_spec = p.key(workspace="b")
+    p.pool.want(filling_key, filling_spec)  # a fill of the old definition under way when the profile changes
+    overrides = tmp_path / "profiles"
+    overrides.mkdir()
+    (overrides / "workspace-write.yaml").write_text("extends: workspace-write\nlimits: {memory: 1g}\n")
+    p.registry = ProfileRegistry([overrides])
+    new_key, new_spec = p.key(workspace="a")
+    assert new_spec.profile.definition_sha256 != old_spec.profile.definition_sha256
+    assert p.pool.drain_profiles({"workspace-write": new_spec.profile.definition_sha256}) == 1
+    p.backend.gate.set()
+    await p.until("the ready one and the one being filled destroyed", lambda: p.discarded("profile_changed") == 2)
+    assert [part.profile for part in p.pool.profiles() if part.ready] == ["read-only"]  # another profile: kept
+    p.pool.want(old_key, old_spec)  # a run that began before the change ends: its key is not filled again
+    assert p.pool.describe()["filling"] == 0 and p.pool.describe()["keys"] == 1
+    assert await p.run(new_key, new_spec) is False  # the new definition: a miss, then its key filled
+    await p.until("the new key at its floor", lambda: p.pool.describe()["ready"] == 2)
+    taken = await p.pool.claim(new_key)
+    assert taken is not None and taken.key == new_key
+    await p.backend.destroy(taken.handle)
+    SandboxPool.release(taken)
+    assert p.discarded("profile_changed") == 2  # nothing of the old definition was filled meanwhile
