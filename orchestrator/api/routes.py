@@ -11,11 +11,12 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel
 
-from orchestrator.api import ci_handlers, grant_handlers, handlers, session_handlers
+from orchestrator.api import ci_handlers, grant_handlers, handlers, profile_handlers, session_handlers
 from orchestrator.ci.github.protocol import HookCall
 from orchestrator.domain import routes as http
 from orchestrator.domain.ci_jobs import CiJobRequest, CiJobView, CiStepRequest
 from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView, RevokeBody
+from orchestrator.domain.profile_usage import Recommendation, UsageReport, WhatIfReport
 from orchestrator.domain.routes import Endpoint, Param
 from orchestrator.domain.wire import (
     ApprovalAnswer,
@@ -200,6 +201,31 @@ ROUTES: tuple[Route, ...] = (
         "A grant's ledger, oldest first: each run it covered, settled (usage charged) or released (nothing).",
         response=GrantChargePage,
         errors=(400, 403, 404),
+    ),
+    Route(
+        http.PROFILE_USAGE,
+        profile_handlers.profile_usage,
+        "What a profile's runs used against its limits now: percentiles of each measure, runs ended at each limit"
+        " (admin: every tenant's runs; approver: its tenants').",
+        response=UsageReport,
+        errors=(400, 403),
+    ),
+    Route(
+        http.PROFILE_RECOMMENDATION,
+        profile_handlers.profile_recommendation,
+        "Limits a profile's runs call for: per resource, a value, the rule, its inputs and a confidence; the"
+        " changes as a profile YAML patch (admin; approver: from its tenants' runs).",
+        response=Recommendation,
+        errors=(400, 403, 404),
+    ),
+    Route(
+        http.PROFILE_WHATIF,
+        profile_handlers.profile_whatif,
+        "A proposed change of a profile's limits replayed over its recorded runs: which would have met a limit,"
+        " the headroom of the rest, the runs a node holds (admin; approver: its tenants' runs).",
+        body=profile_handlers.WhatIfBody,
+        response=WhatIfReport,
+        errors=(400, 403, 404, 413),
     ),
     Route(
         http.OPEN_CI_JOB,

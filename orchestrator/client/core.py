@@ -123,6 +123,21 @@ def grant_charges(grant_id: str, limit: int | None, cursor: str | None) -> Call:
     return _call(routes.GRANT_CHARGES, {param.name: value for param, value in given if value}, id=grant_id)
 
 
+# -- profiles' usage (admin; approver: its tenants' runs) ---------------------------------------------
+def profile_usage(name: str, since: str | None, by: str | None) -> Call:
+    given = ((routes.USAGE_SINCE, since), (routes.USAGE_BY, by))
+    return _call(routes.PROFILE_USAGE, {param.name: value for param, value in given if value}, name=name)
+
+
+def profile_recommendation(name: str, since: str | None, min_runs: int | None) -> Call:
+    given = ((routes.USAGE_SINCE, since), (routes.MIN_RUNS, str(min_runs) if min_runs else None))
+    return _call(routes.PROFILE_RECOMMENDATION, {param.name: value for param, value in given if value}, name=name)
+
+
+def profile_whatif(name: str, body: Any) -> Call:
+    return _call(routes.PROFILE_WHATIF, body=_request_body(body), name=name)
+
+
 # -- CI jobs (a runner's front door: orchestrator/ci) -------------------------------------------------
 def open_ci_job(request: Any) -> Call:
     return _call(routes.OPEN_CI_JOB, body=_request_body(request))

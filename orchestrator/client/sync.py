@@ -13,6 +13,7 @@ from orchestrator.client import core
 from orchestrator.domain.ci_jobs import CiJobRequest, CiJobView, CiStepRequest
 from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
 from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView
+from orchestrator.domain.profile_usage import Recommendation, UsageReport, WhatIfReport
 from orchestrator.domain.wire import (
     ApprovalAnswer,
     ApprovalList,
@@ -161,6 +162,23 @@ class Client:
     def grant_charges(self, grant_id: str, *, limit: int | None = None, cursor: str | None = None) -> GrantChargePage:
         """The grant's ledger, oldest first (``next_cursor`` for the next page)."""
         return core.decode(GrantChargePage, *self._send(core.grant_charges(grant_id, limit, cursor)))
+
+    # -- profiles' usage (admin; an approver: its own tenants' runs) -------------------------------
+    def profile_usage(self, name: str, *, since: str | None = None, by: str | None = None) -> UsageReport:
+        """What ``name``'s runs of the window (``since``: 30m, 12h, 7d …; default 7d) used against its limits,
+        in one group or ``by`` tenant, tool or ci_repository."""
+        return core.decode(UsageReport, *self._send(core.profile_usage(name, since, by)))
+
+    def profile_recommendation(
+        self, name: str, *, since: str | None = None, min_runs: int | None = None
+    ) -> Recommendation:
+        """Limits ``name``'s runs call for, each with its rule, inputs and confidence, and the patch."""
+        return core.decode(Recommendation, *self._send(core.profile_recommendation(name, since, min_runs)))
+
+    def profile_whatif(self, name: str, proposal: Mapping[str, object]) -> WhatIfReport:
+        """``name``'s recorded runs replayed under ``proposal`` (``{"set": {"memory": "512m"}, "since": "7d",
+        "node": {"cpus": 8, "memory_bytes": ...}}``)."""
+        return core.decode(WhatIfReport, *self._send(core.profile_whatif(name, proposal)))
 
     # -- interactive sessions (exec_command / write_stdin) ----------------------------------------
     def open_session(self, request: Any) -> SessionAnswer:

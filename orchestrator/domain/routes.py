@@ -253,6 +253,30 @@ CHARGES_CURSOR = Text(
     pattern="[0-9]{1,18}",
     problem="a next_cursor this listing gave",
 )
+PROFILE_NAME = Text(name="name", where="path", description="The profile's name.", min_length=1)
+USAGE_SINCE = Text(
+    name="since",
+    where="query",
+    description="The runs that ended in the last 30m, 12h, 7d, 2w …, or since an ISO 8601 time with its zone."
+    " Empty or left out: 7d.",
+    empty_is_absent=True,
+)
+USAGE_BY = Text(
+    name="by",
+    where="query",
+    description="Group the runs by tenant, tool or ci_repository. Empty or left out: one group, 'all'.",
+    enum=("tenant", "tool", "ci_repository"),
+    empty_is_absent=True,
+    problem="one of tenant, tool, ci_repository",
+)
+MIN_RUNS = Integer(
+    name="min_runs",
+    where="query",
+    description="Runs with a measure known that a recommendation of it needs (fewer: none, and why).",
+    minimum=1,
+    maximum=1_000_000,
+    default=20,
+)
 EVIDENCE_EXECUTION = Text(
     name="execution_id", where="query", description="The execution.", required=True, min_length=1, problem="required"
 )
@@ -291,6 +315,11 @@ LIST_GRANTS = Endpoint("GET", "/v1/grants", "list_grants", (GRANT_STATE, GRANT_T
 GET_GRANT = Endpoint("GET", "/v1/grants/{id}", "get_grant", (GRANT_ID,))
 REVOKE_GRANT = Endpoint("DELETE", "/v1/grants/{id}", "revoke_grant", (GRANT_ID,))
 GRANT_CHARGES = Endpoint("GET", "/v1/grants/{id}/charges", "grant_charges", (GRANT_ID, CHARGES_LIMIT, CHARGES_CURSOR))
+PROFILE_USAGE = Endpoint("GET", "/v1/profiles/{name}/usage", "profile_usage", (PROFILE_NAME, USAGE_SINCE, USAGE_BY))
+PROFILE_RECOMMENDATION = Endpoint(
+    "GET", "/v1/profiles/{name}/recommendation", "profile_recommendation", (PROFILE_NAME, USAGE_SINCE, MIN_RUNS)
+)
+PROFILE_WHATIF = Endpoint("POST", "/v1/profiles/{name}/whatif", "profile_whatif", (PROFILE_NAME,))
 OPEN_CI_JOB = Endpoint("POST", "/v1/ci/jobs", "open_ci_job")
 GET_CI_JOB = Endpoint("GET", "/v1/ci/jobs/{id}", "get_ci_job", (CI_JOB_ID,))
 RUN_CI_STEP = Endpoint("POST", "/v1/ci/jobs/{id}/steps", "run_ci_step", (CI_JOB_ID, WAIT))
@@ -324,6 +353,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     GET_GRANT,
     REVOKE_GRANT,
     GRANT_CHARGES,
+    PROFILE_USAGE,
+    PROFILE_RECOMMENDATION,
+    PROFILE_WHATIF,
     OPEN_CI_JOB,
     GET_CI_JOB,
     RUN_CI_STEP,

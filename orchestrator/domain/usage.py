@@ -10,10 +10,14 @@ ones the run had (its resolved profile, caps and grants applied), not the profil
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
+
+from orchestrator.domain.errors import InputInvalid
 
 
 class EndCause(StrEnum):
@@ -130,3 +134,28 @@ MEASURES: tuple[Measure, ...] = (
 )
 # fmt: on
 MEASURE_BY_NAME: Mapping[str, Measure] = {m.name: m for m in MEASURES}
+
+
+_WINDOW = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([smhdw])$")
+_WINDOW_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+DEFAULT_WINDOW = "7d"
+
+
+def window_start(text: str | None, now: float) -> float:
+    """The start (unix seconds) of the window ``text`` names: a span back from ``now`` (``30m``, ``12h``,
+    ``7d``, ``2w``) or an ISO 8601 time with its zone (``2026-11-01T00:00:00Z``); None: DEFAULT_WINDOW.
+    Anything else is INPUT.INVALID naming ``since``."""
+    text = (text or DEFAULT_WINDOW).strip()
+    span = _WINDOW.fullmatch(text)
+    if span is not None:
+        return now - float(span.group(1)) * _WINDOW_UNIT_S[span.group(2)]
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise InputInvalid(
+            f"since: {text!r} is neither a span (30m, 12h, 7d, 2w) nor an ISO 8601 time with a zone",
+            details={"fields": ["since"]},
+        )
+    return at.timestamp()

@@ -14,14 +14,21 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
-from pydantic import Field
-
+from orchestrator.domain.profile_usage import (
+    Change,
+    Confidence,
+    Number,
+    Percentiles,
+    Recommendation,
+    ResourceRecommendation,
+    RuleInputs,
+)
 from orchestrator.domain.usage import EndCause, RunLimits, RunUsage
 from orchestrator.profiles.limit_keys import limit_of, profile_value
 from orchestrator.profiles.models import MIB, TIB, Limits
-from orchestrator.profiles.usage_stats import Number, Output, Percentiles, nearest_rank, percentiles
+from orchestrator.profiles.usage_stats import nearest_rank, percentiles
 
 __all__ = [
     "CONFIDENCE_FROM",
@@ -36,8 +43,6 @@ __all__ = [
     "recommend",
 ]
 
-Confidence = Literal["none", "low", "medium", "high"]
-Change = Literal["raise", "lower", "keep"]
 
 #: The VPA recommender's OOM bump (``--oom-bump-up-ratio``, ``--oom-min-bump-up-bytes``): an OOM-killed
 #: container needed at least max(used x 1.2, used + 100 MiB).
@@ -51,67 +56,6 @@ VPA_MARGIN: Final = 0.15
 THROTTLED_SHARE: Final = 0.95
 #: Confidence by how many runs a rule's samples come from, first match (below ``min_runs``: none, no value).
 CONFIDENCE_FROM: Final[tuple[tuple[Confidence, int], ...]] = (("high", 500), ("medium", 100), ("low", 0))
-
-
-class RuleInputs(Output):
-    """What a rule was given and found."""
-
-    known: int = Field(description="Runs with the measure known, or ended at the limit (a lower bound).")
-    unknown: int = Field(description="Runs without it.")
-    at_limit: int = Field(
-        description="Runs that ended at this limit (OOM kill, pids limit, timeout); for cpus, runs that used at "
-        "least 95 % of theirs (throttled)."
-    )
-    percentiles: Percentiles | None = Field(
-        description="Of the samples: the known values, a run ended at the limit counted as that limit (bumped "
-        "for memory and pids)."
-    )
-    margin: float = Field(description="The fraction added to the percentile (0.15: +15 %).")
-    floor: Number | None = Field(
-        description="The largest sample of a run ended at the limit, which the value never goes below (memory, "
-        "pids: before the margin); for wall_timeout_s the current limit when runs timed out; null: none."
-    )
-    cross_checks: dict[str, Number] = Field(
-        description="What other rules would give, for comparison (not rounded): vpa_target (p90 + 15 %), "
-        "krr_max_plus_15pct (the largest sample + 15 %)."
-    )
-
-
-class ResourceRecommendation(Output):
-    """The recommendation for one profile ``limits:`` key."""
-
-    key: str = Field(description="The profile `limits:` key: cpus, memory, pids, wall_timeout_s.")
-    unit: str = Field(description="cores, bytes, count or s.")
-    current: Number = Field(description="The profile's value now.")
-    recommended: Number | None = Field(description="The value the rule gives; null when confidence is none.")
-    change: Change | None = Field(description="raise, lower or keep; null without a value.")
-    confidence: Confidence = Field(
-        description="none (fewer than min_runs samples: no value), low (under 100), medium (under 500), high."
-    )
-    rule: str = Field(description="The rule's stable id (docs/profiles.md, Recommendations), or too_few_runs.")
-    rule_text: str = Field(description="The rule in one line.")
-    reason: str | None = Field(description="Why there is no value (too few runs); null otherwise.")
-    inputs: RuleInputs = Field(description="What the rule used.")
-
-
-class Recommendation(Output):
-    """Limits for ``profile`` from its recorded runs."""
-
-    profile: str = Field(description="The profile.")
-    runs: int = Field(description="Runs of the profile looked at.")
-    min_runs: int = Field(description="Samples a resource needs for a value.")
-    resources: tuple[ResourceRecommendation, ...] = Field(description="cpus, memory, pids, wall_timeout_s.")
-    patch: dict[str, str | int | float] = Field(
-        description="The changed `limits:` keys in the profile files' own form (memory: '704m'); empty: no change."
-    )
-    notes: tuple[str, ...] = Field(description="What the figures cannot say (throttled CPU, output cut at a cap).")
-
-    def yaml_patch(self) -> str:
-        """``patch`` as the ``limits:`` section of a profile file (an override that ``extends`` the profile
-        merges it); ``limits: {}`` when nothing changes."""
-        if not self.patch:
-            return "limits: {}\n"
-        return "".join(["limits:\n", *(f"  {key}: {value}\n" for key, value in self.patch.items())])
 
 
 def _vpa_oom_bump(used: Number) -> Number:

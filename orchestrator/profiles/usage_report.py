@@ -9,12 +9,10 @@ how many runs ended with each ``EndCause`` (every cause listed, zeros included).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Literal
 
-from pydantic import Field
-
+from orchestrator.domain.profile_usage import GroupBy, MeasureSummary, Percentiles, UsageGroup, UsageReport
 from orchestrator.domain.usage import MEASURES, EndCause, Measure, RunLimits, RunUsage
-from orchestrator.profiles.usage_stats import Number, Output, Percentiles, percentiles
+from orchestrator.profiles.usage_stats import percentiles
 
 __all__ = [
     "ALL_RUNS",
@@ -26,52 +24,12 @@ __all__ = [
     "usage_report",
 ]
 
-GroupBy = Literal["tenant", "tool", "ci_repository"]
 ALL_RUNS = "all"
 """The one group's name when the runs are not grouped."""
 
 # end causes that more than one measure leads to (output_cap: stdout or stderr; write_budget: bytes or
 # files): a run is put at a measure's limit only when its value says it was that one
 _SHARED_CAUSES = frozenset(cause for cause in EndCause if sum(1 for m in MEASURES if m.cause is cause) > 1)
-
-
-class MeasureSummary(Output):
-    """One measure over a group's runs."""
-
-    measure: str = Field(description="The measure's name (domain.usage.MEASURES).")
-    unit: str = Field(description="s, cores, bytes or count.")
-    description: str = Field(description="What it is, in a few words.")
-    limit_key: str = Field(description="The profile `limits:` key it is held against.")
-    known: int = Field(description="Runs with this measure known.")
-    unknown: int = Field(description="Runs without it (a backend that could not read it, a run that never ran).")
-    percentiles: Percentiles | None = Field(description="Over the known values; null when none is known.")
-    limit: Number | None = Field(description="The profile's limit as it is now; null when not given.")
-    max_of_limit: float | None = Field(description="The largest known value ÷ the limit (1.0: at the limit).")
-    ended_at_limit: int | None = Field(
-        description="Runs that ended at this limit (its end cause; for stdout/stderr and the two write budgets, "
-        "only runs whose value was at their limit or unknown); null for CPU, which is throttled, never ended."
-    )
-
-
-class UsageGroup(Output):
-    """The runs of one tenant, tool or CI repository (or all of them)."""
-
-    group: str = Field(description="The tenant, tool or CI repository ('' when the run had none), or 'all'.")
-    runs: int = Field(description="How many runs.")
-    measures: tuple[MeasureSummary, ...] = Field(description="One per measure, in domain.usage.MEASURES order.")
-    ended: dict[str, int] = Field(description="Runs per end cause: every cause, zeros included.")
-
-
-class UsageReport(Output):
-    """What the runs of ``profile`` that ended in [since, until] used."""
-
-    profile: str = Field(description="The profile.")
-    since: float | None = Field(description="Start of the window (unix seconds); null: since the first run.")
-    until: float = Field(description="End of the window (unix seconds).")
-    group_by: GroupBy | None = Field(description="What the runs are grouped by; null: one group, 'all'.")
-    runs: int = Field(description="Runs counted, in every group.")
-    ignored: int = Field(description="Rows given that were of another profile or outside the window.")
-    groups: tuple[UsageGroup, ...] = Field(description="Largest group first (then by name).")
 
 
 def usage_report(

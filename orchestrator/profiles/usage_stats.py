@@ -10,41 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from orchestrator.domain.profile_usage import Number, Output, Percentiles, RunList
 
-Number = int | float
-"""A measure's value or a limit: bytes and counts stay integers in JSON, seconds and cores are floats."""
+__all__ = ["Number", "Output", "Percentiles", "RunList", "nearest_rank", "percentiles", "run_list"]
+
 
 #: The percentiles every summary gives (whole percents, so that the rank is exact integer arithmetic).
 PERCENTS: Final = (50, 90, 95, 99)
 
 #: How many execution ids a list of runs names at most (its ``total`` counts them all).
 MAX_IDS: Final = 20
-
-
-class Output(BaseModel):
-    """Base of every output model: immutable, and a field it does not know is an error. Built when first used
-    (``defer_build``), as the profile models are: a CLI command that never answers with one never pays for it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-
-
-class Percentiles(Output):
-    """Nearest-rank percentiles of a set of values (see ``nearest_rank``), and its largest value."""
-
-    count: int = Field(description="How many values they are taken over.")
-    p50: Number = Field(description="The median (nearest rank).")
-    p90: Number = Field(description="The 90th percentile (nearest rank).")
-    p95: Number = Field(description="The 95th percentile (nearest rank).")
-    p99: Number = Field(description="The 99th percentile (nearest rank).")
-    max: Number = Field(description="The largest value.")
-
-
-class RunList(Output):
-    """Some runs, named: every one counted, the first ``MAX_IDS`` (in the order met) named."""
-
-    total: int = Field(description="How many runs.")
-    execution_ids: tuple[str, ...] = Field(description="The execution ids of the first of them (at most 20).")
 
 
 def nearest_rank(ordered: Sequence[Number], percent: int) -> Number:

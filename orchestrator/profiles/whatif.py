@@ -18,12 +18,20 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final, Literal
 
-from pydantic import Field
-
 from orchestrator.domain.errors import InputInvalid
+from orchestrator.domain.profile_usage import (
+    CpuReplay,
+    LimitReplay,
+    NodeCapacity,
+    NodeSize,
+    Number,
+    Percentiles,
+    RunList,
+    WhatIfReport,
+)
 from orchestrator.domain.usage import MEASURES, EndCause, Measure, RunLimits, RunUsage
 from orchestrator.profiles.limit_keys import USAGE_KEYS, limit_of, parse_limits
-from orchestrator.profiles.usage_stats import Number, Output, Percentiles, RunList, percentiles, run_list
+from orchestrator.profiles.usage_stats import percentiles, run_list
 
 __all__ = [
     "CpuReplay",
@@ -71,70 +79,6 @@ _REPLAYED: Final[Mapping[str, tuple[Measure, EndCause]]] = {
 }
 # end causes more than one limit leads to: the value says which one it was
 _SHARED: Final = frozenset(c for c in EndCause if sum(cause is c for _, cause in _REPLAYED.values()) > 1)
-
-
-class NodeSize(Output):
-    """A node's allocatable size, for how many runs it holds at once."""
-
-    cpus: float = Field(gt=0, description="Allocatable CPU cores.")
-    memory_bytes: int = Field(gt=0, description="Allocatable memory in bytes.")
-
-
-class NodeCapacity(Output):
-    """Runs a node holds at once, each requesting its limits: floor(min(node cpus ÷ cpus, node memory ÷ memory))."""
-
-    node: NodeSize = Field(description="The node.")
-    current: int = Field(description="At the current cpus and memory.")
-    proposed: int = Field(description="At the proposed cpus and memory.")
-    gain: int = Field(description="proposed - current (negative: fewer).")
-
-
-class LimitReplay(Output):
-    """The runs replayed against one proposed limit."""
-
-    key: str = Field(description="The profile `limits:` key.")
-    current: Number = Field(description="The profile's value now.")
-    proposed: Number = Field(description="The proposed value.")
-    ends_as: EndCause = Field(description="What a run meeting it meets: oom, wall_timeout, pids_limit, …")
-    kills: bool = Field(description="Whether meeting it ends the run (false for an output cap: output is cut).")
-    would_meet: RunList = Field(description="Runs that would meet it (known from what they reached).")
-    already: int = Field(description="Of those, the runs that ended at this limit in the record too.")
-    unknown: RunList = Field(
-        description="Runs whose outcome cannot be known: the measure unknown, or a run that ended at a limit the "
-        "proposal raises (at this one: its need is unknown; at another: it would have gone on)."
-    )
-    within: int = Field(description="Runs known to stay within it.")
-    used_of_limit: Percentiles | None = Field(
-        description="Of the runs within: value ÷ proposed limit (0.5: half used; headroom is 1 - it)."
-    )
-
-
-class CpuReplay(Output):
-    """The runs replayed under proposed cpus: slower, never killed."""
-
-    current: float = Field(description="The profile's cpus now.")
-    proposed: float = Field(description="The proposed cpus.")
-    known: int = Field(description="Runs with the cores they used known.")
-    unknown: RunList = Field(description="Runs without (CPU time or wall time unknown).")
-    slower: RunList = Field(description="Runs that used more cores than proposed: throttled, so slower.")
-    would_time_out_estimated: RunList = Field(
-        description="Of those, the runs whose wall time x (used ÷ proposed cores) reaches their wall timeout: an "
-        "estimate (CPU-bound work slows in proportion; waiting on I/O does not)."
-    )
-    used_of_limit: Percentiles | None = Field(description="Cores used ÷ proposed cpus, over the known runs.")
-
-
-class WhatIfReport(Output):
-    """``profile``'s recorded runs replayed under ``proposed``."""
-
-    profile: str = Field(description="The profile.")
-    runs: int = Field(description="Runs replayed.")
-    proposed: dict[str, Number] = Field(description="The proposed limits, validated (sizes in bytes).")
-    current: dict[str, Number] = Field(description="The same keys as they are now.")
-    limits: tuple[LimitReplay, ...] = Field(description="One per proposed key but cpus, in profile key order.")
-    cpu: CpuReplay | None = Field(description="When cpus is proposed.")
-    node: NodeCapacity | None = Field(description="When a node size is given.")
-    notes: tuple[str, ...] = Field(description="What the figures rest on.")
 
 
 def whatif(

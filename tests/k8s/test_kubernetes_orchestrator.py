@@ -28,7 +28,9 @@ from orchestrator.backends.kubernetes.backend import KubernetesBackend
 from orchestrator.backends.kubernetes.kube import KubeClient, KubeError
 from orchestrator.backends.kubernetes.preflight import _weaken, probe_pod
 from orchestrator.domain.errors import SandboxUnavailable
+from orchestrator.domain.usage import EndCause, RunUsage
 from orchestrator.evidence import iter_records, verify
+from orchestrator.evidence.usage import read_usage
 from orchestrator.pipeline.doctor import run_doctor
 from orchestrator.pipeline.factory import build_orchestrator, open_orchestrator
 from orchestrator.pipeline.orchestrator import Orchestrator
@@ -125,6 +127,7 @@ async def test_oom_from_the_pod_status(sandbox_space: SandboxSpace, tmp_path: Pa
     assert out["oom_killed"] is True and out["error"]["code"] == "SANDBOX.OOM"
     assert out["exit_code"] == 137
     assert "container_oom" in lifecycle_of(out)
+    assert usage_of(pipeline, out).cause is EndCause.OOM
 
 
 async def test_deadline_kills_the_pod_and_says_timeout(pipeline: Pipeline) -> None:
@@ -134,6 +137,8 @@ async def test_deadline_kills_the_pod_and_says_timeout(pipeline: Pipeline) -> No
     assert time.monotonic() - started < 30, "the kill took too long"
     kill = next(r for r in out["records"] if r.event == "container_killed")
     assert kill.data is not None and kill.data["reason"] == "DeadlineExceeded"
+    usage = usage_of(pipeline, out)
+    assert usage.cause is EndCause.WALL_TIMEOUT and usage.limits.wall_timeout_s == 3
 
 
 async def test_huge_output_is_capped_and_counted(pipeline: Pipeline) -> None:
@@ -142,6 +147,31 @@ async def test_huge_output_is_capped_and_counted(pipeline: Pipeline) -> None:
     assert len(out["stdout"]) == ProfileRegistry().resolve("workspace-write").stdout_max_bytes
     finished = next(r for r in out["records"] if r.event == "execution_finished")
     assert finished.data is not None and finished.data["stdout"]["bytes"] == 20_000_000
+    usage = usage_of(pipeline, out)
+    assert (usage.cause, usage.stdout_bytes) == (EndCause.OUTPUT_CAP, 20_000_000)
+
+
+# 200 MiB, every page written, then one core spun until the process has used 1 s of CPU time in all
+APPETITE = (
+    "import os\nb = bytearray(200 * 2**20)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\n"
+    "while sum(os.times()[:2]) < 1.0:\n    pass\n"
+)
+
+
+async def test_a_known_appetite_is_measured_from_the_pods_own_cgroup(pipeline: Pipeline) -> None:
+    """Issue 25: the pod's usage, read by its init at the command's end, within 10 % of what the program did."""
+    out = await pipeline.run(f"python3 -c '{APPETITE}'")
+    assert out["exit_code"] == 0, out["stderr"]
+    usage = usage_of(pipeline, out)
+    assert usage.cause is EndCause.OK and usage.source == "init"
+    assert usage.memory_peak_bytes is not None and usage.cpu_seconds is not None
+    assert 200 * 2**20 <= usage.memory_peak_bytes <= 220 * 2**20, usage.memory_peak_bytes / 2**20
+    assert 1.0 <= usage.cpu_seconds <= 1.1, usage.cpu_seconds
+
+
+def usage_of(pipeline: Pipeline, out: dict[str, Any]) -> RunUsage:
+    (usage,) = (u for u in read_usage(pipeline.evidence) if u.execution_id == out["execution_id"])
+    return usage
 
 
 CHILD = textwrap.dedent(

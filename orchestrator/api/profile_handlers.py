@@ -1,0 +1,89 @@
+"""The profiles' usage routes: what a profile's runs used, the limits they call for, what a change would have
+done (``pipeline.profile_usage``). Who: an admin (every tenant's runs) or an approver (its own tenants' runs
+only: another tenant's usage is never part of an answer); an agent never (AUTH.FORBIDDEN)."""
+
+from __future__ import annotations
+
+import time
+from typing import cast
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.api.body import read_json
+from orchestrator.api.keys import SERVICE, principal_of
+from orchestrator.domain.errors import Forbidden, InputInvalid
+from orchestrator.domain.principal import Principal, Role
+from orchestrator.domain.profile_usage import NodeSize
+from orchestrator.domain.requests import describe_validation_error
+from orchestrator.domain.routes import MIN_RUNS, USAGE_BY, USAGE_SINCE
+from orchestrator.domain.usage import RunUsage, window_start
+from orchestrator.pipeline import profile_usage as answers
+from orchestrator.pipeline.profiles_of import Profiles
+
+MAX_WHATIF_BODY = 16 * 1024  # a handful of limits and a node size
+
+
+class WhatIfBody(BaseModel):
+    """A proposed change of a profile's limits, replayed over its recorded runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    set: dict[str, str | int | float] = Field(
+        description="Profile `limits:` keys and values as a profile file writes them: {'memory': '512m', 'cpus': 1}."
+    )
+    since: str | None = Field(default=None, description="The window: 30m, 12h, 7d, 2w or an ISO 8601 time (7d).")
+    node: NodeSize | None = Field(default=None, description="A node's allocatable size: runs it holds at once.")
+
+
+def _json(model: BaseModel) -> web.Response:
+    return web.Response(text=model.model_dump_json(), content_type="application/json")
+
+
+def _reader(request: web.Request) -> Principal:
+    principal = principal_of(request)
+    if principal.role is Role.AGENT:
+        raise Forbidden("an agent token cannot read profiles' usage")
+    return principal
+
+
+async def _runs(request: web.Request, principal: Principal, name: str, since: float, until: float) -> list[RunUsage]:
+    runs = await request.app[SERVICE].store.usage(profile=name, since=since, until=until)
+    return runs if principal.every_tenant else [run for run in runs if principal.sees(run.tenant)]
+
+
+def _profiles(request: web.Request) -> Profiles:
+    runner = request.app[SERVICE].orchestrator.runner
+    if runner is None:  # a service always has one: a bug, said as such
+        raise RuntimeError("the service has no runner")
+    return runner.profiles
+
+
+async def profile_usage(request: web.Request) -> web.Response:
+    principal, name, now = _reader(request), request.match_info["name"], time.time()
+    since = window_start(USAGE_SINCE.read(request.query), now)
+    by = cast(answers.GroupBy | None, USAGE_BY.read(request.query) or None)  # one of USAGE_BY's enum
+    runs = await _runs(request, principal, name, since, now)
+    report = answers.usage(runs, _profiles(request), name, since=since, until=now, by=by)
+    return _json(report)
+
+
+async def profile_recommendation(request: web.Request) -> web.Response:
+    principal, name, now = _reader(request), request.match_info["name"], time.time()
+    since = window_start(USAGE_SINCE.read(request.query), now)
+    min_runs = MIN_RUNS.read(request.query, request.app[SERVICE].limits)
+    runs = await _runs(request, principal, name, since, now)
+    return _json(answers.recommendation(runs, _profiles(request), name, min_runs=min_runs))
+
+
+async def profile_whatif(request: web.Request) -> web.Response:
+    principal, name, now = _reader(request), request.match_info["name"], time.time()
+    service = request.app[SERVICE]
+    raw = await read_json(request, MAX_WHATIF_BODY, service.limits.body_timeout_s)
+    try:
+        body = WhatIfBody.model_validate(raw)
+    except ValidationError as err:
+        fields = [".".join(map(str, e["loc"])) or "(root)" for e in err.errors(include_input=False)]
+        raise InputInvalid(describe_validation_error(err), details={"fields": fields}) from None
+    runs = await _runs(request, principal, name, window_start(body.since, now), now)
+    return _json(answers.what_if(runs, _profiles(request), name, proposed=body.set, node=body.node))
