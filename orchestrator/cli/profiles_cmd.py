@@ -66,6 +66,9 @@ def register(sub: Subparsers) -> None:
 
     schema = commands.add_parser("schema", help="print the JSON Schema of a profile file")
     schema.set_defaults(handler=_schema)
+    from orchestrator.cli import profiles_diff_cmd  # here: one hunk beside the others' registrations
+
+    profiles_diff_cmd.register(commands)  # diff
 
 
 def _problems(err: OrchestratorError) -> list[str]:

@@ -56,7 +56,9 @@ class ProfileReload:
     refused: ConfigInvalid | None = None
 
 
-def _kind(old: ProfileSnapshot, new: ProfileSnapshot, name: str) -> ChangeKind | None:
+def change_kind(old: ProfileSnapshot, new: ProfileSnapshot, name: str) -> ChangeKind | None:
+    """What ``new`` does to the profile ``name`` of ``old``: None when its definition is the same (or it fails
+    the same way in both)."""
     in_old, in_new = name in old.names(), name in new.names()
     if not in_old:
         return ChangeKind.ADDED
@@ -65,7 +67,7 @@ def _kind(old: ProfileSnapshot, new: ProfileSnapshot, name: str) -> ChangeKind |
     return None if old.definition(name) == new.definition(name) else ChangeKind.CHANGED
 
 
-def _breakage(old: ProfileSnapshot, new: ProfileSnapshot) -> dict[str, ConfigInvalid]:
+def breakage(old: ProfileSnapshot, new: ProfileSnapshot) -> dict[str, ConfigInvalid]:
     """The new set's problems that the set in force does not have in just the same words."""
     before = {name: err.message for name, err in old.problems().items()}
     return {name: err for name, err in sorted(new.problems().items()) if before.get(name) != err.message}
@@ -91,13 +93,13 @@ def compare(old: ProfileSnapshot, new: ProfileSnapshot, changed_files: list[str]
     """What taking ``new`` in place of ``old`` changes (``changed_files``: the files that differ on disk), or
     why it is refused."""
     files = tuple(ChangedFile(path, owner_uid(path)) for path in changed_files)
-    broken = _breakage(old, new)
+    broken = breakage(old, new)
     if broken:
         return ProfileReload(old, None, (), files, refused=refusal(broken))
     changes = []
     by_path = {f.path: f for f in files}
     for name in sorted({*old.names(), *new.names()}):
-        kind = _kind(old, new, name)
+        kind = change_kind(old, new, name)
         if kind is None:
             continue
         read_from = {str(p) for p in (*old.sources(name), *new.sources(name))}

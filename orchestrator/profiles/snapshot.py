@@ -27,10 +27,13 @@ def _again(err: ConfigInvalid) -> ConfigInvalid:
 
 
 class ProfileSnapshot(ProfileRegistry):
-    """Every profile of ``search_path`` (in order, a later directory wins), read now and never again."""
+    """Every profile of ``search_path`` (in order, a later directory wins), read now and never again.
+    ``pinned``: profile files that win their names whatever the search path holds (a proposed file: the set in
+    force with it in place; what extends its name extends it)."""
 
-    def __init__(self, search_path: Sequence[Path]) -> None:
+    def __init__(self, search_path: Sequence[Path], *, pinned: Sequence[Path] = ()) -> None:
         super().__init__(search_path, builtin=False)
+        self._pinned.update({path.stem: path for path in pinned})
         self._paths: dict[str, Path] = {}
         for name in super().names():  # found once: the files of later answers
             self._paths[name] = super().path_of(name)
@@ -82,6 +85,11 @@ class ProfileSnapshot(ProfileRegistry):
             return found
         # a name no profile of the set uses (a Profile object handed to resolve as it is): read now
         return super().load_seccomp(name)
+
+    @property
+    def pinned(self) -> tuple[Path, ...]:
+        """The files pinned in place of their names (none but for a proposal)."""
+        return tuple(self._pinned.values())
 
     # -- what a change is made of ---------------------------------------------------------------------------
     def problems(self) -> dict[str, ConfigInvalid]:

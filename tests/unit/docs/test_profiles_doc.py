@@ -21,11 +21,13 @@ EXAMPLE = re.compile(r"```sh\n(.*?)```\s*```text\n(.*?)```", re.S)
 def examples() -> list[tuple[str, str]]:
     text = (DOCS / "profiles.md").read_text(encoding="utf-8")
     found = [(m.group(1), m.group(2)) for m in EXAMPLE.finditer(text)]
-    assert len(found) >= 2, "docs/profiles.md: the override recipe and the --config example"
+    assert len(found) >= 3, "docs/profiles.md: the override recipe, the --config example, the diff of a proposal"
     return found
 
 
-@pytest.mark.parametrize(("script", "expected"), examples(), ids=["override-a-builtin", "resolved-under-caps"])
+@pytest.mark.parametrize(
+    ("script", "expected"), examples(), ids=["override-a-builtin", "resolved-under-caps", "diff-a-proposal"]
+)
 def test_the_example_prints_what_the_doc_shows(tmp_path: Path, script: str, expected: str) -> None:
     home = tmp_path / "home"
     home.mkdir()
