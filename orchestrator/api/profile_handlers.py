@@ -8,13 +8,13 @@ import time
 from typing import cast
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from orchestrator.api.body import read_json
 from orchestrator.api.keys import SERVICE, principal_of
 from orchestrator.domain.errors import Forbidden, InputInvalid
 from orchestrator.domain.principal import Principal, Role
-from orchestrator.domain.profile_usage import NodeSize
+from orchestrator.domain.profile_usage import WhatIfProposal
 from orchestrator.domain.requests import describe_validation_error
 from orchestrator.domain.routes import MIN_RUNS, USAGE_BY, USAGE_SINCE
 from orchestrator.domain.usage import RunUsage, window_start
@@ -22,18 +22,6 @@ from orchestrator.pipeline import profile_usage as answers
 from orchestrator.pipeline.profiles_of import Profiles
 
 MAX_WHATIF_BODY = 16 * 1024  # a handful of limits and a node size
-
-
-class WhatIfBody(BaseModel):
-    """A proposed change of a profile's limits, replayed over its recorded runs."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    set: dict[str, str | int | float] = Field(
-        description="Profile `limits:` keys and values as a profile file writes them: {'memory': '512m', 'cpus': 1}."
-    )
-    since: str | None = Field(default=None, description="The window: 30m, 12h, 7d, 2w or an ISO 8601 time (7d).")
-    node: NodeSize | None = Field(default=None, description="A node's allocatable size: runs it holds at once.")
 
 
 def _json(model: BaseModel) -> web.Response:
@@ -81,9 +69,9 @@ async def profile_whatif(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     raw = await read_json(request, MAX_WHATIF_BODY, service.limits.body_timeout_s)
     try:
-        body = WhatIfBody.model_validate(raw)
+        body = WhatIfProposal.model_validate(raw)
     except ValidationError as err:
         fields = [".".join(map(str, e["loc"])) or "(root)" for e in err.errors(include_input=False)]
         raise InputInvalid(describe_validation_error(err), details={"fields": fields}) from None
     runs = await _runs(request, principal, name, window_start(body.since, now), now)
-    return _json(answers.what_if(runs, _profiles(request), name, proposed=body.set, node=body.node))
+    return _json(answers.what_if(runs, _profiles(request), name, proposed=body.set.given(), node=body.node))

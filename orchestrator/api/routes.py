@@ -16,7 +16,7 @@ from orchestrator.ci.github.protocol import HookCall
 from orchestrator.domain import routes as http
 from orchestrator.domain.ci_jobs import CiJobRequest, CiJobView, CiStepRequest
 from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView, RevokeBody
-from orchestrator.domain.profile_usage import Recommendation, UsageReport, WhatIfReport
+from orchestrator.domain.profile_usage import Recommendation, UsageReport, WhatIfProposal, WhatIfReport
 from orchestrator.domain.routes import Endpoint, Param
 from orchestrator.domain.wire import (
     ApprovalAnswer,
@@ -223,7 +223,7 @@ ROUTES: tuple[Route, ...] = (
         profile_handlers.profile_whatif,
         "A proposed change of a profile's limits replayed over its recorded runs: which would have met a limit,"
         " the headroom of the rest, the runs a node holds (admin; approver: its tenants' runs).",
-        body=profile_handlers.WhatIfBody,
+        body=WhatIfProposal,
         response=WhatIfReport,
         errors=(400, 403, 404, 413),
     ),

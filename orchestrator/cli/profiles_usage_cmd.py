@@ -168,17 +168,19 @@ def _recommend(args: argparse.Namespace) -> int:
 def _whatif(args: argparse.Namespace) -> int:
     from orchestrator.cli.usage_text import whatif_text
     from orchestrator.domain.errors import InputInvalid
-    from orchestrator.domain.profile_usage import NodeSize, WhatIfReport
+    from orchestrator.domain.profile_usage import LimitsProposal, NodeSize, WhatIfProposal, WhatIfReport
     from orchestrator.pipeline import profile_usage as answers
+    from orchestrator.profiles.limit_keys import parse_limits
     from orchestrator.profiles.models import parse_size
 
     def build() -> WhatIfReport:
-        proposed: dict[str, str] = {}
+        typed: dict[str, str] = {}
         for item in args.proposed:
             key, sep, value = item.partition("=")
             if not sep or not key.strip():
                 raise InputInvalid(f"--set {item!r}: KEY=VALUE, e.g. memory=512m", details={"fields": ["set"]})
-            proposed[key.strip()] = value.strip()
+            typed[key.strip()] = value.strip()
+        proposed = parse_limits(typed)  # as a profile file writes them: memory=512m; INPUT.INVALID naming the key
         node = None
         if (args.node_cpus is None) != (args.node_memory is None):
             raise InputInvalid("--node-cpus and --node-memory go together", details={"fields": ["node"]})
@@ -188,7 +190,7 @@ def _whatif(args: argparse.Namespace) -> int:
             except ValueError as err:
                 raise InputInvalid(f"node: {err}", details={"fields": ["node"]}) from None
         if args.evidence is None:
-            body = {"set": proposed, "since": args.since, "node": node.model_dump() if node else None}
+            body = WhatIfProposal(set=LimitsProposal(**proposed), since=args.since, node=node)
             return _remote(args, lambda c: c.profile_whatif(args.name, body))
         runs, profiles, _, _ = _local(args)
         return answers.what_if(runs, profiles, args.name, proposed=proposed, node=node)

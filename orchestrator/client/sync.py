@@ -13,7 +13,7 @@ from orchestrator.client import core
 from orchestrator.domain.ci_jobs import CiJobRequest, CiJobView, CiStepRequest
 from orchestrator.domain.errors import InputInvalid, SandboxUnavailable
 from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView
-from orchestrator.domain.profile_usage import Recommendation, UsageReport, WhatIfReport
+from orchestrator.domain.profile_usage import Recommendation, UsageReport, WhatIfProposal, WhatIfReport
 from orchestrator.domain.wire import (
     ApprovalAnswer,
     ApprovalList,
@@ -175,9 +175,9 @@ class Client:
         """Limits ``name``'s runs call for, each with its rule, inputs and confidence, and the patch."""
         return core.decode(Recommendation, *self._send(core.profile_recommendation(name, since, min_runs)))
 
-    def profile_whatif(self, name: str, proposal: Mapping[str, object]) -> WhatIfReport:
-        """``name``'s recorded runs replayed under ``proposal`` (``{"set": {"memory": "512m"}, "since": "7d",
-        "node": {"cpus": 8, "memory_bytes": ...}}``)."""
+    def profile_whatif(self, name: str, proposal: WhatIfProposal | Mapping[str, object]) -> WhatIfReport:
+        """``name``'s recorded runs replayed under ``proposal`` (``{"set": {"memory": 536870912}, "since": "7d",
+        "node": {"cpus": 8, "memory_bytes": ...}}``: values in bytes, cores, seconds)."""
         return core.decode(WhatIfReport, *self._send(core.profile_whatif(name, proposal)))
 
     # -- interactive sessions (exec_command / write_stdin) ----------------------------------------

@@ -7,11 +7,12 @@ returns. Frozen, no extra field, every field described. Computed by ``orchestrat
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from orchestrator.domain.usage import EndCause
+from orchestrator.domain.usage import WINDOW_PATTERN, EndCause
 
 Number = int | float
 """A measure's value or a limit: bytes and counts stay integers in JSON, seconds and cores are floats."""
@@ -213,3 +214,62 @@ class WhatIfReport(Output):
     cpu: CpuReplay | None = Field(description="When cpus is proposed.")
     node: NodeCapacity | None = Field(description="When a node size is given.")
     notes: tuple[str, ...] = Field(description="What the figures rest on.")
+
+
+_MIB, _GIB, _TIB = 2**20, 2**30, 2**40
+
+
+class LimitsProposal(Output):
+    """Proposed ``limits:`` values, each in its unit (bytes, cores, seconds, a count) and within the profile
+    schema's bounds (``profiles.models.Limits``; a test holds the two together); at least one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, json_schema_extra={"minProperties": 1})
+
+    cpus: Annotated[float, Field(gt=0, le=256)] | SkipJsonSchema[None] = Field(default=None, description="CPU cores.")
+    memory: Annotated[int, Field(ge=6 * _MIB, le=_TIB)] | SkipJsonSchema[None] = Field(
+        default=None, description="Memory in bytes."
+    )
+    pids: Annotated[int, Field(ge=8, le=1_000_000)] | SkipJsonSchema[None] = Field(
+        default=None, description="Processes and threads."
+    )
+    wall_timeout_s: Annotated[float, Field(gt=0, le=86_400)] | SkipJsonSchema[None] = Field(
+        default=None, description="Wall-clock deadline in seconds."
+    )
+    stdout_max_bytes: Annotated[int, Field(ge=1, le=_GIB)] | SkipJsonSchema[None] = Field(
+        default=None, description="stdout cap in bytes."
+    )
+    stderr_max_bytes: Annotated[int, Field(ge=1, le=_GIB)] | SkipJsonSchema[None] = Field(
+        default=None, description="stderr cap in bytes."
+    )
+    workspace_write_bytes: Annotated[int, Field(ge=0, le=64 * _TIB)] | SkipJsonSchema[None] = Field(
+        default=None, description="Workspace write budget in bytes."
+    )
+    workspace_write_files: Annotated[int, Field(ge=0, le=10_000_000)] | SkipJsonSchema[None] = Field(
+        default=None, description="Workspace write budget in entries."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        """A key given is a value (null is no limit: the document says so too)."""
+        if isinstance(data, dict):
+            nulls = sorted(key for key, value in data.items() if value is None)
+            if nulls:
+                raise ValueError(f"{', '.join(nulls)}: a value, not null")
+            if not data:
+                raise ValueError("propose at least one limit")
+        return data
+
+    def given(self) -> dict[str, Number]:
+        """The proposed keys and values."""
+        return {key: value for key, value in self.model_dump().items() if value is not None}
+
+
+class WhatIfProposal(Output):
+    """A proposed change of a profile's limits, replayed over its recorded runs (``POST …/whatif``)."""
+
+    set: LimitsProposal = Field(description="The proposed limits: {'memory': 536870912, 'cpus': 1}.")
+    since: str | None = Field(
+        default=None, pattern=f"^(?:{WINDOW_PATTERN})$", description="The window: 30m, 12h, 7d (default), 2w."
+    )
+    node: NodeSize | None = Field(default=None, description="A node's allocatable size: the runs it holds at once.")

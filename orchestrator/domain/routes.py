@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from orchestrator.domain.errors import InputInvalid
 from orchestrator.domain.grants import GRANT_STATES
+from orchestrator.domain.usage import WINDOW_PATTERN
 from orchestrator.domain.wire import ExecutionState
 
 Where = Literal["query", "path", "header"]
@@ -257,9 +258,10 @@ PROFILE_NAME = Text(name="name", where="path", description="The profile's name."
 USAGE_SINCE = Text(
     name="since",
     where="query",
-    description="The runs that ended in the last 30m, 12h, 7d, 2w …, or since an ISO 8601 time with its zone."
-    " Empty or left out: 7d.",
+    description="The runs that ended in the last 30m, 12h, 7d, 2w … (s, m, h, d, w). Empty or left out: 7d.",
+    pattern=WINDOW_PATTERN,
     empty_is_absent=True,
+    problem="a span such as 30m, 12h, 7d or 2w",
 )
 USAGE_BY = Text(
     name="by",

@@ -80,13 +80,41 @@ def row_of(usage: RunUsage) -> tuple[Any, ...]:
     )
 
 
-def usage_of(row: Sequence[Any]) -> RunUsage:
-    context = dict(zip(_CONTEXT_COLUMNS, row[: len(_CONTEXT_COLUMNS)], strict=True))
-    measures_end = len(_CONTEXT_COLUMNS) + len(_MEASURE_COLUMNS)
-    measures = dict(zip(_MEASURE_COLUMNS, row[len(_CONTEXT_COLUMNS) : measures_end], strict=True))
-    limits = RunLimits(**dict(zip(_LIMIT_COLUMNS, row[measures_end:], strict=True)))
-    context["cause"] = EndCause(context["cause"])
-    return RunUsage(**context, **measures, limits=limits)
+_CAUSES = {cause.value: cause for cause in EndCause}
+_MEASURES_AT = len(_CONTEXT_COLUMNS)
+_LIMITS_AT = _MEASURES_AT + len(_MEASURE_COLUMNS)
+
+
+def usage_of(row: Sequence[Any], limits_seen: dict[tuple[Any, ...], RunLimits] | None = None) -> RunUsage:
+    """The row as a RunUsage. ``limits_seen``: the RunLimits already built, by value (most runs of a profile share
+    theirs: one object, not 100,000)."""
+    execution_id, profile, ended_at, cause, source, tenant, tool, ci_repository = row[:_MEASURES_AT]
+    key = tuple(row[_LIMITS_AT:])
+    limits = None if limits_seen is None else limits_seen.get(key)
+    if limits is None:
+        limits = RunLimits(*key)
+        if limits_seen is not None:
+            limits_seen[key] = limits
+    cpu, memory, pids, wall, stdout, stderr, ws_bytes, ws_files = row[_MEASURES_AT:_LIMITS_AT]
+    return RunUsage(
+        execution_id,
+        profile,
+        ended_at,
+        _CAUSES[cause],
+        limits,
+        cpu,
+        memory,
+        pids,
+        wall,
+        stdout,
+        stderr,
+        ws_bytes,
+        ws_files,
+        source,
+        tenant,
+        tool,
+        ci_repository,
+    )
 
 
 def select(db: sqlite3.Connection, *, profile: str | None, since: float | None, until: float | None) -> list[RunUsage]:
@@ -97,7 +125,8 @@ def select(db: sqlite3.Connection, *, profile: str | None, since: float | None, 
             where.append(clause)
             args.append(value)
     sql = SELECT + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY ended_at"
-    return [usage_of(row) for row in db.execute(sql, args)]
+    limits_seen: dict[tuple[Any, ...], RunLimits] = {}
+    return [usage_of(row, limits_seen) for row in db.execute(sql, args)]
 
 
 def profiles(db: sqlite3.Connection, *, since: float | None) -> list[str]:

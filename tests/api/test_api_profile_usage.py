@@ -54,7 +54,7 @@ async def test_usage_recommendation_and_whatif_from_the_services_runs(
     memory = next(r for r in advice["resources"] if r["key"] == "memory")
     assert memory["confidence"] == "low" and memory["recommended"] is not None and memory["change"] == "lower"
 
-    proposal = {"set": {"memory": "64m", "wall_timeout_s": 30}, "node": {"cpus": 2, "memory_bytes": 8 * 2**30}}
+    proposal = {"set": {"memory": 64 * 2**20, "wall_timeout_s": 30}, "node": {"cpus": 2, "memory_bytes": 8 * 2**30}}
     status, replay = await call(harness, "POST", "/v1/profiles/workspace-write/whatif", token="admin", body=proposal)
     assert status == 200 and replay["runs"] == 3
     assert [(r["key"], r["would_meet"]["total"], r["within"]) for r in replay["limits"]] == [
@@ -63,7 +63,7 @@ async def test_usage_recommendation_and_whatif_from_the_services_runs(
     ]
     assert replay["node"]["current"] == 2  # 1 cpu each on 2 cores
     status, body = await call(
-        harness, "POST", "/v1/profiles/workspace-write/whatif", token="admin", body={"set": {"memory": "-1"}}
+        harness, "POST", "/v1/profiles/workspace-write/whatif", token="admin", body={"set": {"memory": 2**20}}
     )
     assert status == 400 and body["error"]["code"] == "INPUT.INVALID"
     status, body = await call(harness, "GET", "/v1/profiles/nope/recommendation", token="admin")

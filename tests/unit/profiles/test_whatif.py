@@ -222,3 +222,22 @@ def test_values_are_read_as_a_profile_file_reads_them() -> None:
         "stdout_max_bytes": MIB,
     }
     assert WhatIfReport.model_validate_json(report.model_dump_json()) == report
+
+
+def test_the_apis_proposal_has_the_profile_schemas_bounds() -> None:
+    """LimitsProposal (the API's what-if body, in the domain) and profiles.models.Limits take the same values."""
+    from orchestrator.domain.profile_usage import LimitsProposal
+    from orchestrator.profiles.models import Limits
+
+    proposal = LimitsProposal.model_json_schema()["properties"]
+    profile = Limits.model_json_schema()["properties"]
+    for key, field in proposal.items():
+        theirs = profile[key]
+        bounds = {k: v for k, v in field.items() if k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")}
+        if "anyOf" in theirs:  # a size: its integer form carries the bounds
+            theirs = next(form for form in theirs["anyOf"] if form.get("type") == "integer")
+        assert bounds == {
+            k: v
+            for k, v in theirs.items()
+            if k in bounds or k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+        }, key
