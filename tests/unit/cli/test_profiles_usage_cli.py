@@ -115,6 +115,7 @@ def test_bad_input_is_a_stable_code(
     assert status == {"INPUT.INVALID": 2, "PROFILE.NOT_FOUND": 125}[code]  # docs/errors.md
     error = json.loads(out)["error"]
     assert error["code"] == code and fragment in error["message"], error
+    assert err.startswith(f"sandboxctl: {code}: ")  # said for people too
 
 
 def test_the_window_leaves_older_runs_out(capsys: pytest.CaptureFixture[str], evidence: Path) -> None:
