@@ -89,10 +89,15 @@ def refusal(broken: dict[str, ConfigInvalid]) -> ConfigInvalid:
     )
 
 
+def owned(paths: list[str]) -> tuple[ChangedFile, ...]:
+    """``paths`` (files that changed) with who owns each now."""
+    return tuple(ChangedFile(path, owner_uid(path)) for path in paths)
+
+
 def compare(old: ProfileSnapshot, new: ProfileSnapshot, changed_files: list[str]) -> ProfileReload:
     """What taking ``new`` in place of ``old`` changes (``changed_files``: the files that differ on disk), or
     why it is refused."""
-    files = tuple(ChangedFile(path, owner_uid(path)) for path in changed_files)
+    files = owned(changed_files)
     broken = breakage(old, new)
     if broken:
         return ProfileReload(old, None, (), files, refused=refusal(broken))

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from orchestrator.domain.errors import ConfigInvalid
-from orchestrator.profiles.changes import ProfileReload, compare
+from orchestrator.profiles.changes import ProfileReload, compare, owned
 from orchestrator.profiles.loader import ProfileRegistry
 from orchestrator.profiles.paths import default_search_path
 from orchestrator.profiles.snapshot import ProfileSnapshot
@@ -144,7 +144,7 @@ class ProfileSource:
         self._stamp = seen
         files = seen.changed_files(before) if before is not None else sorted(seen.files)
         reload = (
-            ProfileReload(old, None, (), (), refused=new)
+            ProfileReload(old, None, (), owned(files), refused=new)
             if isinstance(new, ConfigInvalid)
             else compare(old, new, files)
         )

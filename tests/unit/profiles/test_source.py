@@ -216,6 +216,9 @@ def test_a_gone_directory_is_a_refused_change(tmp_path: Path) -> None:
     directory.rmdir()
     assert watched.memory() == 256 * MIB
     assert "not a directory" in str(watched.source.last_error)
+    [reload] = watched.reloads
+    assert reload.refused is watched.source.last_error
+    assert reload.files == (ChangedFile(str(directory / "small.yaml"), None),)
 
 
 def test_a_snapshot_never_reads_a_file_again(tmp_path: Path) -> None:
