@@ -44,7 +44,13 @@ def register(commands: Any) -> None:
             help="runs that ended in the last 30m, 12h, 7d (default), 2w … or since an ISO 8601 time with its zone",
         )
         source = p.add_mutually_exclusive_group()
-        source.add_argument("--evidence", metavar="PATH", help="read the runs from this evidence file (no service)")
+        source.add_argument(
+            "--evidence",
+            nargs="?",
+            const="",
+            metavar="PATH",
+            help="read the runs from this evidence file, no service (alone: the one `sandboxctl evidence` reads)",
+        )
         source.add_argument("--url", default=None, help=f"the service (default: ${URL_ENV}, else {DEFAULT_URL})")
         p.add_argument("--token-file", metavar="PATH", help=f"a file holding the bearer token (or ${TOKEN_ENV})")
         p.add_argument("--token", help="the bearer token itself (visible in the process list: prefer --token-file)")
@@ -84,6 +90,7 @@ def _local(args: argparse.Namespace) -> tuple[list[RunUsage], Profiles, float, f
     from pathlib import Path
 
     from orchestrator.domain.usage import window_start
+    from orchestrator.evidence.paths import default_evidence_path
     from orchestrator.evidence.usage import read_usage
     from orchestrator.pipeline.profiles_of import Profiles
     from orchestrator.profiles import ProfileRegistry
@@ -95,7 +102,7 @@ def _local(args: argparse.Namespace) -> tuple[list[RunUsage], Profiles, float, f
         from orchestrator.pipeline.config import load_config
 
         caps = load_config(Path(args.config)).caps
-    runs = list(read_usage(args.evidence, profile=args.name, since=since))
+    runs = list(read_usage(args.evidence or default_evidence_path(), profile=args.name, since=since))
     return runs, Profiles.under(caps, ProfileRegistry()), since, now
 
 

@@ -123,3 +123,11 @@ def test_the_window_leaves_older_runs_out(capsys: pytest.CaptureFixture[str], ev
     assert code == 0 and json.loads(out)["runs"] == 0  # a window of nothing: every run ended before it
     code, out, _ = run(capsys, "usage", "workspace-write", "--evidence", str(evidence), "--since", "1.5h", "--json")
     assert code == 0 and json.loads(out)["runs"] == 40
+
+
+def test_evidence_alone_reads_the_default_file(
+    capsys: pytest.CaptureFixture[str], evidence: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SANDBOX_EVIDENCE_PATH", str(evidence))  # as `sandboxctl evidence` finds it
+    code, out, _ = run(capsys, "usage", "workspace-write", "--evidence", "--json")
+    assert code == 0 and json.loads(out)["runs"] == 40
