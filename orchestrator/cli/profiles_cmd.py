@@ -1,4 +1,5 @@
-"""``sandboxctl profiles list|show|validate|schema``: inspect and check execution profiles.
+"""``sandboxctl profiles list|show|validate|schema``: inspect and check execution profiles (``usage``,
+``recommend`` and ``whatif``: profiles_usage_cmd.py).
 
 Profiles come from the built-in directory plus ``$SANDBOX_PROFILES_PATH`` (colon-separated, later
 wins). Exit codes: 0 ok; 2 an invalid profile or an unknown name, with ``sandboxctl: CODE: message``
@@ -12,6 +13,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.cli import profiles_usage_cmd
 from orchestrator.cli.output import Subparsers, emit_json, fail
 from orchestrator.domain.text import terminal_safe
 
@@ -66,6 +68,7 @@ def register(sub: Subparsers) -> None:
 
     schema = commands.add_parser("schema", help="print the JSON Schema of a profile file")
     schema.set_defaults(handler=_schema)
+    profiles_usage_cmd.register(commands)  # usage, recommend, whatif
     from orchestrator.cli import profiles_diff_cmd  # here: one hunk beside the others' registrations
 
     profiles_diff_cmd.register(commands)  # diff
