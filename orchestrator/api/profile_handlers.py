@@ -1,6 +1,8 @@
-"""The profiles' usage routes: what a profile's runs used, the limits they call for, what a change would have
-done (``pipeline.profile_usage``). Who: an admin (every tenant's runs) or an approver (its own tenants' runs
-only: another tenant's usage is never part of an answer); an agent never (AUTH.FORBIDDEN)."""
+"""The profiles' usage routes: the profiles in force, what a profile's runs used and how they spread against
+its limits (the profiles page's data), the limits they call for, what a change would have done
+(``pipeline.profile_usage``, ``pipeline.profile_distribution``). Who: an admin (every tenant's runs) or an
+approver (its own tenants' runs only: another tenant's usage is never part of an answer); an agent never
+(AUTH.FORBIDDEN)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from orchestrator.domain.requests import describe_validation_error
 from orchestrator.domain.routes import MIN_RUNS, USAGE_BY, USAGE_SINCE
 from orchestrator.domain.usage import RunUsage, window_start
 from orchestrator.pipeline import profile_usage as answers
+from orchestrator.pipeline.profile_distribution import distribution, profile_list
 from orchestrator.pipeline.profiles_of import Profiles
 
 MAX_WHATIF_BODY = 16 * 1024  # a handful of limits and a node size
@@ -75,3 +78,24 @@ async def profile_whatif(request: web.Request) -> web.Response:
         raise InputInvalid(describe_validation_error(err), details={"fields": fields}) from None
     runs = await _runs(request, principal, name, window_start(body.since, now), now)
     return _json(answers.what_if(runs, _profiles(request), name, proposed=body.set.given(), node=body.node))
+
+
+async def list_profiles(request: web.Request) -> web.Response:
+    _reader(request)
+    return _json(profile_list(_profiles(request)))
+
+
+async def profile_distribution(request: web.Request) -> web.Response:
+    principal, name, now = _reader(request), request.match_info["name"], time.time()
+    since = window_start(USAGE_SINCE.read(request.query), now)
+    min_runs = MIN_RUNS.read(request.query, request.app[SERVICE].limits)
+    answer = await distribution(
+        request.app[SERVICE].store,
+        _profiles(request),
+        name,
+        since=since,
+        until=now,
+        tenants=principal.tenant_filter,  # an approver: its own tenants' runs only, filtered in the SQL
+        min_runs=min_runs,
+    )
+    return _json(answer)

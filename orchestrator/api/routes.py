@@ -16,7 +16,14 @@ from orchestrator.ci.github.protocol import HookCall
 from orchestrator.domain import routes as http
 from orchestrator.domain.ci_jobs import CiJobRequest, CiJobView, CiStepRequest
 from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView, RevokeBody
-from orchestrator.domain.profile_usage import Recommendation, UsageReport, WhatIfProposal, WhatIfReport
+from orchestrator.domain.profile_usage import (
+    ProfileDistribution,
+    ProfileList,
+    Recommendation,
+    UsageReport,
+    WhatIfProposal,
+    WhatIfReport,
+)
 from orchestrator.domain.routes import Endpoint, Param
 from orchestrator.domain.wire import (
     ApprovalAnswer,
@@ -201,6 +208,23 @@ ROUTES: tuple[Route, ...] = (
         "A grant's ledger, oldest first: each run it covered, settled (usage charged) or released (nothing).",
         response=GrantChargePage,
         errors=(400, 403, 404),
+    ),
+    Route(
+        http.LIST_PROFILES,
+        profile_handlers.list_profiles,
+        "The profiles in force: each one's limits as a run gets them now (the config's caps applied), or why it"
+        " does not resolve (admin; approver).",
+        response=ProfileList,
+        errors=(403,),
+    ),
+    Route(
+        http.PROFILE_DISTRIBUTION,
+        profile_handlers.profile_distribution,
+        "How a profile's runs spread against its limits (the profiles page): per measure (memory peak, cores,"
+        " CPU seconds, wall time) a histogram, the known and unknown runs, the limit now and the recommended"
+        " value; the newest runs that ended at a limit (admin: every tenant's runs; approver: its tenants').",
+        response=ProfileDistribution,
+        errors=(400, 403),
     ),
     Route(
         http.PROFILE_USAGE,

@@ -13,7 +13,14 @@ from orchestrator.client import core
 from orchestrator.domain.ci_jobs import CiJobRequest, CiJobView, CiStepRequest
 from orchestrator.domain.errors import SandboxUnavailable
 from orchestrator.domain.grants import GrantChargePage, GrantList, GrantRequest, GrantView
-from orchestrator.domain.profile_usage import Recommendation, UsageReport, WhatIfProposal, WhatIfReport
+from orchestrator.domain.profile_usage import (
+    ProfileDistribution,
+    ProfileList,
+    Recommendation,
+    UsageReport,
+    WhatIfProposal,
+    WhatIfReport,
+)
 from orchestrator.domain.wire import (
     ApprovalAnswer,
     ApprovalList,
@@ -172,6 +179,20 @@ class AsyncClient:
         return core.decode(GrantChargePage, *await self._send(core.grant_charges(grant_id, limit, cursor)))
 
     # -- profiles' usage (admin; an approver: its own tenants' runs) -------------------------------
+    async def list_profiles(self) -> ProfileList:
+        """The profiles in force (``GET /v1/profiles``): each one's limits as a run gets them now, or why it does
+        not resolve. Raises ``Forbidden`` for an agent's token."""
+        return core.decode(ProfileList, *await self._send(core.list_profiles()))
+
+    async def profile_distribution(
+        self, name: str, *, since: str | None = None, min_runs: int | None = None
+    ) -> ProfileDistribution:
+        """How ``name``'s runs of the window (``since``: 30m, 12h, 7d …; default 7d) spread against its limits
+        (``GET /v1/profiles/{name}/distribution``): per measure a histogram, the limit now and the recommended
+        value; the newest runs that ended at a limit. Raises ``Forbidden`` for an agent's token, ``InputInvalid``
+        for a bad ``since``."""
+        return core.decode(ProfileDistribution, *await self._send(core.profile_distribution(name, since, min_runs)))
+
     async def profile_usage(self, name: str, *, since: str | None = None, by: str | None = None) -> UsageReport:
         """What ``name``'s runs of the window (``since``: 30m, 12h, 7d …; default 7d) used against its limits,
         in one group or ``by`` tenant, tool or ci_repository."""

@@ -124,6 +124,15 @@ def grant_charges(grant_id: str, limit: int | None, cursor: str | None) -> Call:
 
 
 # -- profiles' usage (admin; approver: its tenants' runs) ---------------------------------------------
+def list_profiles() -> Call:
+    return _call(routes.LIST_PROFILES)
+
+
+def profile_distribution(name: str, since: str | None, min_runs: int | None) -> Call:
+    given = ((routes.USAGE_SINCE, since), (routes.MIN_RUNS, str(min_runs) if min_runs else None))
+    return _call(routes.PROFILE_DISTRIBUTION, {param.name: value for param, value in given if value}, name=name)
+
+
 def profile_usage(name: str, since: str | None, by: str | None) -> Call:
     given = ((routes.USAGE_SINCE, since), (routes.USAGE_BY, by))
     return _call(routes.PROFILE_USAGE, {param.name: value for param, value in given if value}, name=name)

@@ -273,3 +273,83 @@ class WhatIfProposal(Output):
         default=None, pattern=f"^(?:{WINDOW_PATTERN})$", description="The window: 30m, 12h, 7d (default), 2w."
     )
     node: NodeSize | None = Field(default=None, description="A node's allocatable size: the runs it holds at once.")
+
+
+# -- the profiles page (``GET /v1/profiles``, ``GET /v1/profiles/{name}/distribution``) -----------------------
+class ProfileLimits(Output):
+    """A profile in force, with the limits a run of it gets now (the config's caps applied)."""
+
+    name: str = Field(description="The profile's name.")
+    default: bool = Field(description="Whether a request that names no profile runs with it.")
+    limits: dict[str, Number] | None = Field(
+        description="Its `limits:` keys that usage speaks to (cpus, memory in bytes, pids, wall_timeout_s, "
+        "stdout_max_bytes, stderr_max_bytes, workspace_write_bytes, workspace_write_files); null when it does "
+        "not resolve under the caps."
+    )
+    error: str | None = Field(description="Why it does not resolve (the error's code); null when it does.")
+
+
+class ProfileList(Output):
+    """The profiles in force, by name."""
+
+    profiles: tuple[ProfileLimits, ...] = Field(description="Sorted by name.")
+
+
+class Histogram(Output):
+    """One measure's known values over the window's runs, counted in buckets of one round width from 0: at most
+    ``MAX_BUCKETS`` of them, up to the first edge at or above the largest of the limit, the recommended value
+    and the largest value (so that both lines fall on the chart). The width is a power of two for bytes, and 1,
+    2 or 5 x a power of ten for seconds and cores. A bucket holds [its left edge, its right edge); the last
+    one also its right edge."""
+
+    measure: str = Field(description="memory_peak_bytes, cores, cpu_seconds or wall_seconds.")
+    unit: str = Field(description="bytes, cores or s.")
+    description: str = Field(description="What it is, in a few words.")
+    limit_key: str = Field(description="The profile `limits:` key it is held against (cpus for CPU seconds too).")
+    edges: tuple[Number, ...] = Field(description="The buckets' edges, from 0: one more than counts.")
+    counts: tuple[int, ...] = Field(description="Runs whose value falls in each bucket.")
+    known: int = Field(description="Runs with this measure known (the sum of counts).")
+    unknown: int = Field(description="Runs without it: never counted as 0.")
+    max: Number | None = Field(description="The largest known value; null when none is known.")
+    limit: Number | None = Field(
+        description="The profile's limit now (CPU seconds: its cpus x its wall timeout); null for a profile gone."
+    )
+    recommended: Number | None = Field(
+        description="What the recommendation gives for limit_key (CPU seconds: recommended cpus x recommended "
+        "wall timeout), as GET .../recommendation with the same since and min_runs; null when it gives none."
+    )
+    recommended_rule: str | None = Field(description="The rule that gave it (docs/profiles.md); null without one.")
+
+
+class RunAtLimit(Output):
+    """A run that ended at one of its limits."""
+
+    execution_id: str = Field(description="The execution (its evidence: GET /v1/evidence?execution_id=).")
+    cause: EndCause = Field(description="oom, wall_timeout, pids_limit, write_budget or output_cap.")
+    ended_at: float = Field(description="When it ended (unix seconds).")
+    tenant: str = Field(description="Its tenant.")
+    measure: str = Field(description="The measure held against that limit (stdout or stderr, bytes or files: the "
+                         "one at its limit, else the first).")  # fmt: skip
+    value: Number | None = Field(description="What the run reached of it; null when unknown.")
+    limit: Number = Field(description="The limit the run had.")
+
+
+class RunsAtLimit(Output):
+    """The window's runs that ended at a limit, newest first."""
+
+    total: int = Field(description="How many, in all.")
+    by_cause: dict[str, int] = Field(description="How many per end cause (every limit's cause, zeros included).")
+    runs: tuple[RunAtLimit, ...] = Field(description="The newest of them (at most 50).")
+
+
+class ProfileDistribution(Output):
+    """How ``profile``'s runs that ended in [since, until] spread against its limits: what the profiles page
+    draws. Computed in the store (SQL), so 100,000 runs answer in a fraction of a second."""
+
+    profile: str = Field(description="The profile.")
+    since: float = Field(description="Start of the window (unix seconds).")
+    until: float = Field(description="End of the window (unix seconds).")
+    runs: int = Field(description="Runs in the window (of the caller's tenants).")
+    min_runs: int = Field(description="Samples a recommended value needs.")
+    histograms: tuple[Histogram, ...] = Field(description="memory_peak_bytes, cores, cpu_seconds, wall_seconds.")
+    ended_at_limit: RunsAtLimit = Field(description="The runs that ended at a limit.")

@@ -317,6 +317,10 @@ LIST_GRANTS = Endpoint("GET", "/v1/grants", "list_grants", (GRANT_STATE, GRANT_T
 GET_GRANT = Endpoint("GET", "/v1/grants/{id}", "get_grant", (GRANT_ID,))
 REVOKE_GRANT = Endpoint("DELETE", "/v1/grants/{id}", "revoke_grant", (GRANT_ID,))
 GRANT_CHARGES = Endpoint("GET", "/v1/grants/{id}/charges", "grant_charges", (GRANT_ID, CHARGES_LIMIT, CHARGES_CURSOR))
+LIST_PROFILES = Endpoint("GET", "/v1/profiles", "list_profiles")
+PROFILE_DISTRIBUTION = Endpoint(
+    "GET", "/v1/profiles/{name}/distribution", "profile_distribution", (PROFILE_NAME, USAGE_SINCE, MIN_RUNS)
+)
 PROFILE_USAGE = Endpoint("GET", "/v1/profiles/{name}/usage", "profile_usage", (PROFILE_NAME, USAGE_SINCE, USAGE_BY))
 PROFILE_RECOMMENDATION = Endpoint(
     "GET", "/v1/profiles/{name}/recommendation", "profile_recommendation", (PROFILE_NAME, USAGE_SINCE, MIN_RUNS)
@@ -355,7 +359,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     GET_GRANT,
     REVOKE_GRANT,
     GRANT_CHARGES,
+    LIST_PROFILES,
     PROFILE_USAGE,
+    PROFILE_DISTRIBUTION,
     PROFILE_RECOMMENDATION,
     PROFILE_WHATIF,
     OPEN_CI_JOB,

@@ -40,7 +40,10 @@ __all__ = [
     "ResourceRecommendation",
     "Rule",
     "RuleInputs",
+    "RuleValue",
+    "confidence",
     "recommend",
+    "rule_value",
 ]
 
 
@@ -202,19 +205,45 @@ def _recommend(
             rule="too_few_runs", rule_text="no value from fewer than min_runs samples", reason=reason,
             inputs=inputs(None),
         )  # fmt: skip
-    (rule_id, text), floor = rule.rule, None
-    base: Number = nearest_rank(samples, rule.percent)
-    if rule.floor_rule and ended_at_limit and max(ended_at_limit) >= base:
-        (rule_id, text), floor = rule.floor_rule, max(ended_at_limit)
-        base = floor
-    value = _within(rule, _round_up(base * (1 + rule.margin), rule.step), min_pids)
-    if rule.keep_current and ended_at_limit and value < now:
-        (rule_id, text), floor = rule.keep_current, now
-        value = now
+    chosen = rule_value(
+        rule,
+        percentile=nearest_rank(samples, rule.percent),
+        largest_at_limit=max(ended_at_limit) if ended_at_limit else None,
+        current=now,
+        min_pids=min_pids,
+    )
+    (rule_id, text), value = chosen.rule, chosen.value
     return ResourceRecommendation(
         key=rule.key, unit=rule.unit, current=now, recommended=value, change=_change(value, now),
-        confidence=_confidence(len(samples)), rule=rule_id, rule_text=text, reason=None, inputs=inputs(floor),
+        confidence=confidence(len(samples)), rule=rule_id, rule_text=text, reason=None,
+        inputs=inputs(chosen.floor),
     )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RuleValue:
+    """What a rule gives from its samples' percentile: the value, the rule (id, text) that set it, and the
+    floor it was held to (None: none)."""
+
+    value: Number
+    rule: tuple[str, str]
+    floor: Number | None
+
+
+def rule_value(
+    rule: Rule, *, percentile: Number, largest_at_limit: Number | None, current: Number, min_pids: int
+) -> RuleValue:
+    """The value ``rule`` gives from the ``rule.percent``-th percentile of its samples (at least ``min_runs``
+    of them). ``largest_at_limit``: the largest sample of a run that ended at this limit (None: no run did).
+    Shared by ``recommend`` (samples in memory) and the service's distribution (samples ranked in SQL), so that
+    both give the same value from the same runs."""
+    chosen, floor, base = rule.rule, None, percentile
+    if rule.floor_rule and largest_at_limit is not None and largest_at_limit >= base:
+        chosen, floor, base = rule.floor_rule, largest_at_limit, largest_at_limit
+    value = _within(rule, _round_up(base * (1 + rule.margin), rule.step), min_pids)
+    if rule.keep_current and largest_at_limit is not None and value < current:
+        chosen, floor, value = rule.keep_current, current, current
+    return RuleValue(value, chosen, floor)
 
 
 def _round_up(value: Number, step: Number) -> Number:
@@ -240,7 +269,8 @@ def _change(value: Number, now: Number) -> Change:
     return "raise" if value > now else "lower" if value < now else "keep"
 
 
-def _confidence(samples: int) -> Confidence:
+def confidence(samples: int) -> Confidence:
+    """How far a value from ``samples`` samples can be trusted (``CONFIDENCE_FROM``)."""
     return next(level for level, least in CONFIDENCE_FROM if samples >= least)
 
 

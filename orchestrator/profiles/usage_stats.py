@@ -12,7 +12,7 @@ from typing import Final
 
 from orchestrator.domain.profile_usage import Number, Output, Percentiles, RunList
 
-__all__ = ["Number", "Output", "Percentiles", "RunList", "nearest_rank", "percentiles", "run_list"]
+__all__ = ["Number", "Output", "Percentiles", "RunList", "nearest_rank", "percentiles", "rank", "run_list"]
 
 
 #: The percentiles every summary gives (whole percents, so that the rank is exact integer arithmetic).
@@ -26,9 +26,13 @@ def nearest_rank(ordered: Sequence[Number], percent: int) -> Number:
     """The ``percent``-th percentile of the ascending ``ordered`` by the nearest-rank method: the value at
     rank ceil(percent/100 x n) (1-based), so always one of the values, never an interpolation between two
     (p50 of [1, 2, 3, 4] is 2; p99 of fewer than 100 values is the largest). ``ordered`` must not be empty."""
-    n = len(ordered)
-    rank = max(1, (percent * n + 99) // 100)  # ceil(percent * n / 100) in integers: no float rounding
-    return ordered[rank - 1]
+    return ordered[rank(len(ordered), percent) - 1]
+
+
+def rank(count: int, percent: int) -> int:
+    """The 1-based rank of the ``percent``-th percentile of ``count`` ascending values (nearest rank):
+    ceil(percent/100 x count), at least 1 (the store ranks its samples in SQL with the same number)."""
+    return max(1, (percent * count + 99) // 100)  # ceil(percent * count / 100) in integers: no float rounding
 
 
 def percentiles(ordered: Sequence[Number]) -> Percentiles | None:

@@ -27,7 +27,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +44,10 @@ from orchestrator.budgets.ledger import (
     StoredReservation,
     room,
 )
-from orchestrator.domain.usage import RunUsage
+from orchestrator.domain.usage import EndCause, RunUsage
+from orchestrator.domain.usage_figures import Figures, Plan, Sample, Scope
 from orchestrator.domain.wire import ExecutionView
-from orchestrator.state import usage_table
+from orchestrator.state import usage_distribution, usage_table
 
 T = TypeVar("T")
 
@@ -187,6 +188,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX budget_grant_charges_by_grant ON budget_grant_charges(grant_id, seq);
     """,
     usage_table.MIGRATION,  # what each run used and how it ended (profiles usage | recommend | whatif)
+    usage_table.FIGURES_INDEX,  # the profiles page's figures, from the index alone
 )
 
 
@@ -556,6 +558,18 @@ class StateStore:
 
         return run
 
+    def _read(self, fn: Callable[[], T]) -> Callable[[], T]:
+        """``fn`` in one read transaction (on the store's thread): every statement sees the same rows."""
+
+        def run() -> T:
+            self._db.execute("BEGIN")
+            try:
+                return fn()
+            finally:
+                self._db.execute("COMMIT")
+
+        return run
+
     def _grant(self, grant_id: str) -> StoredBudgetGrant | None:
         row = self._db.execute(f"{_SELECT_GRANT} WHERE id = ?", (grant_id,)).fetchone()
         return _grant_row(row) if row else None
@@ -805,6 +819,26 @@ class StateStore:
     ) -> list[RunUsage]:
         """What the runs of ``profile`` (every profile: None) that ended in [since, until] used, oldest first."""
         return await self._call(lambda: usage_table.select(self._db, profile=profile, since=since, until=until))
+
+    async def usage_figures(
+        self,
+        scope: Scope,
+        *,
+        measures: Sequence[str],
+        samples: Mapping[str, Sample],
+        causes: Sequence[EndCause],
+        plan: Plan,
+        newest: int,
+    ) -> Figures:
+        """The profiles page's figures of ``scope``'s runs, computed in SQL (``usage_distribution.figures``), in
+        one read: ``plan`` runs on the store's thread between its two passes."""
+
+        def read() -> Figures:
+            return usage_distribution.figures(
+                self._db, scope, measures=measures, samples=samples, causes=causes, plan=plan, newest=newest
+            )
+
+        return await self._call(self._read(read))
 
     async def usage_profiles(self, *, since: float | None = None) -> list[str]:
         return await self._call(lambda: usage_table.profiles(self._db, since=since))
