@@ -41,7 +41,7 @@ def register(commands: Any) -> None:
         p.add_argument(
             "--since",
             metavar="WINDOW",
-            help="runs that ended in the last 30m, 12h, 7d (default), 2w … or since an ISO 8601 time with its zone",
+            help="runs that ended in the last 30m, 12h, 7d (default), 2w …",
         )
         source = p.add_mutually_exclusive_group()
         source.add_argument(
@@ -64,7 +64,7 @@ def register(commands: Any) -> None:
 
     recommend = commands.add_parser("recommend", help="limits a profile's runs call for, with the rule and a patch")
     common(recommend)
-    recommend.add_argument("--min-runs", type=int, default=20, metavar="N", help="runs a value needs (default 20)")
+    recommend.add_argument("--min-runs", type=_at_least_one, default=20, metavar="N", help="runs a value needs (20)")
     recommend.set_defaults(handler=_recommend)
 
     whatif = commands.add_parser("whatif", help="replay a profile's runs under proposed limits")
@@ -80,6 +80,14 @@ def register(commands: Any) -> None:
     whatif.add_argument("--node-cpus", type=float, metavar="N", help="a node's allocatable cores (with --node-memory)")
     whatif.add_argument("--node-memory", metavar="SIZE", help="a node's allocatable memory: 8g (with --node-cpus)")
     whatif.set_defaults(handler=_whatif)
+
+
+def _at_least_one(text: str) -> int:
+    """--min-runs: a whole number from 1, as the API's min_runs (argparse says which option otherwise)."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
 
 
 # -- the two sources of runs -------------------------------------------------------------------------------

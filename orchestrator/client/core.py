@@ -129,7 +129,7 @@ def list_profiles() -> Call:
 
 
 def profile_distribution(name: str, since: str | None, min_runs: int | None) -> Call:
-    given = ((routes.USAGE_SINCE, since), (routes.MIN_RUNS, str(min_runs) if min_runs else None))
+    given = ((routes.USAGE_SINCE, since), (routes.MIN_RUNS, None if min_runs is None else str(min_runs)))
     return _call(routes.PROFILE_DISTRIBUTION, {param.name: value for param, value in given if value}, name=name)
 
 

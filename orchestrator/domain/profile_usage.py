@@ -155,8 +155,8 @@ class Recommendation(Output):
 class NodeSize(Output):
     """A node's allocatable size, for how many runs it holds at once."""
 
-    cpus: float = Field(gt=0, description="Allocatable CPU cores.")
-    memory_bytes: int = Field(gt=0, description="Allocatable memory in bytes.")
+    cpus: float = Field(gt=0, le=1_000_000, allow_inf_nan=False, description="Allocatable CPU cores.")
+    memory_bytes: int = Field(gt=0, le=2**62, description="Allocatable memory in bytes.")
 
 
 class NodeCapacity(Output):

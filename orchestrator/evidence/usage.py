@@ -139,9 +139,12 @@ def read_usage(
                 record = json.loads(raw)
             except ValueError:
                 continue
-            execution_id = record.get("execution_id")
-            if not isinstance(record, dict) or not isinstance(execution_id, str):
+            if not isinstance(record, dict) or not isinstance(record.get("execution_id"), str):
                 continue
+            execution_id, event = record["execution_id"], record.get("event")
+            is_begin = event == "execution_started"
+            if not is_begin and event not in ("execution_finished", "run_failed"):
+                continue  # the bytes matched inside some other field
             if is_begin:
                 context = _context(record)
                 if context is not None and (profile is None or context.profile == profile):

@@ -22,7 +22,13 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from orchestrator.domain.canonical import canonical_sha256, sha256_hex
-from orchestrator.domain.errors import ExecutionCancelled, OrchestratorError
+from orchestrator.domain.errors import (
+    ExecutionCancelled,
+    OrchestratorError,
+    SandboxPidsLimit,
+    SandboxStartFailed,
+    SandboxUnavailable,
+)
 from orchestrator.domain.usage import EndCause, RunLimits
 from orchestrator.pipeline.executor import KeptOutput, RunOutcome
 from orchestrator.profiles import ResolvedProfile
@@ -89,20 +95,22 @@ def run_limits(profile: ResolvedProfile) -> RunLimits:
     )
 
 
-# why a run that ran to an end ended: the first that applies (EndCause's order); the command's own exit last
-_ENDED_AT: tuple[tuple[Callable[[RunOutcome], bool], EndCause], ...] = (
-    (lambda o: o.timed_out, EndCause.WALL_TIMEOUT),
-    (lambda o: o.oom_killed, EndCause.OOM),
-    (lambda o: o.pids_limit_killed, EndCause.PIDS_LIMIT),
-    (lambda o: o.over_budget, EndCause.WRITE_BUDGET),
-    (lambda o: o.exit_code is None, EndCause.FAILED),
-    (lambda o: o.truncated, EndCause.OUTPUT_CAP),
-    (lambda o: o.exit_code != 0, EndCause.EXIT_NONZERO),
+# why a run that ran to an end ended: the first that applies (EndCause's order); the command's own exit last. What
+# the run was told (its error: forks refused at the pids limit under runc, a pooled sandbox that was gone before
+# the command was sent) counts as much as the outcome's flags
+_ENDED_AT: tuple[tuple[Callable[[RunOutcome, OrchestratorError | None], bool], EndCause], ...] = (
+    (lambda o, e: o.timed_out, EndCause.WALL_TIMEOUT),
+    (lambda o, e: o.oom_killed, EndCause.OOM),
+    (lambda o, e: o.pids_limit_killed or isinstance(e, SandboxPidsLimit), EndCause.PIDS_LIMIT),
+    (lambda o, e: o.over_budget, EndCause.WRITE_BUDGET),
+    (lambda o, e: o.exit_code is None or isinstance(e, SandboxUnavailable | SandboxStartFailed), EndCause.FAILED),
+    (lambda o, e: o.truncated, EndCause.OUTPUT_CAP),
+    (lambda o, e: o.exit_code != 0, EndCause.EXIT_NONZERO),
 )
 
 
-def end_cause(outcome: RunOutcome) -> EndCause:
-    return next((cause for applies, cause in _ENDED_AT if applies(outcome)), EndCause.OK)
+def end_cause(outcome: RunOutcome, error: OrchestratorError | None = None) -> EndCause:
+    return next((cause for applies, cause in _ENDED_AT if applies(outcome, error)), EndCause.OK)
 
 
 def failed_cause(error: OrchestratorError) -> EndCause:
@@ -140,7 +148,7 @@ def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: Orches
     }
     failures: list[str] = []
     try:
-        data = _finished_data(outcome, profile, failures)
+        data = _finished_data(outcome, profile, error, failures)
         fields["outputs_digest"] = _part("outputs_digest", lambda: outputs_digest(outcome), failures)
     except Exception as exc:  # a bug: the record still says how the command ended
         log.exception("could not build the end record's data")
@@ -151,7 +159,7 @@ def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: Orches
             "oom_killed": outcome.oom_killed,
             "pids_limit_killed": outcome.pids_limit_killed,
             "duration_ms": outcome.duration_ms,
-            "end_cause": _part("end_cause", lambda: end_cause(outcome).value, failures),
+            "end_cause": _part("end_cause", lambda: end_cause(outcome, error).value, failures),
             "limits": _part("limits", lambda: run_limits(profile).to_json(), failures),
         }
     if failures:
@@ -160,7 +168,9 @@ def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: Orches
     return fields
 
 
-def _finished_data(outcome: RunOutcome, profile: ResolvedProfile, failures: list[str]) -> dict[str, Any]:
+def _finished_data(
+    outcome: RunOutcome, profile: ResolvedProfile, error: OrchestratorError | None, failures: list[str]
+) -> dict[str, Any]:
     state = outcome.state
     return {
         "exit_code": outcome.exit_code,
@@ -168,7 +178,7 @@ def _finished_data(outcome: RunOutcome, profile: ResolvedProfile, failures: list
         "oom_killed": outcome.oom_killed,
         "pids_limit_killed": outcome.pids_limit_killed,
         "duration_ms": outcome.duration_ms,
-        "end_cause": end_cause(outcome).value,
+        "end_cause": end_cause(outcome, error).value,
         "limits": run_limits(profile).to_json(),
         "stdout": _part("stdout", lambda: stream_json(outcome.stdout_kept), failures),
         "stderr": _part("stderr", lambda: stream_json(outcome.stderr_kept), failures),

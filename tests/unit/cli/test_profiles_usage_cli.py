@@ -106,6 +106,11 @@ def test_whatif_names_the_runs_a_lower_limit_would_have_killed(
         (("whatif", "workspace-write", "--set", "memory"), "INPUT.INVALID", "KEY=VALUE"),
         (("usage", "workspace-write", "--since", "yesterday"), "INPUT.INVALID", "since"),
         (("recommend", "no-such-profile"), "PROFILE.NOT_FOUND", "no-such-profile"),
+        (
+            ("whatif", "workspace-write", "--set", "memory=64m", "--node-cpus", "inf", "--node-memory", "8g"),
+            "INPUT.INVALID",
+            "node",
+        ),
     ],
 )
 def test_bad_input_is_a_stable_code(

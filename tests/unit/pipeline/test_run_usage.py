@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backends.base import ResourceUsage
-from orchestrator.domain.errors import ExecutionCancelled, SandboxUnavailable
+from orchestrator.domain.errors import ExecutionCancelled, SandboxPidsLimit, SandboxUnavailable
 from orchestrator.domain.usage import EndCause, RunLimits
 from orchestrator.evidence import EventType, EvidenceWriter
 from orchestrator.evidence.usage import RunContext, read_usage, usage_from_end
@@ -38,6 +38,15 @@ def profile() -> ResolvedProfile:
 )
 def test_the_end_cause_is_the_first_that_applies(changes: dict[str, object], cause: EndCause) -> None:
     assert end_cause(outcome(**changes)) is cause
+
+
+def test_what_the_run_was_told_counts_too() -> None:
+    """Forks refused at the pids limit under runc (the command went on: exit 0, SANDBOX.PIDS_LIMIT) met that
+    limit; a pre-started sandbox gone before the command was sent ran nothing of it."""
+    ran = outcome(exit_code=0, stdout_kept=KeptOutput(b"", 0, False, 0))
+    assert end_cause(ran, SandboxPidsLimit("2 process creation(s) refused")) is EndCause.PIDS_LIMIT
+    assert end_cause(ran, SandboxUnavailable("the sandbox had ended")) is EndCause.FAILED
+    assert end_cause(ran, None) is EndCause.OK
 
 
 def test_a_run_failed_is_cancelled_or_failed() -> None:
@@ -123,3 +132,18 @@ def test_the_evidence_file_gives_the_same_usage(tmp_path: Path, profile: Resolve
     assert b.cause is EndCause.CANCELLED and (b.cpu_seconds, b.memory_peak_bytes, b.wall_seconds) == (None, None, None)
     assert [r.execution_id for r in read_usage(path)] == ["ex-a", "ex-b", "ex-d"]
     assert list(read_usage(path, since=a.ended_at + 3600)) == []
+
+
+def test_lines_that_are_no_records_are_passed_over(tmp_path: Path, profile: ResolvedProfile) -> None:
+    """The reader is a statistic, not the verifier: a line that is not a JSON object, or that only mentions an
+    end event inside another field, is no run (and never a crash)."""
+    path = tmp_path / "evidence.jsonl"
+    with EvidenceWriter(path) as writer:
+        writer.append_sync(
+            {"event": EventType.EXECUTION_STARTED, "execution_id": "ex-a", "data": {"profile": "workspace-write"}}
+        )
+    with open(path, "ab") as f:
+        f.write(b'[{"event":"execution_started"}]\n')
+        f.write(b'{"event":"decision_made","execution_id":"ex-a","reason":"\\"event\\":\\"run_failed\\""}\n')
+        f.write(b"not json\n")
+    assert list(read_usage(path)) == []
