@@ -82,7 +82,10 @@ class UsageReport(Output):
     group_by: GroupBy | None = Field(description="What the runs are grouped by; null: one group, 'all'.")
     runs: int = Field(description="Runs counted, in every group.")
     ignored: int = Field(description="Rows given that were of another profile or outside the window.")
-    groups: tuple[UsageGroup, ...] = Field(description="Largest group first (then by name).")
+    groups: tuple[UsageGroup, ...] = Field(
+        description="Largest group first (then by name); past 50, the smallest merged into the last, '(other)'."
+    )
+    groups_merged: int = Field(default=0, description="How many groups the last one, '(other)', merges (0: none).")
 
 
 Confidence = Literal["none", "low", "medium", "high"]

@@ -9,6 +9,7 @@ how many runs ended with each ``EndCause`` (every cause listed, zeros included).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from orchestrator.domain.profile_usage import GroupBy, MeasureSummary, Percentiles, UsageGroup, UsageReport
 from orchestrator.domain.usage import MEASURES, EndCause, Measure, RunLimits, RunUsage
@@ -26,6 +27,11 @@ __all__ = [
 
 ALL_RUNS = "all"
 """The one group's name when the runs are not grouped."""
+
+#: the most groups a report has: past it, the smallest ones are merged into one, OTHER_GROUPS (a tenant, tool or
+#: repository is named by whoever asks to run: their number is theirs to grow, the answer's size is not)
+MAX_GROUPS: Final = 50
+OTHER_GROUPS: Final = "(other)"
 
 # end causes that more than one measure leads to (output_cap: stdout or stderr; write_budget: bytes or
 # files): a run is put at a measure's limit only when its value says it was that one
@@ -55,6 +61,11 @@ def usage_report(
     if group_by is None:
         groups.setdefault(ALL_RUNS, [])  # one group always, even an empty one: every count then reads 0
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+    merged = 0
+    if len(ordered) > MAX_GROUPS:  # a group key the callers chose (a CI repository): never an answer per key
+        rest = ordered[MAX_GROUPS - 1 :]
+        merged = len(rest)
+        ordered = [*ordered[: MAX_GROUPS - 1], (OTHER_GROUPS, [run for _, rows in rest for run in rows])]
     return UsageReport(
         profile=profile,
         since=since,
@@ -63,6 +74,7 @@ def usage_report(
         runs=sum(len(rows) for rows in groups.values()),
         ignored=ignored,
         groups=tuple(_group(name, rows, limits) for name, rows in ordered),
+        groups_merged=merged,
     )
 
 

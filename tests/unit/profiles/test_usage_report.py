@@ -166,3 +166,19 @@ def test_no_runs_is_one_empty_group_and_no_limits_is_no_fraction() -> None:
 def test_the_report_is_its_own_json() -> None:
     summary = report([run("a", memory_peak_bytes=MIB, cpu_seconds=0.5, wall_seconds=1.0)], group_by="tool")
     assert UsageReport.model_validate_json(summary.model_dump_json()) == summary
+
+
+def test_past_fifty_groups_the_smallest_are_merged_into_one() -> None:
+    """60 CI repositories (named by whoever runs): 49 kept by size, the other 11 merged into '(other)'."""
+    from orchestrator.profiles.usage_report import MAX_GROUPS, OTHER_GROUPS
+
+    runs = [
+        run(f"ex-{i}-{k}", ci_repository=f"org/repo-{i:02d}")
+        for i in range(60)
+        for k in range(1 + (i < 10))  # the first ten repositories have two runs each
+    ]
+    report = usage_report(runs, profile="ci", limits=None, since=None, until=2_000.0, group_by="ci_repository")
+    assert len(report.groups) == MAX_GROUPS and report.groups_merged == 11
+    assert [g.runs for g in report.groups[:10]] == [2] * 10
+    assert report.groups[-1].group == OTHER_GROUPS and report.groups[-1].runs == 11
+    assert report.runs == 70 and sum(g.runs for g in report.groups) == 70
