@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
@@ -29,6 +30,7 @@ from orchestrator.ci.github.hook import GithubHook
 from orchestrator.ci.jobs import CiJobs
 from orchestrator.domain.wire import ExecutionView
 from orchestrator.mcp.http import PRINCIPAL_STATE, McpHttp
+from orchestrator.pipeline.profile_usage import limits_in_force
 from orchestrator.service.hosting import Service
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,8 @@ def build_app(service: Service) -> web.Application:
     service.orchestrator.telemetry = metrics
     if service.orchestrator.pool is not None:
         metrics.watch_pool(service.orchestrator.pool)
+    if service.orchestrator.runner is not None:
+        metrics.watch_limits(functools.partial(limits_in_force, service.orchestrator.runner.profiles))
 
     def changed(view: ExecutionView) -> None:
         metrics.observe(view)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.domain.usage import MEASURE_BY_NAME, EndCause, Measure, RunUsage
+from orchestrator.domain.usage import MEASURE_BY_NAME, EndCause, Measure, RunLimits, RunUsage
 from orchestrator.domain.wire import ExecutionState, ExecutionView
 from orchestrator.pipeline.orchestrator import Telemetry
 from orchestrator.pipeline.pool import ProfileCounts, ProfilePool, SandboxPool
@@ -106,15 +106,11 @@ class ServiceMetrics(Telemetry):
             RUNS_ENDED, "Runs that began and ended, by profile and end cause.", ["profile", "cause"], registry=r
         )
         self.usage: list[tuple[Measure, Histogram]] = []
-        self.limits: list[tuple[Measure, Gauge]] = []
         for h in USAGE_HISTOGRAMS:
             m = h.measure
             self.usage.append(
                 (m, Histogram(h.name, f"Per run: {m.description}.", ["profile"], buckets=h.buckets, registry=r))
             )
-            if h.limit is not None:
-                what = f"The profile's limits.{m.limit_field} as its latest run had it (caps and grants applied)."
-                self.limits.append((m, Gauge(h.limit, what, ["profile"], registry=r)))
         self._profiles_measured: set[str] = set()
         self._asked_at: dict[str, float] = {}
         self._running: set[str] = set()
@@ -143,8 +139,6 @@ class ServiceMetrics(Telemetry):
             value = measure.value(usage)
             if value is not None:  # unknown is not observed: a 0 would pull every quantile down
                 histogram.labels(profile).observe(value)
-        for measure, gauge in self.limits:
-            gauge.labels(profile).set(measure.limit(usage.limits))
 
     # state changes (from the execution manager)
     def observe(self, view: ExecutionView) -> None:
@@ -170,12 +164,37 @@ class ServiceMetrics(Telemetry):
             self._ran.discard(ident)
             self.executions.labels(view.state.value, profile or "-").inc()
 
+    def watch_limits(self, limits_now: Callable[[], Iterable[tuple[str, RunLimits]]]) -> None:
+        """Each profile's limits as a run gets them now (``limits_now``: the profiles in force), at each scrape: the
+        line a dashboard draws beside the distribution, never one run's narrowing (a request's own timeout, a
+        grant's bound)."""
+        self.registry.register(LimitsCollector(limits_now))
+
     def watch_pool(self, pool: SandboxPool) -> None:
         """The pool's metrics from now on, as it is at each scrape."""
         self.registry.register(PoolCollector(pool))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class LimitsCollector:
+    """``sandbox_profile_limit_*``: the limits of each profile in force, read at each scrape."""
+
+    def __init__(self, limits_now: Callable[[], Iterable[tuple[str, RunLimits]]]) -> None:
+        self._limits_now = limits_now
+
+    def collect(self) -> Iterator[Metric]:
+        families = [
+            (h.measure, GaugeMetricFamily(h.limit, f"The profile's limits.{h.measure.limit_field} as a run gets it "
+                                          "now (the config's caps applied).", labels=["profile"]))
+            for h in USAGE_HISTOGRAMS
+            if h.limit is not None
+        ]  # fmt: skip
+        for profile, limits in self._limits_now():
+            for measure, family in families:
+                family.add_metric([profile], measure.limit(limits))
+        yield from (family for _, family in families)
 
 
 #: the pool's metric families (their names as scraped: a counter's with _total)

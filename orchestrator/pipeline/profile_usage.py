@@ -20,7 +20,7 @@ from orchestrator.profiles.recommend import recommend
 from orchestrator.profiles.usage_report import usage_report
 from orchestrator.profiles.whatif import whatif
 
-__all__ = ["GroupBy", "ProfileNow", "profile_now", "recommendation", "usage", "what_if"]
+__all__ = ["GroupBy", "ProfileNow", "limits_in_force", "profile_now", "recommendation", "usage", "what_if"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,17 @@ def profile_now(profiles: Profiles, name: str) -> ProfileNow:
     """PROFILE.NOT_FOUND when there is no such profile now (its past runs may still be read: ``usage``)."""
     resolved = profiles.named(name)
     return ProfileNow(run_limits(resolved), RUNSC_MIN_PIDS if resolved.runtime == "runsc" else 8)
+
+
+def limits_in_force(profiles: Profiles) -> list[tuple[str, RunLimits]]:
+    """Each profile in force that resolves under the caps, with the limits a run of it gets now."""
+    found = []
+    for name in profiles.registry.names():
+        try:
+            found.append((name, profile_now(profiles, name).limits))
+        except OrchestratorError:  # a broken profile has no limits to draw: /v1/profiles says why
+            continue
+    return found
 
 
 def usage(

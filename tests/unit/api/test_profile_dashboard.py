@@ -91,6 +91,7 @@ def exported() -> frozenset[str]:
     limits = RunLimits(1.0, 2**30, 128, 600.0, 2**20, 2**20, 2**30, 1000)
     run = RunUsage("e", "ci", 0.0, EndCause.OK, limits, 0.5, 2**26, 4, 1.0, 10, 0, 0, 0, "cgroup")
     metrics.run_measured(run)
+    metrics.watch_limits(lambda: [("ci", limits)])
     text = metrics.render().decode()
     return frozenset(s.name for family in text_string_to_metric_families(text) for s in family.samples)
 

@@ -81,9 +81,12 @@ RUNS = [
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def scrape(runs: list[RunUsage]) -> Samples:
-    """The samples of a /metrics body after these runs, by name and labels (bucket bounds as floats)."""
+def scrape(runs: list[RunUsage], in_force: list[tuple[str, RunLimits]] | None = None) -> Samples:
+    """The samples of a /metrics body after these runs, by name and labels (bucket bounds as floats); ``in_force``:
+    the profiles in force and their limits now."""
     metrics = ServiceMetrics()
+    if in_force is not None:
+        metrics.watch_limits(lambda: in_force)
     for run in runs:
         metrics.run_measured(run)
     samples: Samples = {}
@@ -101,7 +104,7 @@ def value(samples: Samples, name: str, **labels: str | float) -> float | None:
 
 @pytest.fixture(scope="module")
 def samples() -> Samples:
-    return scrape(RUNS)
+    return scrape(RUNS, [("ci", CI), ("untrusted", UNTRUSTED)])
 
 
 # (histogram, {bucket bound: runs at or below it}, count, sum) for the profile ci, from RUNS by hand
@@ -162,17 +165,31 @@ def test_the_limits_each_profile_s_runs_had(samples: Samples) -> None:
     }
     for name, (ci, untrusted) in limits.items():
         assert value(samples, name, profile="ci") == ci, name
-        assert value(samples, name, profile="untrusted") == untrusted, name  # known though nothing was measured
+        assert value(samples, name, profile="untrusted") == untrusted, name
     # no gauge of a limit nobody sets (CPU seconds: the cores for the whole timeout)
     assert not [name for name, _ in samples if name.startswith("sandbox_profile_limit_cpu_seconds")]
 
 
-def test_a_profile_s_limit_is_its_latest_run_s() -> None:
-    raised = RunLimits(**{**CI.to_json(), "memory_bytes": 4 * GiB})
-    later = usage("ci", EndCause.OK, raised, cpu=1.0, memory=GiB, pids=3, wall=1.0)
-    samples = scrape([*RUNS, later])
-    assert value(samples, "sandbox_profile_limit_memory_bytes", profile="ci") == 4 * GiB
-    assert value(samples, "sandbox_run_memory_peak_bytes_count", profile="ci") == 3
+def test_a_profile_s_limit_is_the_profile_s_now_never_one_run_s() -> None:
+    """A run narrowed by its request or a grant (here: a 5 s timeout) moves no line: the gauges are read from the
+    profiles in force at each scrape, and change when a profile does."""
+    narrowed = RunLimits(**{**CI.to_json(), "wall_timeout_s": 5.0})
+    later = usage("ci", EndCause.OK, narrowed, cpu=1.0, memory=GiB, pids=3, wall=1.0)
+    in_force = [("ci", CI)]
+    metrics = ServiceMetrics()
+    metrics.watch_limits(lambda: in_force)
+    for run in [*RUNS, later]:
+        metrics.run_measured(run)
+
+    def gauge(name: str) -> float | None:
+        found = text_string_to_metric_families(metrics.render().decode())
+        return next(
+            (s.value for f in found for s in f.samples if s.name == name and s.labels == {"profile": "ci"}), None
+        )
+
+    assert gauge("sandbox_profile_limit_wall_timeout_seconds") == 1800.0
+    in_force[0] = ("ci", RunLimits(**{**CI.to_json(), "memory_bytes": 4 * GiB}))  # the profile changed
+    assert gauge("sandbox_profile_limit_memory_bytes") == 4 * GiB
 
 
 def test_nothing_before_a_run_but_the_families() -> None:
