@@ -28,23 +28,33 @@ class Scope:
 class Sample:
     """What a recommendation rule ranks (``profiles.recommend.Rule``): ``measure``'s known value, or — for a
     run that ended at ``cause`` — what it needed at least: ``bump(max(its limit, its value or 0))``, its limit
-    the ``RunLimits`` field ``limit_field``. ``bump`` never decreases (a larger need is bumped to no less)."""
+    the ``RunLimits`` field ``limit_field``. ``bump`` never decreases (a larger need is bumped to no less).
+
+    ``ranked_at_limit`` False: a run that ended at ``cause`` is no sample; its limit is its largest value at the
+    limit, and those whose limit is at or above ``current`` (the profile's limit now) are counted apart
+    (``SampleStats.at_current``). ``reached_percent``: a run not ended at ``cause`` whose value is at or above
+    this percentage of its own limit is no sample (a memory peak the kernel held at the limit)."""
 
     measure: str
     percent: int
     cause: EndCause | None = None
     limit_field: str | None = None
     bump: Callable[[Number], Number] | None = None
+    ranked_at_limit: bool = True
+    current: Number | None = None
+    reached_percent: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SampleStats:
-    """A sample's count, its ``percent``-th percentile (nearest rank; None without samples) and its largest
-    value among the runs that ended at its cause (None: no run did)."""
+    """A sample's count, its ``percent``-th percentile (nearest rank; None without samples), its largest
+    value among the runs that ended at its cause (None: no run did) and, for a sample that does not rank those
+    runs, how many of them had a limit at or above ``Sample.current``."""
 
     count: int
     percentile: Number | None
     largest_at_limit: Number | None
+    at_current: int = 0
 
 
 @dataclass(frozen=True, slots=True)

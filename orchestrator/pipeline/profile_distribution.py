@@ -73,17 +73,19 @@ class FiguresSource(Protocol):
     ) -> Figures: ...
 
 
-def _sample(rule: Rule) -> Sample:
+def _sample(rule: Rule, now: ProfileNow | None) -> Sample:
+    """What ``rule`` ranks, as the store's SQL ranks it: the runs ``recommend`` takes as samples, no other."""
+    own_limit = rule.at_limit is not None or rule.reached_percent is not None
     return Sample(
         measure=_RULE_MEASURE[rule.key],
         percent=rule.percent,
         cause=rule.at_limit,
-        limit_field=RUN_LIMITS_FIELD[rule.key] if rule.at_limit is not None else None,
+        limit_field=RUN_LIMITS_FIELD[rule.key] if own_limit else None,
         bump=rule.bump,
+        ranked_at_limit=rule.at_limit_ranked,
+        current=limit_of(now.limits, rule.key) if now is not None else None,
+        reached_percent=rule.reached_percent,
     )
-
-
-_SAMPLES: Final[Mapping[str, Sample]] = {key: _sample(rule) for key, rule in _RULES.items()}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,7 +102,9 @@ def _recommended(summary: Summary, now: ProfileNow | None, min_runs: int) -> dic
     lines = {}
     for key, rule in _RULES.items():
         stats = summary.samples[key]
-        if stats.count < max(min_runs, 1) or stats.percentile is None:
+        # the runs the value rests on, as recommend() counts them: its samples and the runs that timed out at
+        # the current limit (or a wider one of their own)
+        if stats.count + stats.at_current < max(min_runs, 1) or (stats.percentile is None and not stats.at_current):
             continue
         chosen = rule_value(
             rule,
@@ -191,7 +195,7 @@ async def distribution(
     figures = await store.usage_figures(
         Scope(name, since, until, tenants),
         measures=tuple(DRAWN),
-        samples=_SAMPLES,
+        samples={key: _sample(rule, now) for key, rule in _RULES.items()},
         causes=AT_LIMIT_CAUSES,
         plan=plan,
         newest=NEWEST_AT_LIMIT,

@@ -3,9 +3,12 @@
 
 One rule per resource, as data (``RULES``): the measure it reads, the percentile and margin it takes, and
 what a run that ended at the limit says — only that it needed more than the limit it had, so its sample is
-that limit, bumped for memory and pids the way the VPA recommender bumps an OOM kill. Every value is
-rounded up to the resource's step and kept within the profile schema's bounds, and the changed ones are
-also given as a ``limits:`` patch in the profile files' own form.
+that limit, bumped for memory and pids the way the VPA recommender bumps an OOM kill; a run that timed out is
+no sample (a hung command looks the same as a long one), it only keeps the current timeout. A memory peak is
+the cgroup's high-water mark, page cache included: a run not OOM-killed whose peak reached its own limit only
+says that the kernel reclaimed there, so it is left out (``RECLAIMED_PERCENT``). Every value is rounded up to
+the resource's step and kept within the profile schema's bounds, and the changed ones are also given as a
+``limits:`` patch in the profile files' own form.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from orchestrator.profiles.usage_stats import nearest_rank, percentiles
 
 __all__ = [
     "CONFIDENCE_FROM",
+    "RECLAIMED_PERCENT",
     "RULES",
     "Change",
     "Confidence",
@@ -42,6 +46,7 @@ __all__ = [
     "RuleInputs",
     "RuleValue",
     "confidence",
+    "reached_limit",
     "recommend",
     "rule_value",
 ]
@@ -57,6 +62,12 @@ PIDS_MIN_BUMP: Final = 8
 VPA_MARGIN: Final = 0.15
 #: A run at or above this share of its cpus was throttled: it may have wanted more.
 THROTTLED_SHARE: Final = 0.95
+#: A run not OOM-killed whose memory peak is at or above this percentage of its own memory limit reached that
+#: limit: the peak (cgroup v1 ``memory.max_usage_in_bytes``, v2 ``memory.peak``) counts page cache, which the
+#: kernel reclaims at the limit instead of killing, so such a peak says only that the run's need is at most its
+#: limit, not what it is (a shell reading a 900 MB file peaks at its 512 MiB limit, needing 4 MiB). 95: the
+#: limit less the kernel's reclaim slack, as a whole percentage so that SQL compares exactly what Python does.
+RECLAIMED_PERCENT: Final = 95
 #: Confidence by how many runs a rule's samples come from, first match (below ``min_runs``: none, no value).
 CONFIDENCE_FROM: Final[tuple[tuple[Confidence, int], ...]] = (("high", 500), ("medium", 100), ("low", 0))
 
@@ -101,8 +112,12 @@ class Rule:
     maximum: Number
     rule: tuple[str, str]  # (id, text)
     at_limit: EndCause | None = None  # the end a run meets at this limit: its sample is then a lower bound
+    at_limit_ranked: bool = True  # False: such a run is no sample (its need is unbounded), see keep_current
     bump: Callable[[Number], Number] | None = None  # what such a run needed at least (None: its limit)
-    keep_current: tuple[str, str] | None = None  # (id, text) when runs ended at the limit: never below it
+    # (id, text) when a run ended at a limit of its own at or above the current one: never below the current
+    keep_current: tuple[str, str] | None = None
+    # a run not ended at the limit whose value is at or above this percentage of its own limit: no sample
+    reached_percent: int | None = None
     floor_rule: tuple[str, str] | None = None  # (id, text) when a bumped sample of such a run sets the value
     near_limit: Callable[[RunUsage, Number], bool] | None = None  # (run, its value): at the limit, not ended there
     cross_checks: Callable[[Sequence[Number]], dict[str, Number]] = _no_checks
@@ -114,10 +129,11 @@ RULES: Final[tuple[Rule, ...]] = (
          percent=95, margin=0.0, step=0.05, minimum=0.05, maximum=256,
          rule=("cpus.krr_p95", "p95 of the cores used (CPU s ÷ wall s), KRR's CPU request; up to 0.05 cores"),
          near_limit=_throttled, cross_checks=_vpa_target),
-    Rule("memory", "bytes", "a known memory peak", lambda u: u.memory_peak_bytes, lambda lim: lim.memory_bytes,
-         percent=95, margin=VPA_MARGIN, step=MIB, minimum=6 * MIB, maximum=TIB,
-         rule=("memory.vpa_upper_bound", "p95 of the memory peaks + 15 % (the VPA recommender's upper bound)"),
-         at_limit=EndCause.OOM, bump=_vpa_oom_bump,
+    Rule("memory", "bytes", "a known memory peak below its limit or an OOM kill", lambda u: u.memory_peak_bytes,
+         lambda lim: lim.memory_bytes, percent=95, margin=VPA_MARGIN, step=MIB, minimum=6 * MIB, maximum=TIB,
+         rule=("memory.vpa_upper_bound", "p95 of the memory peaks + 15 % (the VPA recommender's upper bound); "
+               "a run not OOM-killed that reached its limit is left out (page cache: its need is unknown)"),
+         at_limit=EndCause.OOM, bump=_vpa_oom_bump, reached_percent=RECLAIMED_PERCENT,
          floor_rule=("memory.vpa_oom_bump",
                      "the largest OOM-killed run's need (its limit x 1.2, at least +100 MiB: the VPA's OOM bump) "
                      "+ 15 %"),
@@ -128,13 +144,14 @@ RULES: Final[tuple[Rule, ...]] = (
          at_limit=EndCause.PIDS_LIMIT, bump=_pids_bump,
          floor_rule=("pids.limit_bump", "the largest run stopped at its pids limit: that limit x 1.2 (at least +8), "
                      "+ 50 %")),
-    Rule("wall_timeout_s", "s", "a known wall time", lambda u: u.wall_seconds, lambda lim: lim.wall_timeout_s,
-         percent=99, margin=0.5, step=1.0, minimum=1.0, maximum=86_400.0,
-         rule=("wall.p99_margin", "p99 of the wall times + 50 %, in whole seconds"),
-         at_limit=EndCause.WALL_TIMEOUT,
+    Rule("wall_timeout_s", "s", "a known wall time or a timeout at the current limit", lambda u: u.wall_seconds,
+         lambda lim: lim.wall_timeout_s, percent=99, margin=0.5, step=1.0, minimum=1.0, maximum=86_400.0,
+         rule=("wall.p99_margin", "p99 of the wall times of the runs that did not time out + 50 %, in whole seconds"),
+         at_limit=EndCause.WALL_TIMEOUT, at_limit_ranked=False,
          keep_current=("wall.timeouts_keep_current",
-                       "runs timed out: how long they needed is unknown (a hung command looks the same), so never "
-                       "below the current limit")),
+                       "runs timed out at the current limit (or a wider one of their own): how long they needed is "
+                       "unknown (a hung command looks the same), so the p99 rule's value, never below the current "
+                       "limit and not raised for them")),
 )
 # fmt: on
 
@@ -160,30 +177,45 @@ def recommend(
         min_runs=min_runs,
         resources=resources,
         patch=patch,
-        notes=_notes(rows, throttled),
+        notes=_notes(rows, throttled, current),
     )
+
+
+def reached_limit(rule: Rule, run: RunUsage, value: Number) -> bool:
+    """Whether ``value`` of ``run`` (which did not end at ``rule``'s limit) is at its own limit in the sense of
+    ``rule.reached_percent``: a memory peak the kernel held there by reclaiming page cache. Whole numbers, so
+    that the store's SQL compares exactly the same."""
+    percent = rule.reached_percent
+    return percent is not None and value * 100 >= percent * rule.own_limit(run.limits)
 
 
 def _recommend(
     rule: Rule, rows: Sequence[RunUsage], current: RunLimits, min_runs: int, min_pids: int
 ) -> ResourceRecommendation:
+    now = limit_of(current, rule.key)
     samples: list[Number] = []
-    ended_at_limit: list[Number] = []  # the samples of the runs that ended at the limit
+    ended_at_limit: list[Number] = []  # ranked: their samples; else the limits they had
+    at_current = 0  # runs ended at an unranked limit (a timeout) of their own at or above the current one
     near_limit = 0  # runs at the limit that did not end there (throttled CPU)
     for run in rows:
         value = rule.value(run)
         if rule.at_limit is not None and run.cause is rule.at_limit:
-            need = max(rule.own_limit(run.limits), value or 0)  # it needed more than it had
+            own = rule.own_limit(run.limits)
+            if not rule.at_limit_ranked:  # no sample: its limit was too short, by how much nobody knows
+                ended_at_limit.append(own)
+                at_current += own >= now  # a narrower one (a request's, a grant's) says nothing of the profile's
+                continue
+            need = max(own, value or 0)  # it needed more than it had
             need = rule.bump(need) if rule.bump else need
             samples.append(need)
             ended_at_limit.append(need)
-        elif value is not None:
+        elif value is not None and not reached_limit(rule, run, value):
             samples.append(value)
             if rule.near_limit is not None and rule.near_limit(run, value):
                 near_limit += 1
     samples.sort()
     at_limit = near_limit if rule.near_limit else len(ended_at_limit)
-    now = limit_of(current, rule.key)
+    counted = len(samples) + at_current  # the runs the value rests on
 
     def inputs(floor: Number | None) -> RuleInputs:
         return RuleInputs(
@@ -196,10 +228,14 @@ def _recommend(
             cross_checks=_integral(rule, rule.cross_checks(samples)) if samples else {},
         )
 
-    if len(samples) < max(min_runs, 1):  # a percentile of nothing is no value
-        reason = f"{len(samples)} runs with {rule.known_as}, {min_runs} needed"
+    if counted < max(min_runs, 1):  # a percentile of nothing is no value
+        reason = f"{counted} runs with {rule.known_as}, {min_runs} needed"
         if ended_at_limit:
-            reason += f" ({len(ended_at_limit)} of them ended at the limit)"
+            reason += (
+                f" ({len(ended_at_limit)} of them ended at the limit)"
+                if rule.at_limit_ranked
+                else (f" ({len(ended_at_limit)} runs timed out, {at_current} of them at the current limit)")
+            )
         return ResourceRecommendation(
             key=rule.key, unit=rule.unit, current=now, recommended=None, change=None, confidence="none",
             rule="too_few_runs", rule_text="no value from fewer than min_runs samples", reason=reason,
@@ -207,7 +243,7 @@ def _recommend(
         )  # fmt: skip
     chosen = rule_value(
         rule,
-        percentile=nearest_rank(samples, rule.percent),
+        percentile=nearest_rank(samples, rule.percent) if samples else None,
         largest_at_limit=max(ended_at_limit) if ended_at_limit else None,
         current=now,
         min_pids=min_pids,
@@ -215,7 +251,7 @@ def _recommend(
     (rule_id, text), value = chosen.rule, chosen.value
     return ResourceRecommendation(
         key=rule.key, unit=rule.unit, current=now, recommended=value, change=_change(value, now),
-        confidence=confidence(len(samples)), rule=rule_id, rule_text=text, reason=None,
+        confidence=confidence(counted), rule=rule_id, rule_text=text, reason=None,
         inputs=inputs(chosen.floor),
     )  # fmt: skip
 
@@ -231,17 +267,24 @@ class RuleValue:
 
 
 def rule_value(
-    rule: Rule, *, percentile: Number, largest_at_limit: Number | None, current: Number, min_pids: int
+    rule: Rule, *, percentile: Number | None, largest_at_limit: Number | None, current: Number, min_pids: int
 ) -> RuleValue:
-    """The value ``rule`` gives from the ``rule.percent``-th percentile of its samples (at least ``min_runs``
-    of them). ``largest_at_limit``: the largest sample of a run that ended at this limit (None: no run did).
-    Shared by ``recommend`` (samples in memory) and the service's distribution (samples ranked in SQL), so that
-    both give the same value from the same runs."""
+    """The value ``rule`` gives from the ``rule.percent``-th percentile of its samples (None: no sample, which
+    gives a value only when the current limit is kept). ``largest_at_limit``: of the runs that ended at this
+    limit (None: no run did), the largest sample — or, for a rule that does not rank them
+    (``at_limit_ranked`` False), the largest limit such a run had: the current one is kept when that is at or
+    above it. Shared by ``recommend`` (samples in memory) and the service's distribution (samples ranked in
+    SQL), so that both give the same value from the same runs."""
+    keep = rule.keep_current is not None and largest_at_limit is not None and largest_at_limit >= current
+    if percentile is None:
+        if not keep or rule.keep_current is None:
+            raise ValueError(f"{rule.key}: no sample and no current limit to keep")
+        return RuleValue(current, rule.keep_current, current)
     chosen, floor, base = rule.rule, None, percentile
     if rule.floor_rule and largest_at_limit is not None and largest_at_limit >= base:
         chosen, floor, base = rule.floor_rule, largest_at_limit, largest_at_limit
     value = _within(rule, _round_up(base * (1 + rule.margin), rule.step), min_pids)
-    if rule.keep_current and largest_at_limit is not None and value < current:
+    if keep and rule.keep_current is not None and value < current:
         chosen, floor, value = rule.keep_current, current, current
     return RuleValue(value, chosen, floor)
 
@@ -283,12 +326,33 @@ _CAUSE_NOTES: Final = {
 }
 
 
-def _notes(rows: Sequence[RunUsage], throttled: int) -> tuple[str, ...]:
+def _notes(rows: Sequence[RunUsage], throttled: int, current: RunLimits) -> tuple[str, ...]:
     notes = []
     if throttled:
         notes.append(
             f"{throttled} runs used at least 95 % of their cpus: CPU is throttled, never killed, so what they "
             "would have used is unknown and a cpus recommendation cannot go above what they had"
+        )
+    memory = next(rule for rule in RULES if rule.key == "memory")
+    reclaimed = sum(
+        1
+        for run in rows
+        if run.cause is not EndCause.OOM
+        and run.memory_peak_bytes is not None
+        and reached_limit(memory, run, run.memory_peak_bytes)
+    )
+    if reclaimed:
+        notes.append(
+            f"{reclaimed} runs reached their memory limit without an OOM kill: the kernel reclaimed page cache "
+            "there, so their need is unknown and they are left out"
+        )
+    narrower = sum(
+        1 for run in rows if run.cause is EndCause.WALL_TIMEOUT and run.limits.wall_timeout_s < current.wall_timeout_s
+    )
+    if narrower:
+        notes.append(
+            f"{narrower} runs timed out under a timeout of their own narrower than the profile's (a request's "
+            "--timeout, a grant's bound): that says nothing of the profile's, so they are left out"
         )
     ended = Counter(run.cause for run in rows)
     notes.extend(text.format(n=ended[cause]) for cause, text in _CAUSE_NOTES.items() if ended[cause])

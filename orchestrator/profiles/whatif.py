@@ -6,8 +6,10 @@ rest had; and, for a node size, how many runs a node holds at once before and af
 What a run's record can say: a value it reached (a memory peak, a wall time) it reaches again, so a limit
 at or below it is met. A run that ended at a limit only says it needed more than that limit: under a lower
 one it ends so again, under a higher one its outcome is unknown. A run cut short at a limit the proposal
-raises would have gone on: whatever it had not reached yet is unknown. CPU is throttled, never killed: fewer
-cpus than a run used make it slower (its wall time estimated to grow by used ÷ new), not killed.
+raises would have gone on: whatever it had not reached yet is unknown. A memory peak counts page cache: a run
+not OOM-killed whose peak reached its own limit (``recommend.RECLAIMED_PERCENT``) had cache reclaimed there,
+so under a limit at or below that peak its outcome is unknown, not an OOM kill. CPU is throttled, never
+killed: fewer cpus than a run used make it slower (its wall time estimated to grow by used ÷ new), not killed.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from orchestrator.domain.profile_usage import (
 )
 from orchestrator.domain.usage import MEASURES, EndCause, Measure, RunLimits, RunUsage
 from orchestrator.profiles.limit_keys import USAGE_KEYS, limit_of, parse_limits
+from orchestrator.profiles.recommend import RULES, reached_limit
 from orchestrator.profiles.usage_stats import percentiles, run_list
 
 __all__ = [
@@ -77,6 +80,9 @@ EFFECTS: Final[Mapping[EndCause, _Effect]] = {
 _REPLAYED: Final[Mapping[str, tuple[Measure, EndCause]]] = {
     m.limit_field: (m, m.cause) for m in MEASURES if m.cause is not None
 }
+# the recommendation rules that leave a run out whose value reached its own limit without ending there (memory:
+# the kernel reclaims page cache at the limit), by profile key
+_RECLAIMED: Final = {rule.key: rule for rule in RULES if rule.reached_percent is not None and rule.key in _REPLAYED}
 # end causes more than one limit leads to: the value says which one it was
 _SHARED: Final = frozenset(c for c in EndCause if sum(cause is c for _, cause in _REPLAYED.values()) > 1)
 
@@ -107,6 +113,12 @@ def whatif(
             f"{narrowed} runs had a limit narrower than the profile's (a request's timeout, a policy cap, a grant): "
             "they keep it under the proposal"
         )
+    for key in _RECLAIMED.keys() & values.keys():
+        if reclaimed := sum(1 for run in rows if replayer.reclaimed(run, key)):
+            notes.append(
+                f"{reclaimed} runs reached their {key} limit without an OOM kill: the kernel reclaimed page cache "
+                "there, so their need is unknown under a limit at or below their peak and below their own"
+            )
     return WhatIfReport(
         profile=profile,
         runs=len(rows),
@@ -159,11 +171,22 @@ class _Replayer:
             return "unknown", None  # what it needed past its old limit is not on the record
         if value is None:
             return "unknown", None
-        if effect.passes(value, new):
+        if self.reclaimed(run, key) and value >= new and new < own:
+            return "unknown", None  # its peak is page cache the kernel reclaimed at its limit: its need is unknown
+        if effect.passes(value, new) and not (self.reclaimed(run, key) and new >= own):
             return "meets", None
         if self.cut_short(run):
             return "unknown", None
         return "within", value / new
+
+    def reclaimed(self, run: RunUsage, key: str) -> bool:
+        """Whether ``run`` reached its own ``key`` limit without ending there: the kernel reclaimed page cache
+        at it (memory), so the value is no need."""
+        rule = _RECLAIMED.get(key)
+        if rule is None or rule.at_limit is None or run.cause is rule.at_limit:
+            return False
+        value = _REPLAYED[key][0].value(run)
+        return value is not None and reached_limit(rule, run, value)
 
     def ended_here(self, run: RunUsage, key: str) -> bool:
         measure, cause = _REPLAYED[key]

@@ -86,15 +86,34 @@ def _limit(sample: Sample) -> str:
     return usage_table.limit_column(sample.limit_field)
 
 
-def _sample_sql(sample: Sample, bump_function: str) -> str:
-    """The sample's value of a row (NULL: not a sample)."""
+def _need(sample: Sample) -> str:
+    """What a row that ended at the sample's cause needed at least, before the bump: its limit or its value,
+    whichever is larger; for a sample that does not rank such rows, the limit it had."""
+    if not sample.ranked_at_limit:
+        return _limit(sample)
+    return f"MAX({_limit(sample)}, COALESCE({MEASURE_SQL[sample.measure]}, 0))"
+
+
+def _sample_sql(sample: Sample, bump_function: str | None) -> str:
+    """The sample's value of a row (NULL: not a sample); ``bump_function``: the SQL function of the sample's
+    bump (None: unbumped, which is NULL exactly where the bumped value is)."""
     value = MEASURE_SQL[sample.measure]
-    if sample.cause is None:
-        return value
-    need = f"MAX({_limit(sample)}, COALESCE({value}, 0))"
-    if sample.bump is not None:
-        need = f"{bump_function}({need})"
-    return f"(CASE WHEN cause = {_cause(sample.cause)} THEN {need} ELSE {value} END)"
+    branches = []
+    if sample.cause is not None:
+        need = _need(sample) if sample.ranked_at_limit else "NULL"
+        if sample.ranked_at_limit and sample.bump is not None and bump_function is not None:
+            need = f"{bump_function}({need})"
+        branches.append(f"WHEN cause = {_cause(sample.cause)} THEN {need}")
+    if sample.reached_percent is not None:  # whole numbers: the same comparison as recommend.reached_limit
+        branches.append(f"WHEN {value} * 100 >= {_percent(sample.reached_percent)} * {_limit(sample)} THEN NULL")
+    return f"(CASE {' '.join(branches)} ELSE {value} END)" if branches else value
+
+
+def _percent(percent: int) -> str:
+    """A percentage as an SQL literal (a constant of the rules, never input)."""
+    if not isinstance(percent, int) or not 0 <= percent <= 100:
+        raise ValueError(f"{percent!r} is not a whole percentage")
+    return str(percent)
 
 
 def figures(
@@ -122,28 +141,37 @@ def _summary(
     """Pass 1: one scan for every count and largest value, a ranked query per sample, the runs per cause."""
     values = {name: MEASURE_SQL[name] for name in (*measures, *(s.measure for s in samples.values()))}
     columns = ["COUNT(*)", *(f"COUNT({v}), MAX({v})" for v in values.values())]
+    params: list[Any] = []
     for sample in samples.values():
-        if sample.cause is not None:  # a run ended at the limit is a sample, its measure known or not
-            value, at = MEASURE_SQL[sample.measure], f"cause = {_cause(sample.cause)}"
-            need = f"MAX({_limit(sample)}, COALESCE({value}, 0))"
-            columns.append(f"SUM({at} AND {value} IS NULL), MAX(CASE WHEN {at} THEN {need} END)")
-    row = list(rows.select(", ".join(columns)).fetchone())
+        if sample.cause is not None or sample.reached_percent is not None:
+            columns.append(f"COUNT({_sample_sql(sample, None)})")  # not every known value is a sample
+        if sample.cause is not None:
+            at = f"cause = {_cause(sample.cause)}"
+            columns.append(f"MAX(CASE WHEN {at} THEN {_need(sample)} END)")
+            if not sample.ranked_at_limit and sample.current is not None:
+                columns.append(f"COALESCE(SUM({at} AND {_limit(sample)} >= ?), 0)")
+                params.append(sample.current)
+    row = list(rows.select(", ".join(columns), before=params).fetchone())
     runs = row.pop(0)
     known, largest = {}, {}
     for name in values:
         known[name], largest[name] = row.pop(0), row.pop(0)
     stats = {}
     for i, (name, sample) in enumerate(samples.items()):
-        count, top = known[sample.measure], None
+        count, top, at_current = known[sample.measure], None, 0
+        if sample.cause is not None or sample.reached_percent is not None:
+            count = row.pop(0)
         if sample.cause is not None:
-            unknown_at_limit, top = row.pop(0), row.pop(0)
-            count += unknown_at_limit or 0
-            if top is not None and sample.bump is not None:
+            top = row.pop(0)
+            if top is not None and sample.ranked_at_limit and sample.bump is not None:
                 top = sample.bump(top)  # a bump never decreases: the largest need's bump is the largest bumped
+            if not sample.ranked_at_limit and sample.current is not None:
+                at_current = row.pop(0)
         function = f"usage_bump_{i}"
         if sample.bump is not None:  # the rule's own function, so that SQL ranks exactly what recommend() would
             rows.db.create_function(function, 1, sample.bump, deterministic=True)
-        stats[name] = SampleStats(count, _ranked(rows, _sample_sql(sample, function), count, sample.percent), top)
+        ranked = _ranked(rows, _sample_sql(sample, function), count, sample.percent)
+        stats[name] = SampleStats(count, ranked, top, at_current)
     by_cause = dict.fromkeys(causes, 0)
     if causes:
         by_cause.update(

@@ -16,7 +16,7 @@ from orchestrator.pipeline.profile_distribution import buckets_for, distribution
 from orchestrator.pipeline.profile_usage import recommendation
 from orchestrator.pipeline.profiles_of import Profiles
 from orchestrator.state.store import StateStore
-from tests.unit.profiles.usage_runs import GIB, LIMITS, MIB, run
+from tests.unit.profiles.usage_runs import GIB, LIMITS, MIB, run, with_limits
 
 PROFILE = "workspace-write"  # the built-in profile: LIMITS are its limits
 
@@ -48,16 +48,21 @@ def history(n: int) -> list[RunUsage]:
     out = []
     for i in range(n):
         roll = rng.random()
-        cause = EndCause.OOM if roll < 0.03 else EndCause.WALL_TIMEOUT if roll < 0.05 else EndCause.OK
-        wall = 300.0 if cause is EndCause.WALL_TIMEOUT else rng.uniform(0.1, 200)
+        cause = EndCause.OOM if roll < 0.03 else EndCause.WALL_TIMEOUT if roll < 0.07 else EndCause.OK
+        narrowed = cause is EndCause.WALL_TIMEOUT and roll >= 0.05  # a grant's 5 s bound: says nothing of 300 s
+        wall = (5.0 if narrowed else 300.0) if cause is EndCause.WALL_TIMEOUT else rng.uniform(0.1, 200)
         known = rng.random() > 0.1
+        # peaks up to 600 MiB of a 512 MiB limit: those at 95 % of it or more without an OOM (page cache) are
+        # left out of the memory samples on both paths, as the two on each side of 95 % exactly
+        peak = {0: 510_027_366, 1: 510_027_367}.get(i % 50, int(rng.uniform(1, 600) * MIB))
         out.append(
             run(
                 f"ex-{i:04}",
                 profile=PROFILE,
                 cause=cause,
+                limits=with_limits(wall_timeout_s=5.0) if narrowed else LIMITS,
                 ended_at=1_000.0 + i,
-                memory_peak_bytes=int(rng.uniform(1, 600) * MIB) if known else None,
+                memory_peak_bytes=peak if known else None,
                 cpu_seconds=wall * rng.uniform(0.01, 1.2) if known else None,
                 wall_seconds=wall,
                 tenant=rng.choice(("team-a", "team-b")),
@@ -108,6 +113,61 @@ async def test_the_lines_are_the_limit_and_the_recommendation(filled: tuple[Stat
         assert answer.ended_at_limit.by_cause["oom"] == sum(r.cause is EndCause.OOM for r in seen)
         newest = sorted(ended, key=lambda r: r.ended_at, reverse=True)[:50]
         assert [r.execution_id for r in answer.ended_at_limit.runs] == [r.execution_id for r in newest]
+
+
+def _ok(n: int, wall: float, memory: int = 4 * MIB, name: str = "ok") -> list[RunUsage]:
+    return [
+        run(f"{name}-{i}", profile=PROFILE, wall_seconds=wall, cpu_seconds=wall / 4, memory_peak_bytes=memory)
+        for i in range(n)
+    ]
+
+
+def _timeout(name: str, limit: float = 300.0) -> RunUsage:
+    return run(
+        name,
+        profile=PROFILE,
+        cause=EndCause.WALL_TIMEOUT,
+        wall_seconds=limit,
+        memory_peak_bytes=4 * MIB,
+        limits=with_limits(wall_timeout_s=limit),
+    )
+
+
+# the review's cases, each with the value recommend() gives (test_recommend.py works them out by hand)
+REVIEW_CASES = {
+    # 19 x 10 s and a timeout at the profile's 300 s: 15 s from the 19, kept at 300
+    "timeout at the profile's limit": ([*_ok(19, 10.0), _timeout("late")], "wall_timeout_s", 300.0),
+    # a grant's 5 s timeout, the rest at 1 s: 2 s, not kept
+    "timeout under a narrower limit": ([*_ok(20, 1.0), _timeout("granted", 5.0)], "wall_timeout_s", 2.0),
+    # 19 of 1 s and the narrowed timeout: too few
+    "narrowed timeout, too few": ([*_ok(19, 1.0), _timeout("granted", 5.0)], "wall_timeout_s", None),
+    # every run timed out at 300 s, one under a wider grant: keep 300 with no sample
+    "only timeouts": ([_timeout(f"t{i}") for i in range(19)] + [_timeout("wide", 600.0)], "wall_timeout_s", 300.0),
+    # 20 runs at 4 MiB and 5 at 511 MiB of 512 MiB, ok (page cache): 6 MiB, from the 20
+    "page cache at the limit": (_ok(20, 1.0) + _ok(5, 1.0, 511 * MIB, "cat"), "memory", 6 * MIB),
+    # 19 at 4 MiB and one at its limit: too few memory samples
+    "page cache, too few": (_ok(19, 1.0) + _ok(1, 1.0, 511 * MIB, "cat"), "memory", None),
+}
+_LINE_OF_KEY = {"wall_timeout_s": "wall_seconds", "memory": "memory_peak_bytes"}
+
+
+@pytest.mark.parametrize("case", list(REVIEW_CASES))
+async def test_the_reviews_cases_give_the_same_value_on_both_paths(tmp_path: Path, case: str) -> None:
+    runs, key, expected = REVIEW_CASES[case]
+    store, profiles = StateStore(tmp_path / "state.db"), Profiles.under(None)
+    try:
+        for r in runs:
+            await store.put_usage(r)
+        answer = await distribution(store, profiles, PROFILE, since=0, until=1e9, tenants=None, min_runs=20)
+    finally:
+        await store.close()
+    advice = {r.key: r for r in recommendation(runs, profiles, PROFILE, min_runs=20).resources}
+    by = {h.measure: h for h in answer.histograms}
+    assert advice[key].recommended == expected
+    for advised, measure in _LINE_OF_KEY.items():
+        line = by[measure]
+        rule = advice[advised].rule if advice[advised].recommended is not None else None
+        assert (line.recommended, line.recommended_rule) == (advice[advised].recommended, rule), advised
 
 
 def value_of(name: str, run: RunUsage) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def test_too_few_runs_with_the_measure_known_gives_no_value_and_says_why() -> No
     assert memory.change is None
     assert memory.confidence == "none"
     assert memory.rule == "too_few_runs"
-    assert memory.reason == "12 runs with a known memory peak, 20 needed"
+    assert memory.reason == "12 runs with a known memory peak below its limit or an OOM kill, 20 needed"
     assert (memory.inputs.known, memory.inputs.unknown) == (12, 18)
     assert memory.inputs.percentiles is not None  # the figures are still given
     assert memory.inputs.percentiles.p50 == 100 * MIB
@@ -44,7 +45,9 @@ def test_too_few_runs_with_the_measure_known_gives_no_value_and_says_why() -> No
 def test_too_few_runs_says_how_many_ended_at_the_limit() -> None:
     runs = [run(f"oom{i}", cause=EndCause.OOM) for i in range(3)]
     memory = resource(recommend(runs, profile="ci", current=LIMITS, min_runs=5), "memory")
-    assert memory.reason == "3 runs with a known memory peak, 5 needed (3 of them ended at the limit)"
+    assert memory.reason == (
+        "3 runs with a known memory peak below its limit or an OOM kill, 5 needed (3 of them ended at the limit)"
+    )
 
 
 def test_memory_is_the_vpa_upper_bound_p95_plus_15_percent_up_to_a_whole_mib() -> None:
@@ -136,6 +139,92 @@ def test_runs_that_timed_out_keep_the_current_limit() -> None:
     assert wall.rule == "wall.timeouts_keep_current"
     assert wall.inputs.floor == 300.0
     assert wall.inputs.at_limit == 1
+
+
+def test_a_timeout_at_the_profiles_limit_is_no_sample_it_keeps_the_current_limit() -> None:
+    # the review's repro: 19 runs of 10 s and one timed out at the profile's 300 s. The timeout is no sample (it
+    # was 300 + 50 % = 451 s, "raise"): p99 of the 19 = rank 19 = 10 s; x 1.5 = 15 s; floored at the current 300
+    runs = [run(f"r{i}", wall_seconds=10.0) for i in range(19)]
+    runs.append(run("late", cause=EndCause.WALL_TIMEOUT, wall_seconds=300.2))
+    wall = resource(recommend(runs, profile="ci", current=LIMITS), "wall_timeout_s")
+    assert (wall.recommended, wall.change, wall.rule) == (300.0, "keep", "wall.timeouts_keep_current")
+    assert wall.inputs.percentiles is not None and wall.inputs.percentiles.max == 10.0  # the 19 only
+    assert (wall.inputs.known, wall.inputs.unknown, wall.inputs.at_limit, wall.inputs.floor) == (19, 1, 1, 300.0)
+    assert wall.confidence == "low"  # 20 runs: 19 samples and the timeout at the current limit
+
+
+def test_a_timeout_never_raises_the_limit_and_the_p99_rule_stands_above_the_current_one() -> None:
+    # 100 runs of 200 … 299 s and one timed out at 300 s: p99 of the 100 = rank 99 = 298 s; x 1.5 = 447 s
+    runs = [run(f"r{i}", wall_seconds=200.0 + i) for i in range(100)]
+    runs.append(run("late", cause=EndCause.WALL_TIMEOUT, wall_seconds=300.1))
+    wall = resource(recommend(runs, profile="ci", current=LIMITS), "wall_timeout_s")
+    assert (wall.recommended, wall.change, wall.rule, wall.inputs.floor) == (447.0, "raise", "wall.p99_margin", None)
+
+
+def test_a_timeout_under_a_narrower_limit_of_its_own_says_nothing_of_the_profiles() -> None:
+    # a grant's bound of 5 s (the profile's: 300 s), every other run at 1 s: p99 = 1 s; x 1.5 = 2 s, lower — not
+    # "keep" (it was: any timeout kept the current limit)
+    runs = [run(f"r{i}", wall_seconds=1.0) for i in range(20)]
+    runs.append(run("granted", cause=EndCause.WALL_TIMEOUT, wall_seconds=5.0, limits=with_limits(wall_timeout_s=5.0)))
+    rec = recommend(runs, profile="ci", current=LIMITS)
+    wall = resource(rec, "wall_timeout_s")
+    assert (wall.recommended, wall.change, wall.rule, wall.inputs.floor) == (2.0, "lower", "wall.p99_margin", None)
+    assert (wall.inputs.known, wall.inputs.unknown, wall.inputs.at_limit) == (20, 1, 1)
+    assert any(note.startswith("1 runs timed out under a timeout of their own narrower") for note in rec.notes)
+    # and it does not count towards min_runs: 19 runs of 1 s and it are too few
+    few = resource(recommend(runs[1:], profile="ci", current=LIMITS), "wall_timeout_s")
+    assert few.recommended is None
+    assert few.reason == (
+        "19 runs with a known wall time or a timeout at the current limit, 20 needed "
+        "(1 runs timed out, 0 of them at the current limit)"
+    )
+
+
+def test_every_run_timed_out_at_the_current_limit_keeps_it() -> None:
+    # no wall time to rank, 20 runs that needed more than 300 s (a wider grant of 600 s among them): keep 300
+    runs = [run(f"t{i}", cause=EndCause.WALL_TIMEOUT, wall_seconds=300.0) for i in range(19)]
+    runs.append(run("wide", cause=EndCause.WALL_TIMEOUT, wall_seconds=600.0, limits=with_limits(wall_timeout_s=600.0)))
+    wall = resource(recommend(runs, profile="ci", current=LIMITS), "wall_timeout_s")
+    assert (wall.recommended, wall.change, wall.rule, wall.inputs.floor) == (
+        300.0,
+        "keep",
+        "wall.timeouts_keep_current",
+        300.0,
+    )
+    assert (wall.inputs.known, wall.inputs.percentiles) == (0, None)
+
+
+def test_a_memory_peak_at_its_limit_without_an_oom_is_page_cache_left_out() -> None:
+    # the review's repro: a shell reading a 900 MB file under 512 MiB ends ok at a 511 MiB peak (the kernel
+    # reclaimed cache at the limit). 20 runs at 4 MiB and 5 such: before, p95 of the 25 = rank 24 = 511 MiB,
+    # x 1.15 = 588 MiB, "raise" (and again after every raise). Now the 5 are left out: p95 of the 20 = 4 MiB;
+    # x 1.15 = 4.6 MiB → 5 MiB → the schema's 6 MiB
+    runs = [run(f"r{i}", memory_peak_bytes=4 * MIB) for i in range(20)]
+    runs += [run(f"cat{i}", memory_peak_bytes=511 * MIB) for i in range(5)]
+    rec = recommend(runs, profile="ci", current=LIMITS)
+    memory = resource(rec, "memory")
+    assert (memory.recommended, memory.change, memory.rule) == (6 * MIB, "lower", "memory.vpa_upper_bound")
+    assert (memory.inputs.known, memory.inputs.unknown, memory.inputs.at_limit) == (20, 5, 0)
+    assert memory.inputs.cross_checks["krr_max_plus_15pct"] == math.ceil(4 * MIB * 1.15)
+    assert (
+        "5 runs reached their memory limit without an OOM kill: the kernel reclaimed page cache there, so their "
+        "need is unknown and they are left out"
+    ) in rec.notes
+
+
+def test_the_page_cache_rule_starts_at_95_percent_of_the_runs_own_limit() -> None:
+    # 95 % of 512 MiB = 510027366.4 bytes: 510027366 is a sample, 510027367 is not; of a run's own 1 GiB limit
+    # (a grant), 511 MiB is a sample; an OOM-killed run is a sample whatever its peak
+    below, at = 510_027_366, 510_027_367
+    runs = [run(f"r{i}", memory_peak_bytes=below) for i in range(20)]
+    runs += [
+        run("at", memory_peak_bytes=at),
+        run("granted", memory_peak_bytes=511 * MIB, limits=with_limits(memory_bytes=1024 * MIB)),
+        run("timed-out", cause=EndCause.WALL_TIMEOUT, memory_peak_bytes=512 * MIB),  # reclaimed too: not an OOM
+    ]
+    memory = resource(recommend(runs, profile="ci", current=LIMITS), "memory")
+    assert (memory.inputs.known, memory.inputs.unknown) == (21, 2)
+    assert memory.inputs.percentiles is not None and memory.inputs.percentiles.max == 511 * MIB
 
 
 def test_pids_is_p99_plus_half_at_least_the_schemas_minimum() -> None:

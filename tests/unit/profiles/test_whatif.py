@@ -241,3 +241,31 @@ def test_the_apis_proposal_has_the_profile_schemas_bounds() -> None:
             for k, v in theirs.items()
             if k in bounds or k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
         }, key
+
+
+def test_a_peak_at_its_limit_without_an_oom_is_page_cache_unknown_below_it_never_an_oom() -> None:
+    # the review's repro: a shell reading a 900 MB file under 512 MiB ends ok at a 511 MiB peak (cache the
+    # kernel reclaimed at the limit; it needed 4 MiB). Under 256 MiB it was "would end as oom"; it is unknown
+    runs = [
+        run("cat", memory_peak_bytes=511 * MIB),
+        run("m400", memory_peak_bytes=400 * MIB),  # below 95 % of 512 MiB (486.4 MiB): its peak stands
+        run("oom", cause=EndCause.OOM),
+    ]
+    report = replay(runs, memory="256m")
+    memory = limit(report, "memory")
+    assert memory.would_meet.execution_ids == ("m400", "oom")
+    assert memory.unknown.execution_ids == ("cat",)
+    assert memory.within == 0
+    assert report.notes == (
+        "1 runs reached their memory limit without an OOM kill: the kernel reclaimed page cache there, so their "
+        "need is unknown under a limit at or below their peak and below their own",
+    )
+    # at its own limit, or above: it ends as it did, within (511/512; 511/1024)
+    same = limit(replay(runs, memory="512m"), "memory")
+    assert (same.would_meet.execution_ids, same.unknown.execution_ids, same.within) == (("oom",), (), 2)
+    assert same.used_of_limit is not None and same.used_of_limit.max == 511 / 512
+    more = limit(replay(runs, memory="1g"), "memory")
+    assert (more.unknown.execution_ids, more.within) == (("oom",), 2)
+    # above its peak, below its limit: the peak was never passed, within
+    between = limit(replay(runs, memory=f"{511 * MIB + 1}"), "memory")
+    assert (between.would_meet.execution_ids, between.unknown.execution_ids, between.within) == (("oom",), (), 2)

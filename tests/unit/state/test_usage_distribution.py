@@ -12,7 +12,7 @@ import pytest
 from orchestrator.domain.usage import EndCause, RunUsage
 from orchestrator.domain.usage_figures import Buckets, Figures, Sample, Scope, Summary
 from orchestrator.state.store import StateStore
-from tests.unit.profiles.usage_runs import LIMITS, MIB, run
+from tests.unit.profiles.usage_runs import GIB, LIMITS, MIB, run, with_limits
 
 CAUSES = (EndCause.OOM, EndCause.WALL_TIMEOUT)
 # memory in buckets of 128 MiB (4 of them, up to the 512 MiB limit), wall time in buckets of 0.5 s (scale 10,
@@ -138,3 +138,37 @@ async def test_samples_ranked_as_recommend_ranks_them(store: StateStore) -> None
     assert (wall.count, wall.percentile, wall.largest_at_limit) == (5, 300.0, LIMITS.wall_timeout_s)
     # cores: a 0.5, b 1.0, d 0.15 (c: no CPU time, e: none either): the median is 0.5
     assert (cores.count, cores.percentile, cores.largest_at_limit) == (3, 0.5, None)
+
+
+async def test_samples_leave_out_a_peak_at_its_limit_and_unranked_timeouts(tmp_path: Path) -> None:
+    # memory: a peak at or above 95 % of the run's own limit without an OOM is page cache, no sample; wall: a
+    # timeout is no sample, its limit the largest at the limit, counted apart when at or above the current 300 s
+    store = StateStore(tmp_path / "state.db")
+    rows = [
+        run("small", memory_peak_bytes=10 * MIB, wall_seconds=1.0),
+        run("below", memory_peak_bytes=510_027_366, wall_seconds=2.0),  # 95 % of 512 MiB is 510027366.4
+        run("at", memory_peak_bytes=510_027_367, wall_seconds=3.0),  # left out of memory
+        run("granted", memory_peak_bytes=511 * MIB, limits=with_limits(memory_bytes=GIB)),  # < 95 % of its own
+        run("late", cause=EndCause.WALL_TIMEOUT, memory_peak_bytes=512 * MIB, wall_seconds=300.2),  # not an OOM
+        run("narrow", cause=EndCause.WALL_TIMEOUT, wall_seconds=5.0, limits=with_limits(wall_timeout_s=5.0)),
+        run("oom", cause=EndCause.OOM, memory_peak_bytes=512 * MIB),
+    ]
+    for r in rows:
+        await store.put_usage(r)
+    samples = {
+        "memory": Sample("memory_peak_bytes", 99, EndCause.OOM, "memory_bytes", lambda x: x * 2, reached_percent=95),
+        "wall": Sample(
+            "wall_seconds", 99, EndCause.WALL_TIMEOUT, "wall_timeout_s", ranked_at_limit=False, current=300.0
+        ),
+    }
+    try:
+        found = await store.usage_figures(
+            Scope("ci", 0.0, 1e9, None), measures=(), samples=samples, causes=(), plan=lambda _: {}, newest=0
+        )
+    finally:
+        await store.close()
+    memory, wall = found.summary.samples["memory"], found.summary.samples["wall"]
+    # memory samples: small, below, granted and the OOM's 2 x 512 MiB; p99 of 4 = the largest
+    assert (memory.count, memory.percentile, memory.largest_at_limit, memory.at_current) == (4, GIB, GIB, 0)
+    # wall samples: 1, 2, 3 s (granted and oom: no wall time); the timeouts' limits 300 and 5 s, one at 300
+    assert (wall.count, wall.percentile, wall.largest_at_limit, wall.at_current) == (3, 3.0, 300.0, 1)
