@@ -1,6 +1,6 @@
-"""The approvals page at ``/ui``: static files shipped in the package (``orchestrator/api/ui/``), no
-build step, nothing from anywhere else. The page itself is public (the auth middleware lets ``/ui``
-through); every data call it makes carries the approver's token.
+"""The approvals page at ``/ui``, and its profiles view: static files shipped in the package
+(``orchestrator/api/ui/``), no build step, nothing from anywhere else. The page itself is public (the auth
+middleware lets ``/ui`` through); every data call it makes carries the approver's token.
 
 Served with a strict Content-Security-Policy: scripts, styles, images and connections from this
 origin only, no inline script or style, no framing; Trusted Types are required, so even a slip to
@@ -34,22 +34,27 @@ HEADERS = {
     "X-Frame-Options": "DENY",  # for browsers that predate frame-ancestors
     "Cross-Origin-Opener-Policy": "same-origin",
 }
-# every file the page is made of, and its media type (nothing else under /ui is answered)
+# every file the page is made of, and its media type (nothing else under /ui is answered); vendor/: the profiles
+# view's charting library, as published on npm (vendor/README.md: its version and sha256 sums)
 FILES = {
     "index.html": "text/html",
     "app.js": "text/javascript",
+    "profiles.js": "text/javascript",
     "style.css": "text/css",
     "icon.svg": "image/svg+xml",
+    "vendor/uPlot.iife.min.js": "text/javascript",
+    "vendor/uPlot.min.css": "text/css",
 }
 
 
 def _load() -> dict[str, bytes]:
     folder = resources.files(__package__ or "orchestrator.api").joinpath("ui")
-    return {name: folder.joinpath(name).read_bytes() for name in FILES}
+    return {name: folder.joinpath(*name.split("/")).read_bytes() for name in FILES}
 
 
 def add_ui_routes(app: web.Application) -> None:
-    """``GET /ui`` (and ``/ui/``) the page, ``GET /ui/<file>`` its script, style and icon."""
+    """``GET /ui`` (and ``/ui/``) the page, ``GET /ui/<file>`` its scripts, styles and icon (``<file>`` one of
+    FILES exactly: a path is looked up, never joined)."""
     files = _load()
 
     def answer(name: str) -> web.Response:
@@ -66,4 +71,4 @@ def add_ui_routes(app: web.Application) -> None:
 
     app.router.add_get("/ui", page)
     app.router.add_get("/ui/", page)
-    app.router.add_get("/ui/{name}", asset)
+    app.router.add_get("/ui/{name:.+}", asset)

@@ -238,7 +238,8 @@ async def test_a_hostile_command_renders_as_text(ui_harness: Harness, ui: UI) ->
 
         # nothing in the data became markup: no image, no script but the page's own, no handler ran
         assert await page.locator("img").count() == 0
-        assert await page.locator("script").count() == 1
+        scripts = await page.locator("script").evaluate_all("(all) => all.map((s) => s.getAttribute('src'))")
+        assert scripts == ["/ui/app.js", "/ui/vendor/uPlot.iife.min.js", "/ui/profiles.js"]  # the page's own
         assert await page.locator("#bold").count() == 0
         assert await page.evaluate("typeof window.__pwned") == "undefined"
         ui.check_clean()
@@ -378,13 +379,22 @@ async def test_the_page_is_served_from_the_package_under_its_policy(ui_harness: 
             ("/ui/app.js", "text/javascript"),
             ("/ui/style.css", "text/css"),
             ("/ui/icon.svg", "image/svg+xml"),
+            ("/ui/profiles.js", "text/javascript"),
+            ("/ui/vendor/uPlot.iife.min.js", "text/javascript"),
+            ("/ui/vendor/uPlot.min.css", "text/css"),
         ):
             async with session.get(ui_harness.url + path) as response:  # no token: the files are public
                 assert response.status == 200, path
                 assert response.content_type == media, path
                 assert response.headers["Content-Security-Policy"].startswith("default-src 'self'"), path
                 assert response.headers["X-Content-Type-Options"] == "nosniff", path
-        for path in ("/ui/secrets.txt", "/ui/..%2Fapp.py", "/ui/ui.py"):
+        for path in (
+            "/ui/secrets.txt",
+            "/ui/..%2Fapp.py",
+            "/ui/ui.py",
+            "/ui/vendor/README.md",
+            "/ui/vendor/uPlot.LICENSE",
+        ):
             async with session.get(ui_harness.url + path) as response:
                 assert response.status == 404, path
                 assert (await response.json())["error"]["code"] == "RESOURCE.NOT_FOUND"

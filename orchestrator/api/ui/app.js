@@ -1,5 +1,7 @@
 // The approvals page: sign in with an approver (or admin) token, decide pending approvals, watch
 // executions change live, read an execution's evidence. Plain browser JavaScript, no dependencies.
+// The profiles view (profiles.js, with the vendored uPlot) is the page's second view: this file owns the
+// sign-in, the views and the evidence, and lends profiles.js its helpers (window.SandboxUI, at the end).
 //
 // Safety rules this file keeps:
 //  * Everything shown comes from the API and may be attacker-controlled (a command string is whatever
@@ -580,11 +582,32 @@
     }
   }
 
+  // ---- views: approvals (this file) and profiles (profiles.js), one shown at a time ---------------
+  // The URL's fragment names the view (#profiles), so a reload keeps it; nothing else goes in the URL.
+  const VIEWS = { approvals: "Approvals", profiles: "Profiles" };
+  function currentView() {
+    const name = location.hash.slice(1);
+    return Object.hasOwn(VIEWS, name) ? name : "approvals";
+  }
+
+  function applyView() {
+    const shown = currentView();
+    for (const name of Object.keys(VIEWS)) {
+      $(`view-${name}`).hidden = name !== shown;
+      if (name === shown) $(`nav-${name}`).setAttribute("aria-current", "page");
+      else $(`nav-${name}`).removeAttribute("aria-current");
+    }
+    document.title = `${VIEWS[shown]} · sandbox orchestrator`;
+    if (state.token !== null) document.dispatchEvent(new CustomEvent("sandbox:view", { detail: { view: shown } }));
+  }
+  window.addEventListener("hashchange", applyView);
+
   // ---- sign-in / sign-out ------------------------------------------------------------------------
   function showSignedIn(signedIn) {
     $("sign-in").hidden = signedIn;
     $("signed-in").hidden = !signedIn;
     $("session").hidden = !signedIn;
+    if (signedIn) applyView();
   }
 
   async function signIn(token) {
@@ -630,6 +653,7 @@
     $("evidence-records").replaceChildren();
     $("evidence").hidden = true;
     setLive("off", "off");
+    document.dispatchEvent(new CustomEvent("sandbox:signout"));
     showSignedIn(false);
     say(message || "Signed out.", message ? "error" : "info");
     $("token").focus();
@@ -647,6 +671,24 @@
   });
   $("evidence-title").tabIndex = -1;
   setInterval(tick, 1000);
+
+  // What profiles.js borrows: the DOM and API helpers, the evidence view, the sign-in epoch (an answer
+  // that arrives after a sign-out or a new sign-in is dropped). Frozen: nothing can swap one out.
+  window.SandboxUI = Object.freeze({
+    el,
+    code,
+    facts,
+    timeElement,
+    visible,
+    say,
+    api,
+    ApiError,
+    handleError,
+    showEvidence,
+    currentView,
+    epoch: () => state.epoch,
+    signedIn: () => state.token !== null,
+  });
 
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (saved) signIn(saved);
