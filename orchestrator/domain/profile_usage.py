@@ -97,20 +97,26 @@ Change = Literal["raise", "lower", "keep"]
 class RuleInputs(Output):
     """What a rule was given and found."""
 
-    known: int = Field(description="Runs with the measure known, or ended at the limit (a lower bound).")
-    unknown: int = Field(description="Runs without it.")
+    known: int = Field(
+        description="Samples: runs with the measure known, or OOM-killed / stopped at the pids limit (a lower bound); "
+        "for wall_timeout_s timed-out runs are no sample (see floor)."
+    )
+    unknown: int = Field(
+        description="Runs without a sample: the measure unknown; memory: a run at 95 % of its own limit without an "
+        "OOM kill (page cache reclaimed there); wall_timeout_s: a run timed out under a narrower limit than now."
+    )
     at_limit: int = Field(
         description="Runs that ended at this limit (OOM kill, pids limit, timeout); for cpus, runs that used at "
         "least 95 % of theirs (throttled)."
     )
     percentiles: Percentiles | None = Field(
-        description="Of the samples: the known values, a run ended at the limit counted as that limit (bumped "
-        "for memory and pids)."
+        description="Of the samples: the known values, an OOM-killed or pids-stopped run counted as its limit bumped."
     )
     margin: float = Field(description="The fraction added to the percentile (0.15: +15 %).")
     floor: Number | None = Field(
         description="The largest sample of a run ended at the limit, which the value never goes below (memory, "
-        "pids: before the margin); for wall_timeout_s the current limit when runs timed out; null: none."
+        "pids: before the margin); for wall_timeout_s the current limit when runs timed out at it (or a wider "
+        "one); null: none."
     )
     cross_checks: dict[str, Number] = Field(
         description="What other rules would give, for comparison (not rounded): vpa_target (p90 + 15 %), "

@@ -28,7 +28,8 @@ class EndCause(StrEnum):
     PIDS_LIMIT = "pids_limit"  # the runtime stopped it at its pids limit (gVisor)
     WRITE_BUDGET = "write_budget"  # killed for passing its workspace write budget
     OUTPUT_CAP = "output_cap"  # ran to its end, its output cut at the cap
-    CANCELLED = "cancelled"  # cancelled while it ran (the caller, a restart)
+    IDLE_TIMEOUT = "idle_timeout"  # an interactive session stopped after its idle timeout without input
+    CANCELLED = "cancelled"  # cancelled while it ran (the caller, a restart), or a session its caller closed
     FAILED = "failed"  # its sandbox failed (lost, stopped from outside, never started): not the command's end
     EXIT_NONZERO = "exit_nonzero"  # its command exited non-zero, within every limit
     OK = "ok"  # exit 0 within every limit

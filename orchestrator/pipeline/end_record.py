@@ -109,8 +109,23 @@ _ENDED_AT: tuple[tuple[Callable[[RunOutcome, OrchestratorError | None], bool], E
 )
 
 
-def end_cause(outcome: RunOutcome, error: OrchestratorError | None = None) -> EndCause:
-    return next((cause for applies, cause in _ENDED_AT if applies(outcome, error)), EndCause.OK)
+#: why a caller stopped a run (a session's close reason), as its end cause: what its own exit then says (the kill's
+#: 137) is not the command's end. A session stopped at its lifetime is at its wall timeout.
+STOPPED_BY: Final[dict[str, EndCause]] = {
+    "closed": EndCause.CANCELLED,
+    "cancelled": EndCause.CANCELLED,
+    "idle": EndCause.IDLE_TIMEOUT,
+    "lifetime": EndCause.WALL_TIMEOUT,
+}
+
+
+def end_cause(outcome: RunOutcome, error: OrchestratorError | None = None, stopped_by: str | None = None) -> EndCause:
+    # a caller's stop came before the run's deadline (a session's idle stop ends with its lifetime), even where the
+    # sandbox took past that deadline to die (a pod's stop can take the kubelet seconds); only the kernel's OOM
+    # kill can have come first
+    if outcome.oom_killed or stopped_by not in STOPPED_BY:
+        return next((cause for applies, cause in _ENDED_AT if applies(outcome, error)), EndCause.OK)
+    return STOPPED_BY[stopped_by]
 
 
 def failed_cause(error: OrchestratorError) -> EndCause:
@@ -128,8 +143,11 @@ def _part(name: str, build: Callable[[], Any], failures: list[str]) -> Any:
         return None
 
 
-def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: OrchestratorError | None) -> dict[str, Any]:
-    """The fields of ``execution_finished``: sizes and hashes, never content. Never raises."""
+def finished_fields(
+    outcome: RunOutcome, profile: ResolvedProfile, error: OrchestratorError | None, *, stopped_by: str | None = None
+) -> dict[str, Any]:
+    """The fields of ``execution_finished``: sizes and hashes, never content. ``stopped_by``: why the caller stopped
+    the run (a session's close reason), if it did. Never raises."""
     status = (
         "timeout"
         if outcome.timed_out
@@ -148,7 +166,7 @@ def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: Orches
     }
     failures: list[str] = []
     try:
-        data = _finished_data(outcome, profile, error, failures)
+        data = _finished_data(outcome, profile, error, stopped_by, failures)
         fields["outputs_digest"] = _part("outputs_digest", lambda: outputs_digest(outcome), failures)
     except Exception as exc:  # a bug: the record still says how the command ended
         log.exception("could not build the end record's data")
@@ -159,7 +177,7 @@ def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: Orches
             "oom_killed": outcome.oom_killed,
             "pids_limit_killed": outcome.pids_limit_killed,
             "duration_ms": outcome.duration_ms,
-            "end_cause": _part("end_cause", lambda: end_cause(outcome, error).value, failures),
+            "end_cause": _part("end_cause", lambda: end_cause(outcome, error, stopped_by).value, failures),
             "limits": _part("limits", lambda: run_limits(profile).to_json(), failures),
         }
     if failures:
@@ -169,7 +187,11 @@ def finished_fields(outcome: RunOutcome, profile: ResolvedProfile, error: Orches
 
 
 def _finished_data(
-    outcome: RunOutcome, profile: ResolvedProfile, error: OrchestratorError | None, failures: list[str]
+    outcome: RunOutcome,
+    profile: ResolvedProfile,
+    error: OrchestratorError | None,
+    stopped_by: str | None,
+    failures: list[str],
 ) -> dict[str, Any]:
     state = outcome.state
     return {
@@ -178,7 +200,8 @@ def _finished_data(
         "oom_killed": outcome.oom_killed,
         "pids_limit_killed": outcome.pids_limit_killed,
         "duration_ms": outcome.duration_ms,
-        "end_cause": end_cause(outcome, error).value,
+        "end_cause": end_cause(outcome, error, stopped_by).value,
+        **({"stopped_by": stopped_by} if stopped_by is not None else {}),
         "limits": run_limits(profile).to_json(),
         "stdout": _part("stdout", lambda: stream_json(outcome.stdout_kept), failures),
         "stderr": _part("stderr", lambda: stream_json(outcome.stderr_kept), failures),

@@ -140,8 +140,10 @@ class Orchestrator:
         session: bool = False,
         on_started: Callable[[SandboxHandle, ResolvedProfile], None] | None = None,
         on_capped: Callable[[OutputStream], None] | None = None,
+        stopped_by: Callable[[], str | None] | None = None,
     ) -> ExecutionResult:
-        """Run an authorized request in a fresh sandbox. ``session``: an interactive session's sandbox
+        """Run an authorized request in a fresh sandbox. ``stopped_by()``: why its caller stopped it, if it did (a
+        session closed or idle: its end record says so, as its end cause). ``session``: an interactive session's sandbox
         (its stdin open for the backend's send_input from ``on_started`` on, its deadline the profile's
         session lifetime); see :mod:`orchestrator.service.sessions`. ``on_capped(stream)``: with
         ``on_output``, once a stream passed the profile's cap (nothing more of it is shown). Its grant's
@@ -157,6 +159,7 @@ class Orchestrator:
                 session=session,
                 on_started=on_started,
                 on_capped=on_capped,
+                stopped_by=stopped_by,
             )
         finally:
             await despite_cancellation(self.abandon(auth))

@@ -117,6 +117,7 @@ class Runner:
         session: bool = False,
         on_started: Callable[[SandboxHandle, ResolvedProfile], None] | None = None,
         on_capped: Callable[[OutputStream], None] | None = None,
+        stopped_by: Callable[[], str | None] | None = None,
     ) -> ExecutionResult:
         """Run an authorized request in a fresh sandbox (see ``Orchestrator.run``, which settles its grant's
         reservation however this ends)."""
@@ -321,7 +322,7 @@ class Runner:
             )
             await despite_cancellation(self.reservations.charge(auth.reservations, records, used, ran=True))
             # bounded in advance, and never raising: the end record is what makes the run accountable
-            end = finished_fields(outcome, profile, error)
+            end = finished_fields(outcome, profile, error, stopped_by=None if stopped_by is None else stopped_by())
             try:
                 await despite_cancellation(record(EventType.EXECUTION_FINISHED, durable=True, **end))
             except asyncio.CancelledError:

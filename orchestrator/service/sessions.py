@@ -358,6 +358,7 @@ class Sessions:
                 session=True,
                 on_started=started,
                 on_capped=session.cap_reached,
+                stopped_by=lambda: session.stop_reason,
             )
         except OrchestratorError as err:
             session.error = err

@@ -157,6 +157,8 @@ async def test_a_python_repl_keeps_its_state_between_writes(sessions: Sessions, 
     for kind in ("execution_started", "session_opened", "session_input", "session_output", "session_closed"):
         assert kind in kinds, kinds
     assert kinds[-1] in ("session_closed", "container_destroyed", "execution_finished")
+    (end,) = [r for r in records(tmp_path / "evidence.jsonl", sid) if r.event == "execution_finished"]
+    assert end.data is not None and (end.data["end_cause"], end.data["stopped_by"]) == ("cancelled", "closed")
     inputs = [r for r in records(tmp_path / "evidence.jsonl", sid) if r.event == "session_input"]
     typed = [f"x = '{CANARY}'[::-1]\n".encode(), b"print(len(x), x[:6])\n"]
     assert [r.data["bytes"] for r in inputs] == [len(t) for t in typed]
@@ -329,6 +331,11 @@ async def test_idle_and_lifetime_end_a_session(sessions: Sessions, where: Where,
         for sid in (idle.session_id, chatty.session_id)
     }
     assert reasons == {idle.session_id: ["idle"], chatty.session_id: ["lifetime"]}
+    causes = {  # their usage says the same: stopped at a session's limits, never a command's own exit (137)
+        sid: [r.data["end_cause"] for r in records(tmp_path / "evidence.jsonl", sid) if r.event == "execution_finished"]
+        for sid in (idle.session_id, chatty.session_id)
+    }
+    assert causes == {idle.session_id: ["idle_timeout"], chatty.session_id: ["wall_timeout"]}
 
 
 async def test_sessions_are_their_owners_and_limited_per_tenant(

@@ -49,6 +49,21 @@ def test_what_the_run_was_told_counts_too() -> None:
     assert end_cause(ran, None) is EndCause.OK
 
 
+@pytest.mark.parametrize(
+    ("stopped_by", "cause"),
+    [("closed", EndCause.CANCELLED), ("idle", EndCause.IDLE_TIMEOUT), ("lifetime", EndCause.WALL_TIMEOUT),
+     ("exit", EndCause.EXIT_NONZERO), (None, EndCause.EXIT_NONZERO)],
+)  # fmt: skip
+def test_a_session_its_caller_stopped_ended_by_that(stopped_by: str | None, cause: EndCause) -> None:
+    """A session's kill (137) is not its command's exit: closed is cancelled, idle its idle timeout, lifetime its
+    wall timeout; its own exit stays its own. An OOM kill before the stop is still an OOM."""
+    killed = outcome(exit_code=137, stdout_kept=KeptOutput(b"", 0, False, 0))
+    assert end_cause(killed, None, stopped_by) is cause
+    assert end_cause(outcome(exit_code=137, oom_killed=True), None, "closed") is EndCause.OOM
+    # stopped when idle, its pod dying past its lifetime's deadline: the stop came first
+    assert end_cause(outcome(exit_code=137, timed_out=True), None, "idle") is EndCause.IDLE_TIMEOUT
+
+
 def test_a_run_failed_is_cancelled_or_failed() -> None:
     assert failed_cause(ExecutionCancelled("gone")) is EndCause.CANCELLED
     assert failed_cause(SandboxUnavailable("lost")) is EndCause.FAILED

@@ -104,6 +104,7 @@ def test_every_end_cause_is_listed_zeros_included_and_ended_at_a_limit_per_measu
         "pids_limit": 0,
         "write_budget": 1,
         "output_cap": 1,
+        "idle_timeout": 0,
         "cancelled": 0,
         "failed": 0,
         "exit_nonzero": 0,
