@@ -228,33 +228,40 @@ class WhatIfReport(Output):
 _MIB, _GIB, _TIB = 2**20, 2**30, 2**40
 
 
+def _absent(schema: dict[str, Any]) -> None:
+    """A key left out is no proposal for it: the document says no default (null is not a value here)."""
+    schema.pop("default", None)
+
+
 class LimitsProposal(Output):
     """Proposed ``limits:`` values, each in its unit (bytes, cores, seconds, a count) and within the profile
     schema's bounds (``profiles.models.Limits``; a test holds the two together); at least one."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True, json_schema_extra={"minProperties": 1})
 
-    cpus: Annotated[float, Field(gt=0, le=256)] | SkipJsonSchema[None] = Field(default=None, description="CPU cores.")
+    cpus: Annotated[float, Field(gt=0, le=256)] | SkipJsonSchema[None] = Field(
+        default=None, json_schema_extra=_absent, description="CPU cores."
+    )
     memory: Annotated[int, Field(ge=6 * _MIB, le=_TIB)] | SkipJsonSchema[None] = Field(
-        default=None, description="Memory in bytes."
+        default=None, json_schema_extra=_absent, description="Memory in bytes."
     )
     pids: Annotated[int, Field(ge=8, le=1_000_000)] | SkipJsonSchema[None] = Field(
-        default=None, description="Processes and threads."
+        default=None, json_schema_extra=_absent, description="Processes and threads."
     )
     wall_timeout_s: Annotated[float, Field(gt=0, le=86_400)] | SkipJsonSchema[None] = Field(
-        default=None, description="Wall-clock deadline in seconds."
+        default=None, json_schema_extra=_absent, description="Wall-clock deadline in seconds."
     )
     stdout_max_bytes: Annotated[int, Field(ge=1, le=_GIB)] | SkipJsonSchema[None] = Field(
-        default=None, description="stdout cap in bytes."
+        default=None, json_schema_extra=_absent, description="stdout cap in bytes."
     )
     stderr_max_bytes: Annotated[int, Field(ge=1, le=_GIB)] | SkipJsonSchema[None] = Field(
-        default=None, description="stderr cap in bytes."
+        default=None, json_schema_extra=_absent, description="stderr cap in bytes."
     )
     workspace_write_bytes: Annotated[int, Field(ge=0, le=64 * _TIB)] | SkipJsonSchema[None] = Field(
-        default=None, description="Workspace write budget in bytes."
+        default=None, json_schema_extra=_absent, description="Workspace write budget in bytes."
     )
     workspace_write_files: Annotated[int, Field(ge=0, le=10_000_000)] | SkipJsonSchema[None] = Field(
-        default=None, description="Workspace write budget in entries."
+        default=None, json_schema_extra=_absent, description="Workspace write budget in entries."
     )
 
     @model_validator(mode="before")

@@ -65,6 +65,10 @@ class RunLimits:
         )
 
 
+#: the tools whose run is an interactive session (domain.requests.ExecCommandRequest)
+SESSION_TOOLS: frozenset[str] = frozenset({"exec_command"})
+
+
 @dataclass(slots=True)  # not frozen: a frozen one takes 4x as long to build, and a profile's report reads 100,000
 class RunUsage:
     """One run's usage. ``source``: where CPU, memory and pids came from — ``cgroup`` (the controller read the
@@ -87,6 +91,16 @@ class RunUsage:
     tenant: str = ""
     tool: str = ""
     ci_repository: str | None = None
+
+    @property
+    def is_session(self) -> bool:
+        """An interactive session's run: its wall time is how long it stayed open, its wall limit its lifetime."""
+        return self.tool in SESSION_TOOLS
+
+    @property
+    def command_wall_seconds(self) -> float | None:
+        """The wall time of a one-shot run; None for a session (how long one stays open sizes no timeout)."""
+        return None if self.is_session else self.wall_seconds
 
     @property
     def cores(self) -> float | None:
@@ -117,8 +131,8 @@ MEASURES: tuple[Measure, ...] = (
             lambda u: u.memory_peak_bytes, lambda lim: lim.memory_bytes, "memory", EndCause.OOM),
     Measure("pids_peak", "count", "processes and threads at the peak",
             lambda u: u.pids_peak, lambda lim: lim.pids, "pids", EndCause.PIDS_LIMIT),
-    Measure("wall_seconds", "s", "wall time",
-            lambda u: u.wall_seconds, lambda lim: lim.wall_timeout_s, "wall_timeout_s", EndCause.WALL_TIMEOUT),
+    Measure("wall_seconds", "s", "wall time of one-shot runs (a session's, how long it was open, is not one)",
+            lambda u: u.command_wall_seconds, lambda lim: lim.wall_timeout_s, "wall_timeout_s", EndCause.WALL_TIMEOUT),
     Measure("cpu_seconds", "s", "CPU time (its limit: the cores for the whole wall timeout)",
             lambda u: u.cpu_seconds, lambda lim: lim.cpus * lim.wall_timeout_s, "cpus", None),
     Measure("stdout_bytes", "bytes", "stdout written",

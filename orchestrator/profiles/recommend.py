@@ -144,7 +144,7 @@ RULES: Final[tuple[Rule, ...]] = (
          at_limit=EndCause.PIDS_LIMIT, bump=_pids_bump,
          floor_rule=("pids.limit_bump", "the largest run stopped at its pids limit: that limit x 1.2 (at least +8), "
                      "+ 50 %")),
-    Rule("wall_timeout_s", "s", "a known wall time or a timeout at the current limit", lambda u: u.wall_seconds,
+    Rule("wall_timeout_s", "s", "a known wall time or a timeout at the current limit", lambda u: u.command_wall_seconds,
          lambda lim: lim.wall_timeout_s, percent=99, margin=0.5, step=1.0, minimum=1.0, maximum=86_400.0,
          rule=("wall.p99_margin", "p99 of the wall times of the runs that did not time out + 50 %, in whole seconds"),
          at_limit=EndCause.WALL_TIMEOUT, at_limit_ranked=False,

@@ -232,7 +232,7 @@ class _Replayer:
         timed_out: list[str] = []
         used: list[float] = []
         for run in rows:
-            cores, wall = run.cores, run.wall_seconds
+            cores, wall = run.cores, run.command_wall_seconds
             if cores is None or wall is None:
                 unknown.append(run.execution_id)
                 continue

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from orchestrator.domain.usage import EndCause, RunUsage
+from orchestrator.domain.usage import SESSION_TOOLS, EndCause, RunUsage
 from orchestrator.domain.usage_figures import (
     Buckets,
     Counts,
@@ -42,7 +42,9 @@ MEASURE_SQL: Final[Mapping[str, str]] = {
     "memory_peak_bytes": "memory_peak_bytes",
     "cores": "(CASE WHEN wall_seconds > 0 THEN cpu_seconds / wall_seconds END)",
     "cpu_seconds": "cpu_seconds",
-    "wall_seconds": "wall_seconds",
+    # a session's wall time is how long it stayed open, not a command's: unknown here (RunUsage.command_wall_seconds)
+    "wall_seconds": f"(CASE WHEN tool IN ({', '.join(repr(t) for t in sorted(SESSION_TOOLS))}) THEN NULL "
+    "ELSE wall_seconds END)",
 }
 
 
