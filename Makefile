@@ -161,10 +161,11 @@ bench-grants: $(STAMP)
 	$(BIN)/python benchmarks/grant_check.py $(BENCH_ARGS)
 
 # profile usage analysis: usage_report, recommend and whatif over 100,000 synthetic runs vs reading + sorting them;
-# then the same read from the store, and what recording a run's usage costs its end
+# then the same read from the store, and what recording a run's usage costs its end; the profiles page's distribution (SQL)
 bench-profiles: $(STAMP)
 	$(BIN)/python benchmarks/profile_usage.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/usage_recording.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/profile_distribution.py $(BENCH_ARGS)
 
 # the Kubernetes backend against the same pod through the client, on the test cluster (started if needed)
 bench-k8s: $(STAMP) setup

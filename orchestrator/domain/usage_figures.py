@@ -69,9 +69,10 @@ class Summary:
 
 @dataclass(frozen=True, slots=True)
 class Buckets:
-    """``count`` buckets of one width from 0, the width ``divisor / scale``. A value's bucket is
-    ``int(value x scale / divisor)`` (the last bucket also takes its right edge): a width of 0.05 is scale 100,
-    divisor 5, so that 0.15 falls in bucket 3 as it reads, where 0.15 / 0.05 would be 2.9999999999999996."""
+    """``count`` buckets of one width from 0, the width ``divisor / scale``: bucket i holds [edges[i],
+    edges[i + 1]) (the last one also its right edge). Each edge is ``i x divisor / scale``, the nearest float to
+    the decimal it reads as: a width of 0.05 is scale 100, divisor 5, and edge 3 is 0.15, where 3 x 0.05 would be
+    0.15000000000000002 (and 0.15 would fall below it)."""
 
     count: int
     scale: int

@@ -189,6 +189,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     usage_table.MIGRATION,  # what each run used and how it ended (profiles usage | recommend | whatif)
     usage_table.FIGURES_INDEX,  # the profiles page's figures, from the index alone
+    usage_distribution.MEASURE_INDEXES,  # ... and each measure in its value's order: walked, never sorted
 )
 
 
