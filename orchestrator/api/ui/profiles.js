@@ -45,7 +45,12 @@
   }
 
   function formatBytes(bytes) {
-    const units = [["TiB", KIB ** 4], ["GiB", KIB ** 3], ["MiB", KIB ** 2], ["KiB", KIB]];
+    const units = [
+      ["TiB", KIB ** 4],
+      ["GiB", KIB ** 3],
+      ["MiB", KIB ** 2],
+      ["KiB", KIB],
+    ];
     for (const [unit, size] of units) {
       if (Math.abs(bytes) >= size) return `${trim(bytes / size, 1)} ${unit}`;
     }
@@ -83,7 +88,11 @@
     const chosen = select.value;
     select.replaceChildren(
       ...data.profiles.map((p) =>
-        el("option", { value: p.name }, p.default ? `${p.name} (default)` : p.error ? `${p.name} (${p.error})` : p.name),
+        el(
+          "option",
+          { value: p.name },
+          p.default ? `${p.name} (default)` : p.error ? `${p.name} (${p.error})` : p.name,
+        ),
       ),
     );
     const fallback = data.profiles.find((p) => p.default) || data.profiles[0];
@@ -144,12 +153,28 @@
       "table",
       { class: "buckets" },
       el("caption", null, "Runs per bucket"),
-      el("thead", null, el("tr", null, el("th", { scope: "col" }, "From"), el("th", { scope: "col" }, "To"), el("th", { scope: "col" }, "Runs"))),
+      el(
+        "thead",
+        null,
+        el(
+          "tr",
+          null,
+          el("th", { scope: "col" }, "From"),
+          el("th", { scope: "col" }, "To"),
+          el("th", { scope: "col" }, "Runs"),
+        ),
+      ),
       el(
         "tbody",
         null,
         ...h.counts.map((n, i) =>
-          el("tr", null, el("td", null, format(h.measure, h.edges[i])), el("td", null, format(h.measure, h.edges[i + 1])), el("td", null, String(n))),
+          el(
+            "tr",
+            null,
+            el("td", null, format(h.measure, h.edges[i])),
+            el("td", null, format(h.measure, h.edges[i + 1])),
+            el("td", null, String(n)),
+          ),
         ),
       ),
     );
@@ -203,7 +228,10 @@
       {
         width,
         height: 220,
-        scales: { x: { time: false, range: () => [0, top] }, y: { range: (u, min, max) => [0, Math.max(1, max) * 1.15] } },
+        scales: {
+          x: { time: false, range: () => [0, top] },
+          y: { range: (u, min, max) => [0, Math.max(1, max) * 1.15] },
+        },
         axes: [
           {
             stroke: ink,
@@ -213,7 +241,12 @@
             incrs: BYTES.has(h.measure) ? Array.from({ length: 12 }, (_, i) => step * 2 ** i) : undefined,
             values: (u, splits) => splits.map((v) => format(h.measure, v)),
           },
-          { stroke: ink, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, values: (u, splits) => splits.map((v) => (Number.isInteger(v) ? String(v) : "")) },
+          {
+            stroke: ink,
+            grid: { stroke: grid, width: 1 },
+            ticks: { stroke: grid },
+            values: (u, splits) => splits.map((v) => (Number.isInteger(v) ? String(v) : "")),
+          },
         ],
         series: [
           { label: "Bucket", value: (u, x) => (x === null || x === undefined ? "—" : bucketOf(x)) },
@@ -267,13 +300,18 @@
 
   // ---- the runs that ended at a limit ------------------------------------------------------------
   function renderAtLimit(ended) {
-    $("at-limit-count").textContent = ended.total > ended.runs.length ? `(${ended.total}; the newest ${ended.runs.length})` : `(${ended.total})`;
+    $("at-limit-count").textContent =
+      ended.total > ended.runs.length ? `(${ended.total}; the newest ${ended.runs.length})` : `(${ended.total})`;
     $("at-limit-empty").hidden = ended.total > 0;
     $("at-limit-body").replaceChildren(...ended.runs.map(atLimitRow));
   }
 
   function atLimitRow(run) {
-    const button = el("button", { type: "button", class: "evidence-button", "aria-label": `Evidence of ${run.execution_id}` }, "Evidence");
+    const button = el(
+      "button",
+      { type: "button", class: "evidence-button", "aria-label": `Evidence of ${run.execution_id}` },
+      "Evidence",
+    );
     const row = el(
       "tr",
       { "data-execution-id": run.execution_id, "data-cause": run.cause },
@@ -330,12 +368,17 @@
     if (memory) set.memory = parseSize(memory);
     if (cpus) set.cpus = parseNumber(cpus);
     if (wall) set.wall_timeout_s = parseNumber(wall);
-    if (!Object.keys(set).length) throw new FieldError($("whatif-memory"), "Type at least one limit: memory, CPUs or wall timeout.");
+    if (!Object.keys(set).length)
+      throw new FieldError($("whatif-memory"), "Type at least one limit: memory, CPUs or wall timeout.");
     const body = { set, since: $("profile-since").value };
     const nodeCpus = given("whatif-node-cpus");
     const nodeMemory = given("whatif-node-memory");
     if (nodeCpus || nodeMemory) {
-      if (!nodeCpus || !nodeMemory) throw new FieldError(nodeCpus ? $("whatif-node-memory") : $("whatif-node-cpus"), "A node size is its CPUs and its memory: both.");
+      if (!nodeCpus || !nodeMemory)
+        throw new FieldError(
+          nodeCpus ? $("whatif-node-memory") : $("whatif-node-cpus"),
+          "A node size is its CPUs and its memory: both.",
+        );
       body.node = { cpus: parseNumber(nodeCpus), memory_bytes: parseSize(nodeMemory) };
     }
     return body;
@@ -374,19 +417,29 @@
   function runList(list) {
     if (!list.total) return "none";
     const named = list.execution_ids.map((id) =>
-      el("li", null, el("button", { type: "button", class: "link", "data-execution-id": id, "aria-label": `Evidence of ${id}` }, id)),
+      el(
+        "li",
+        null,
+        el("button", { type: "button", class: "link", "data-execution-id": id, "aria-label": `Evidence of ${id}` }, id),
+      ),
     );
     for (const item of named) {
       const button = item.firstChild;
       button.addEventListener("click", () => showEvidence(button.dataset.executionId));
     }
     const more = list.total > named.length ? ` (the first ${named.length} named)` : "";
-    return el("div", null, `${list.total} run${list.total === 1 ? "" : "s"}${more}`, el("ul", { class: "runs" }, ...named));
+    return el(
+      "div",
+      null,
+      `${list.total} run${list.total === 1 ? "" : "s"}${more}`,
+      el("ul", { class: "runs" }, ...named),
+    );
   }
 
   function headroom(used) {
     if (!used) return "—";
-    return `used p50 ${percent(used.p50)}, p95 ${percent(used.p95)}, max ${percent(used.max)} of it (headroom at p95: ${percent(1 - used.p95)})`;
+    const shares = `used p50 ${percent(used.p50)}, p95 ${percent(used.p95)}, max ${percent(used.max)} of it`;
+    return `${shares} (headroom at p95: ${percent(1 - used.p95)})`;
   }
 
   const LIMIT_MEASURE = { memory: "memory_peak_bytes", wall_timeout_s: "wall_seconds", pids: "pids_peak" };
@@ -398,7 +451,12 @@
       parts.push(
         el(
           "article",
-          { class: "replay", "data-key": replay.key, "data-would-meet": replay.would_meet.total, "data-within": replay.within },
+          {
+            class: "replay",
+            "data-key": replay.key,
+            "data-would-meet": replay.would_meet.total,
+            "data-within": replay.within,
+          },
           el("h3", null, `${replay.key}: ${format(measure, replay.current)} → ${format(measure, replay.proposed)}`),
           facts([
             [`Would meet it (${replay.kills ? "ended as" : "cut as"} ${replay.ends_as})`, runList(replay.would_meet)],
@@ -433,12 +491,13 @@
         el(
           "p",
           { class: "node", "data-current": node.current, "data-proposed": node.proposed },
-          `A node of ${trim(node.node.cpus, 2)} CPUs and ${formatBytes(node.node.memory_bytes)} holds ${node.current} runs at once now, ` +
-            `${node.proposed} with this change (${gain}).`,
+          `A node of ${trim(node.node.cpus, 2)} CPUs and ${formatBytes(node.node.memory_bytes)} holds ` +
+            `${node.current} runs at once now, ${node.proposed} with this change (${gain}).`,
         ),
       );
     }
-    if (answer.notes.length) parts.push(el("ul", { class: "notes" }, ...answer.notes.map((note) => el("li", null, note))));
+    if (answer.notes.length)
+      parts.push(el("ul", { class: "notes" }, ...answer.notes.map((note) => el("li", null, note))));
     return parts;
   }
 
