@@ -582,6 +582,19 @@ def test_checksums_roll_the_pod_on_change() -> None:
     assert token["checksum/config"] == base["checksum/config"]
 
 
+def test_a_changed_profile_rolls_no_pod_an_added_one_does() -> None:
+    """The controller re-reads its profiles (docs/profiles.md): a helm upgrade that changes a profile the pod
+    mounts changes the ConfigMap, never the pod; one that adds a profile changes the volume's items."""
+    small = {"profiles": {"custom": {"tiny": {"extends": "workspace-write", "limits": {"memory": "64m"}}}}}
+    large = {"profiles": {"custom": {"tiny": {"extends": "workspace-write", "limits": {"memory": "128m"}}}}}
+    pods = [controller_pod(render(values)) for values in (small, large)]
+    assert pods[0] == pods[1]  # the same pod spec, annotations included: no rollout
+    configmaps = [next(d for d in render(values) if d["kind"] == "ConfigMap") for values in (small, large)]
+    assert configmaps[0]["data"]["profile.tiny.yaml"] != configmaps[1]["data"]["profile.tiny.yaml"]
+    added = {"profiles": {"custom": {**small["profiles"]["custom"], "other": {"extends": "ci"}}}}
+    assert controller_pod(render(added))["spec"] != pods[0]["spec"]  # a new item: a new pod
+
+
 # -- workspaces, gVisor, profiles ------------------------------------------------------------------
 
 
