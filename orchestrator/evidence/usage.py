@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.domain.usage import EndCause, RunLimits, RunUsage
-from orchestrator.evidence.reader import iter_lines, open_snapshot
+from orchestrator.evidence.reader import iter_lines, open_snapshot, tail
 
 # the lines worth parsing, found in the raw bytes first (canonical JSON: sorted keys, no spaces); most of a
 # file is lifecycle, session and output records that say nothing about usage
 _BEGIN = b'"event":"execution_started"'
-_ENDS = (b'"event":"execution_finished"', b'"event":"run_failed"')
+_ENDS = (b'"event":"execution_finished"', b'"event":"run_failed"', b'"event":"execution_abandoned"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,7 @@ class RunContext:
     tenant: str
     tool: str
     ci_repository: str | None
+    limits: Mapping[str, Any] | None = None  # data.limits of the begin record, when it has them
 
 
 def _int(value: Any) -> int | None:
@@ -106,12 +107,30 @@ def _context(record: Mapping[str, Any]) -> RunContext | None:
         return None
     ci = data.get("ci")
     repository = ci.get("repository") if isinstance(ci, Mapping) else None
+    limits = data.get("limits")
     return RunContext(
         profile=data["profile"],
         tenant=str(record.get("tenant") or ""),
         tool=str(record.get("tool") or ""),
         ci_repository=repository if isinstance(repository, str) else None,
+        limits=limits if isinstance(limits, Mapping) else None,
     )
+
+
+def abandoned_usage(execution_id: str, context: RunContext, *, ended_at: float) -> RunUsage | None:
+    """The usage of a run whose controller died before its end record (``execution_abandoned``): its limits from
+    its begin record, its end ``failed``, every measure unknown. None without limits on the begin record."""
+    if context.limits is None:
+        return None
+    return usage_from_end(execution_id, context, {"limits": context.limits, "end_cause": "failed"}, ended_at=ended_at)
+
+
+def abandoned_run(path: str | os.PathLike[str], execution_id: str, *, ended_at: float) -> RunUsage | None:
+    """The usage of ``execution_id``, abandoned (``abandoned_usage``), from its begin record in the evidence file
+    at ``path`` (read from the end: the restart that abandons it comes soon after); None without one."""
+    begun = tail(path, 1, execution_id=execution_id, event="execution_started")
+    context = _context(begun[0].fields()) if begun else None
+    return None if context is None else abandoned_usage(execution_id, context, ended_at=ended_at)
 
 
 def _unix(ts: Any) -> float | None:
@@ -143,7 +162,7 @@ def read_usage(
                 continue
             execution_id, event = record["execution_id"], record.get("event")
             is_begin = event == "execution_started"
-            if not is_begin and event not in ("execution_finished", "run_failed"):
+            if not is_begin and event not in ("execution_finished", "run_failed", "execution_abandoned"):
                 continue  # the bytes matched inside some other field
             if is_begin:
                 context = _context(record)
@@ -155,6 +174,11 @@ def read_usage(
             if context is None or ended_at is None or (since is not None and ended_at < since):
                 continue
             data = record.get("data")
-            usage = usage_from_end(execution_id, context, data if isinstance(data, Mapping) else {}, ended_at=ended_at)
+            if event == "execution_abandoned":
+                usage = abandoned_usage(execution_id, context, ended_at=ended_at)
+            else:
+                usage = usage_from_end(
+                    execution_id, context, data if isinstance(data, Mapping) else {}, ended_at=ended_at
+                )
             if usage is not None:
                 yield usage

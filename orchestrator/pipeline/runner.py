@@ -236,6 +236,9 @@ class Runner:
                     "runtime": profile.runtime,
                     "profile": profile.name,
                     "seccomp_sha256": profile.seccomp_sha256,
+                    # the limits it runs with: what its usage is held against even if no end record follows
+                    # (a controller that died: the abandoned record after it says only that)
+                    "limits": run_limits(profile).to_json(),
                     "workdir": spec.workdir,
                     "deadline_unix": round(spec.deadline_unix),
                     "env_keys": sorted(spec.env),

@@ -47,6 +47,7 @@ from orchestrator.domain.wire import (
     OutputChunk,
 )
 from orchestrator.evidence import EventType
+from orchestrator.evidence.usage import abandoned_run
 from orchestrator.gate.gate import GateResult
 from orchestrator.pipeline.orchestrator import ExecutionResult, Observer, Orchestrator
 from orchestrator.profiles import ResolvedProfile
@@ -549,6 +550,12 @@ class ExecutionManager(Observer):
             },
             durable=True,
         )
+        if view.state is ExecutionState.RUNNING:  # it began: its usage says it ended failed, every measure unknown
+            path = self.orchestrator.evidence.path
+            usage = await asyncio.to_thread(abandoned_run, path, view.execution_id, ended_at=time.time())
+            if usage is not None:
+                self.measured(usage)
+                self.orchestrator.telemetry.run_measured(usage)
         error = ErrorBody(code="EXECUTION.CANCELLED", message="the service stopped while it ran: abandoned")
         ended = view.model_copy(update={"state": ExecutionState.CANCELLED, "error": error, "updated_at": _now()})
         await self.store.put(ended, keep_request=False)

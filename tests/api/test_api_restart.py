@@ -118,6 +118,10 @@ def test_kill_9_then_restart_loses_nothing_and_runs_nothing_twice(served: Served
     assert timed_out.state is ExecutionState.REFUSED and timed_out.error is not None
     assert timed_out.error.code == "APPROVAL.TIMEOUT"
 
+    # the abandoned run has its usage row (its limits from its begin record, every measure unknown): failed
+    usage = Client(served.url, token_of("admin")).profile_usage("workspace-write")
+    assert (usage.groups[0].ended["failed"], usage.groups[0].ended["ok"]) == (1, 1), usage.groups[0].ended
+
     served.stop()
     evidence = tmp_path / "evidence.jsonl"
     report = verify(evidence)

@@ -3,6 +3,7 @@ runner builds them from the record it has just written or they are read back fro
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from orchestrator.backends.base import ResourceUsage
 from orchestrator.domain.errors import ExecutionCancelled, SandboxPidsLimit, SandboxUnavailable
 from orchestrator.domain.usage import EndCause, RunLimits
 from orchestrator.evidence import EventType, EvidenceWriter
-from orchestrator.evidence.usage import RunContext, read_usage, usage_from_end
+from orchestrator.evidence.usage import RunContext, abandoned_run, read_usage, usage_from_end
 from orchestrator.pipeline.end_record import end_cause, failed_cause, finished_fields, run_limits
 from orchestrator.pipeline.executor import KeptOutput
 from orchestrator.profiles import ProfileRegistry, ResolvedProfile
@@ -162,3 +163,26 @@ def test_lines_that_are_no_records_are_passed_over(tmp_path: Path, profile: Reso
         f.write(b'{"event":"decision_made","execution_id":"ex-a","reason":"\\"event\\":\\"run_failed\\""}\n')
         f.write(b"not json\n")
     assert list(read_usage(path)) == []
+
+
+def test_a_run_its_controller_abandoned_is_failed_with_the_limits_it_began_with(
+    tmp_path: Path, profile: ResolvedProfile
+) -> None:
+    """No end record after a controller died: the restart's execution_abandoned ends it, its limits from its
+    begin record (which has them since this version), every measure unknown; a begin record without limits
+    (an older version's) gives no row."""
+    path = tmp_path / "evidence.jsonl"
+    limits = run_limits(profile).to_json()
+    with EvidenceWriter(path) as writer:
+        for execution_id, data in (("ex-new", {"profile": "workspace-write", "limits": limits}),
+                                   ("ex-old", {"profile": "workspace-write"})):  # fmt: skip
+            writer.append_sync({"event": EventType.EXECUTION_STARTED, "execution_id": execution_id, "data": data})
+        for execution_id in ("ex-new", "ex-old"):
+            writer.append_sync(
+                {"event": EventType.EXECUTION_ABANDONED, "execution_id": execution_id, "status": "abandoned"}
+            )
+    (run,) = read_usage(path)
+    assert (run.execution_id, run.cause, run.limits) == ("ex-new", EndCause.FAILED, run_limits(profile))
+    assert (run.cpu_seconds, run.memory_peak_bytes, run.wall_seconds, run.stdout_bytes) == (None, None, None, None)
+    assert abandoned_run(path, "ex-new", ended_at=5.0) == dataclasses.replace(run, ended_at=5.0)
+    assert abandoned_run(path, "ex-old", ended_at=5.0) is None
