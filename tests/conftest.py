@@ -47,6 +47,11 @@ XDIST_GROUPS: tuple[tuple[str, str, str], ...] = (
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its worker suffixes each grouped test's id)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # before -m selects: a `long_on_kubernetes` test's Kubernetes variant is `long`
+        callspec = getattr(item, "callspec", None)
+        on_kubernetes = callspec is not None and callspec.params.get("where") == "kubernetes"
+        if on_kubernetes and item.get_closest_marker("long_on_kubernetes") is not None:
+            item.add_marker(pytest.mark.long)
     if not config.pluginmanager.hasplugin("xdist"):
         return
     tests = Path(__file__).parent

@@ -338,6 +338,7 @@ async def test_idle_and_lifetime_end_a_session(sessions: Sessions, where: Where,
     assert causes == {idle.session_id: ["idle_timeout"], chatty.session_id: ["wall_timeout"]}
 
 
+@pytest.mark.long_on_kubernetes  # make test's 15 minutes: on the cluster, in make test-long
 async def test_sessions_are_their_owners_and_limited_per_tenant(
     sessions: Sessions, where: Where, tmp_path: Path
 ) -> None:
@@ -355,6 +356,7 @@ async def test_sessions_are_their_owners_and_limited_per_tenant(
     assert sessions.list(tenant="t1", subject="anonymous") == []
 
 
+@pytest.mark.long_on_kubernetes  # make test's 15 minutes: on the cluster, in make test-long
 async def test_a_profile_can_forbid_interactive_shells(sessions: Sessions, where: Where, tmp_path: Path) -> None:
     ws = where.workspace
     for cmd in ("bash", "python3", "cd /workspace && sh -i"):
@@ -424,6 +426,7 @@ def test_sandboxctl_session_attaches_a_terminal_with_its_size(tmp_path: Path) ->
     assert verify(tmp_path / "evidence.jsonl").ok
 
 
+@pytest.mark.long_on_kubernetes  # make test's 15 minutes: on the cluster, in make test-long
 async def test_twenty_sessions_at_once_each_gets_only_its_own_input(
     sessions: Sessions, where: Where, tmp_path: Path
 ) -> None:
