@@ -199,8 +199,13 @@ class Runner:
         )
 
         def measured(end_data: dict[str, Any]) -> None:
-            """The end record is on disk: what the run used goes to the service's store and its metrics."""
-            usage = usage_from_end(execution_id, run_context, end_data, ended_at=time.time())
+            """The end record is on disk: what the run used goes to the service's store and its metrics (a bug
+            here is logged, never in the way of the run: its end is on the record already)."""
+            try:
+                usage = usage_from_end(execution_id, run_context, end_data, ended_at=time.time())
+            except Exception as exc:
+                log.warning("the usage of %s could not be built: %s", execution_id, type(exc).__name__)
+                return
             if usage is not None:
                 GuardedObserver(observer).measured(usage)
                 telemetry.run_measured(usage)

@@ -124,3 +124,21 @@ async def test_each_limit_is_the_cause_in_the_usage_table(orch: Orchestrator, tm
     assert oom.memory_peak_bytes is not None and oom.memory_peak_bytes >= 60 * MIB  # it reached its 64m
     assert timeout.wall_seconds is not None and 2.0 <= timeout.wall_seconds < 10
     assert pids.limits.pids == 64
+
+
+async def test_a_bug_building_the_usage_never_fails_the_run(
+    orch: Orchestrator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end record is on disk before the usage is built: a bug there is logged, and the run's result stands."""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("orchestrator.pipeline.runner.usage_from_end", broken)
+    seen = Measured()
+    result = await orch.execute(
+        {"tool": "shell_exec", "argv": ["true"], "profile": "measured"}, workspace=workspace(tmp_path), observer=seen
+    )  # type: ignore[arg-type]
+    assert result.ok and seen.runs == []
+    await orch.evidence.flush()
+    assert [r.execution_id for r in read_usage(tmp_path / "evidence.jsonl")] == [result.authorization.execution_id]
