@@ -338,7 +338,9 @@ async def test_a_killed_init_ends_the_run_from_the_kubelets_account(pipeline: Pi
     before = {s.name for s in await pipeline.backend.list_managed()}
     task, pod = await running_pod(pipeline, pipeline.run("sleep 300"), before)
     async with asyncio.timeout(30):
-        while not (inits := host_pids(pod.sandbox_id, INIT)):
+        # the command running (its launch taken: killed before that, the run is SANDBOX.UNAVAILABLE, the command
+        # never ran, as a bare-clone run found), then its init
+        while not host_pids(pod.sandbox_id, "sleep") or not (inits := host_pids(pod.sandbox_id, INIT)):
             await asyncio.sleep(0.1)
     (init,) = inits
     os.kill(init, signal.SIGKILL)
